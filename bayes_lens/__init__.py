@@ -1,0 +1,88 @@
+"""bayes_lens: measure whether a TransformerLens model carries, and uses, Bayesian geometry.
+
+The public surface (see the README and docs/DESIGN.md "The public contract") is listed in
+``__all__``. Heavy submodules are imported lazily on first attribute access, so
+``import bayes_lens`` stays fast and a missing optional extra only matters when it is used.
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> model = bl.load_model()                    # doctest: +SKIP
+>>> prompts = bl.prompts.mixed(model, n=75)    # doctest: +SKIP
+>>> bl.geometry(model, prompts).to_dataframe() # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from . import adapter
+from .errors import (
+    BayesLensError,
+    CheckpointError,
+    InvalidInputError,
+    LayerIndexError,
+    MissingExtraError,
+    MissingHookError,
+    ModelLoadError,
+    NonFiniteError,
+    TokenizationError,
+)
+from .models import load_gguf, load_model
+
+__version__ = "0.1.0"
+
+# public name -> (module, attribute or None for the module itself)
+_LAZY = {
+    "metrics": ("bayes_lens.metrics", None),
+    "models": ("bayes_lens.models", None),
+    "collect": ("bayes_lens.collect", None),
+    "hooks": ("bayes_lens.hooks", None),
+    "hook_filter": ("bayes_lens.hooks", "hook_filter"),
+    "value_manifold": ("bayes_lens.geometry", "value_manifold"),
+    "key_orthogonality": ("bayes_lens.geometry", "key_orthogonality"),
+    "attention_focusing": ("bayes_lens.geometry", "attention_focusing"),
+    "entropy_alignment": ("bayes_lens.geometry", "entropy_alignment"),
+    "geometry": ("bayes_lens.geometry", "geometry"),
+    "prompts": ("bayes_lens.prompts", None),
+    "compare_domains": ("bayes_lens.domains", "compare_domains"),
+    "sula": ("bayes_lens.sula", None),
+    "EntropyAxis": ("bayes_lens.ablation", "EntropyAxis"),
+    "patched": ("bayes_lens.ablation", "patched"),
+    "compare_patched": ("bayes_lens.ablation", "compare_patched"),
+    "martingale": ("bayes_lens.martingale", None),
+    "cot_length": ("bayes_lens.cot", "cot_length"),
+    "windtunnel": ("bayes_lens.windtunnel", None),
+    "report": ("bayes_lens.report", "report"),
+}
+
+__all__ = [
+    "__version__",
+    "adapter",
+    "load_model",
+    "load_gguf",
+    "BayesLensError",
+    "CheckpointError",
+    "InvalidInputError",
+    "LayerIndexError",
+    "MissingExtraError",
+    "MissingHookError",
+    "ModelLoadError",
+    "NonFiniteError",
+    "TokenizationError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bayes_lens' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

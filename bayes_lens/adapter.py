@@ -1,0 +1,373 @@
+"""The model adapter: the one module that knows TransformerLens internals.
+
+bayes_lens accepts any "TransformerLens model": a TL 3.x ``HookedTransformer`` or a
+``TransformerBridge`` (TL 3.x and 4.x). Everything else in the package asks this module for
+
+* the model's shape (:func:`model_info`: layers, query heads, key/value heads, d_head, d_model),
+* hook names (:func:`hook_name`), using the legacy alias names (``blocks.3.attn.hook_v``) that
+  both model kinds accept, and checks that a hook exists (:func:`check_hooks`),
+* per-KV-head key weights :func:`key_weights` ``[n_kv_heads, d_model, d_head]`` - never the copies
+  that TL 3.9's ``HookedTransformer.W_K`` expands to n_heads under grouped-query attention,
+* whether weights were processed (:func:`processing`): folded layer norm / centred weights on a
+  HookedTransformer, ``enable_compatibility_mode`` / ``process_weights`` on a bridge. A direction or
+  a weight statistic measured in one basis is wrong in the other (METHODS.md §0 "Weights"),
+* tokenization of a batch with padding and an attention mask (:func:`tokenize`).
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> model = bl.load_model()                                   # doctest: +SKIP
+>>> bl.adapter.model_info(model).n_kv_heads                   # doctest: +SKIP
+3
+>>> bl.adapter.hook_name(model, -1, "v")                      # doctest: +SKIP
+'blocks.29.attn.hook_v'
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .errors import InvalidInputError, LayerIndexError, MissingHookError, TokenizationError
+
+__all__ = [
+    "TLModel",
+    "ModelInfo",
+    "model_info",
+    "has_hooked_transformer",
+    "is_bridge",
+    "resolve_layer",
+    "resolve_layers",
+    "hook_name",
+    "check_hooks",
+    "key_weights",
+    "processing",
+    "tokenize",
+    "model_device",
+    "SITES",
+]
+
+
+@runtime_checkable
+class TLModel(Protocol):
+    """Structural type of a TransformerLens model (HookedTransformer or TransformerBridge)."""
+
+    cfg: object
+
+    def run_with_cache(self, *args, **kwargs): ...
+
+    def run_with_hooks(self, *args, **kwargs): ...
+
+    def hooks(self, *args, **kwargs): ...
+
+    def to_tokens(self, *args, **kwargs): ...
+
+
+# Hook sites by short name -> legacy (alias) hook name, accepted by both model kinds.
+SITES = {
+    "v": "blocks.{layer}.attn.hook_v",
+    "k": "blocks.{layer}.attn.hook_k",
+    "q": "blocks.{layer}.attn.hook_q",
+    "rot_k": "blocks.{layer}.attn.hook_rot_k",
+    "pattern": "blocks.{layer}.attn.hook_pattern",
+    "z": "blocks.{layer}.attn.hook_z",
+    "resid_pre": "blocks.{layer}.hook_resid_pre",
+    "resid_mid": "blocks.{layer}.hook_resid_mid",
+    "resid_post": "blocks.{layer}.hook_resid_post",
+    "attn_out": "blocks.{layer}.hook_attn_out",
+    "mlp_out": "blocks.{layer}.hook_mlp_out",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def has_hooked_transformer() -> bool:
+    """True when the installed TransformerLens still has ``HookedTransformer`` (3.x)."""
+    try:
+        from transformer_lens import HookedTransformer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_bridge(model) -> bool:
+    """True for a ``TransformerBridge`` (any TL version)."""
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError:  # pragma: no cover - TL < 3.4
+        return False
+    return isinstance(model, TransformerBridge)
+
+
+def _check_model(model) -> None:
+    if not isinstance(model, TLModel) or not hasattr(model, "cfg"):
+        raise InvalidInputError(
+            f"expected a TransformerLens model (HookedTransformer or TransformerBridge), got "
+            f"{type(model).__name__}. Load one with bl.load_model() or TransformerLens."
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Shape and identity of a model, read from its config."""
+
+    kind: str  # "hooked" | "bridge"
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    d_vocab: int
+    n_ctx: int
+    processed: bool
+    processing: str
+
+    @property
+    def kv_dim(self) -> int:
+        """Size of one final-token value sample: n_kv_heads · d_head."""
+        return self.n_kv_heads * self.d_head
+
+
+def model_info(model) -> ModelInfo:
+    """Read layers, heads (query and key/value), widths and processing state from ``model``."""
+    _check_model(model)
+    cfg = model.cfg
+    n_heads = int(cfg.n_heads)
+    n_kv = getattr(cfg, "n_key_value_heads", None) or n_heads
+    d_model = int(cfg.d_model)
+    d_head = int(getattr(cfg, "d_head", None) or d_model // n_heads)
+    processed, how = processing(model)
+    return ModelInfo(
+        kind="bridge" if is_bridge(model) else "hooked",
+        name=str(getattr(cfg, "model_name", None) or type(model).__name__),
+        n_layers=int(cfg.n_layers),
+        n_heads=n_heads,
+        n_kv_heads=int(n_kv),
+        d_head=d_head,
+        d_model=d_model,
+        d_vocab=int(getattr(cfg, "d_vocab", 0) or 0),
+        n_ctx=int(getattr(cfg, "n_ctx", 0) or 0),
+        processed=processed,
+        processing=how,
+    )
+
+
+def resolve_layer(model_or_n_layers, layer: int) -> int:
+    """Turn a possibly negative layer index into ``0 <= layer < n_layers`` or raise LayerIndexError."""
+    n = model_or_n_layers if isinstance(model_or_n_layers, int) else int(model_or_n_layers.cfg.n_layers)
+    import numbers
+
+    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+        if isinstance(layer, Tensor) and layer.numel() == 1 and not layer.is_floating_point():
+            layer = int(layer)
+        else:
+            raise LayerIndexError(f"layer must be an integer, got {layer!r}.")
+    layer = int(layer)
+    if not -n <= layer < n:
+        raise LayerIndexError(
+            f"layer {layer} is out of range for a model with {n} layers; use 0..{n - 1} or -{n}..-1."
+        )
+    return layer % n
+
+
+def resolve_layers(model, layers) -> List[int]:
+    """Resolve an int, a sequence of ints, or ``"all"`` into a sorted list of distinct layers."""
+    n = int(model.cfg.n_layers)
+    if isinstance(layers, str):
+        if layers != "all":
+            raise LayerIndexError(f"layers must be an int, a list of ints or 'all', got {layers!r}.")
+        return list(range(n))
+    if isinstance(layers, int):
+        return [resolve_layer(n, layers)]
+    out = sorted({resolve_layer(n, layer) for layer in layers})
+    if not out:
+        raise LayerIndexError("the list of layers is empty.")
+    return out
+
+
+def hook_name(model, layer: int, site: str) -> str:
+    """The hook name of ``site`` (a key of :data:`SITES`) at ``layer`` (negative counts from the end)."""
+    if site not in SITES:
+        raise InvalidInputError(f"unknown site {site!r}; expected one of {sorted(SITES)}.")
+    return SITES[site].format(layer=resolve_layer(model, layer))
+
+
+def _hook_names(model) -> set:
+    names = set(getattr(model, "hook_dict", {}).keys())
+    if is_bridge(model):
+        for reg in ("_hook_alias_registry",):
+            names |= set(getattr(model, reg, {}) or {})
+        try:
+            names |= set(model._collect_hook_aliases_from_registry().keys())  # TL bridge internals
+        except Exception:  # noqa: BLE001 - private API, best effort
+            pass
+    return names
+
+
+def check_hooks(model, names: Iterable[str]) -> None:
+    """Raise MissingHookError listing every name in ``names`` the model has no hook point for."""
+    have = _hook_names(model)
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise MissingHookError(
+            f"the model ({type(model).__name__}) has no hook point(s) {missing}; bayes_lens needs them "
+            "for this metric. Models loaded with bl.load_model/bl.load_gguf or TransformerLens' "
+            "standard loaders have them; a bridge booted natively may lack some."
+        )
+
+
+def processing(model) -> Tuple[bool, str]:
+    """Whether the model's weights were processed, and how (a short description).
+
+    HookedTransformer: ``normalization_type`` ``"LNPre"``/``"RMSPre"`` means layer norm was folded
+    into the next weights; an embedding whose rows all have mean 0 means writing weights were
+    centred. TransformerBridge: ``enable_compatibility_mode()`` / ``process_weights()``.
+    """
+    if is_bridge(model):
+        done = bool(getattr(model, "_weights_processed", False))
+        compat = bool(getattr(model, "compatibility_mode", False))
+        if done:
+            return True, "bridge weights processed (enable_compatibility_mode / process_weights)"
+        if compat:
+            return False, "bridge in compatibility mode without weight processing"
+        return False, "raw weights"
+    cfg = model.cfg
+    reasons = []
+    if getattr(cfg, "normalization_type", None) in ("LNPre", "RMSPre"):
+        reasons.append(f"layer norm folded (normalization_type={cfg.normalization_type!r})")
+    try:
+        w_e = model.W_E.detach()
+        if w_e.shape[-1] > 1 and float(w_e.mean(-1).abs().max()) < 1e-6 * float(w_e.abs().mean() + 1e-12) * 10:
+            reasons.append("writing weights centred")
+    except Exception:  # noqa: BLE001
+        pass
+    return (bool(reasons), "; ".join(reasons) if reasons else "raw weights")
+
+
+def key_weights(model, layer: int) -> Float[Tensor, "n_kv_heads d_model d_head"]:
+    """W_K of ``layer`` per key/value head, ``[n_kv_heads, d_model, d_head]`` (float32, detached).
+
+    Under grouped-query attention TL 3.9's ``HookedTransformer.W_K`` repeats each KV head
+    ``n_heads / n_kv_heads`` times; the real parameter is ``attn._W_K``. A bridge keeps W_K grouped.
+    """
+    info = model_info(model)
+    layer = resolve_layer(info.n_layers, layer)
+    attn = model.blocks[layer].attn
+    w = None
+    if is_bridge(model):
+        w = _bridge_key_weight(model, layer, info)
+    else:
+        w = getattr(attn, "_W_K", None)
+        if w is None:
+            w = attn.W_K
+    w = w.detach().float().cpu()
+    if w.shape[0] == info.n_heads and info.n_kv_heads != info.n_heads:
+        w = w[:: info.n_heads // info.n_kv_heads]  # undo repeat_interleave: keep one copy per KV head
+    if tuple(w.shape) != (info.n_kv_heads, info.d_model, info.d_head):
+        raise MissingHookError(
+            f"could not read W_K of layer {layer} as [n_kv_heads, d_model, d_head] = "
+            f"{[info.n_kv_heads, info.d_model, info.d_head]}; got {list(w.shape)}."
+        )
+    return w
+
+
+def _bridge_key_weight(model, layer: int, info: ModelInfo) -> Tensor:
+    attn = model.blocks[layer].attn
+    # Prefer the wrapped linear layer's own weight ([n_kv*d_head, d_model] in HF layout).
+    for path in ("k.original_component", "k_proj", "k"):
+        obj = attn
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        weight = getattr(obj, "weight", None)
+        if isinstance(weight, Tensor) and weight.ndim == 2:
+            if weight.shape == (info.n_kv_heads * info.d_head, info.d_model):
+                return weight.view(info.n_kv_heads, info.d_head, info.d_model).transpose(1, 2)
+            if weight.shape == (info.d_model, info.n_kv_heads * info.d_head):  # Conv1D layout
+                return weight.view(info.d_model, info.n_kv_heads, info.d_head).permute(1, 0, 2)
+    w = attn.W_K
+    if w.ndim == 2:  # [d_model, n_kv*d_head]
+        w = w.view(info.d_model, -1, info.d_head).permute(1, 0, 2)
+    return w
+
+
+def model_device(model) -> torch.device:
+    """The device of the model's parameters (CPU when it has none)."""
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device(getattr(model.cfg, "device", None) or "cpu")
+
+
+def _tokenizer(model):
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise InvalidInputError(
+            "the model has no tokenizer; pass token ids instead of strings, or attach a tokenizer "
+            "(model.set_tokenizer(...))."
+        )
+    return tok
+
+
+def tokenize(
+    model,
+    prompts: Sequence[str],
+    *,
+    padding_side: str = "right",
+    prepend_bos: Optional[bool] = None,
+) -> Tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """Tokenize ``prompts`` into a padded batch: ``(tokens, attention_mask)`` on the model's device.
+
+    ``prepend_bos`` defaults to the model's own setting (``cfg.default_prepend_bos``; False for the
+    GGUF models, whose tokenizer adds no BOS). Raises for an empty list, a non-string, an empty
+    prompt, or a prompt longer than the model's context.
+    """
+    if isinstance(prompts, str):
+        raise InvalidInputError("prompts must be a list of strings, not one string; wrap it: [prompt].")
+    prompts = list(prompts)
+    if not prompts:
+        raise InvalidInputError("the prompt list is empty; pass at least one prompt.")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise InvalidInputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+        if not p:
+            raise InvalidInputError(f"prompt {i} is the empty string; every prompt needs at least one token.")
+    if padding_side not in ("left", "right"):
+        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    tok = _tokenizer(model)
+    if prepend_bos is None:
+        prepend_bos = bool(getattr(model.cfg, "default_prepend_bos", False))
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    if prepend_bos:
+        bos = tok.bos_token_id
+        if bos is None:
+            raise TokenizationError("prepend_bos=True but the tokenizer has no BOS token.")
+        ids = [[bos] + i for i in ids]
+    n_ctx = int(getattr(model.cfg, "n_ctx", 0) or 0)
+    for i, seq in enumerate(ids):
+        if not seq:
+            raise TokenizationError(f"prompt {i} ({prompts[i]!r}) tokenizes to no tokens.")
+        if n_ctx and len(seq) > n_ctx:
+            raise TokenizationError(
+                f"prompt {i} has {len(seq)} tokens but the model's context is {n_ctx}; shorten it."
+            )
+    width = max(len(s) for s in ids)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    tokens = torch.full((len(ids), width), int(pad), dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, seq in enumerate(ids):
+        if padding_side == "right":
+            tokens[i, : len(seq)] = torch.tensor(seq)
+            mask[i, : len(seq)] = 1
+        else:
+            tokens[i, width - len(seq):] = torch.tensor(seq)
+            mask[i, width - len(seq):] = 1
+    device = model_device(model)
+    return tokens.to(device), mask.to(device)

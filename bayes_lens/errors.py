@@ -1,0 +1,78 @@
+"""Errors raised by bayes_lens.
+
+Every error the library raises on purpose is a :class:`BayesLensError`; the subclasses say which
+kind of input was wrong. Messages follow one rule: say what was wrong, what was expected, and how
+to fix it (the einops / equinox convention of a single library error type with specific subclasses).
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> try:
+...     bl.load_gguf("missing.gguf")
+... except bl.BayesLensError as err:
+...     print(type(err).__name__)
+ModelLoadError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BayesLensError",
+    "ModelLoadError",
+    "MissingHookError",
+    "InvalidInputError",
+    "LayerIndexError",
+    "NonFiniteError",
+    "TokenizationError",
+    "CheckpointError",
+    "MissingExtraError",
+]
+
+
+class BayesLensError(Exception):
+    """Base class of every error bayes_lens raises on purpose."""
+
+
+class ModelLoadError(BayesLensError):
+    """A model file or package could not be loaded (missing, truncated, unsupported, not installed)."""
+
+
+class MissingHookError(BayesLensError):
+    """A model or an ActivationCache lacks a hook point that a metric needs."""
+
+
+class InvalidInputError(BayesLensError, ValueError):
+    """An argument has the wrong value, type or shape (empty prompt list, bad probability, ...)."""
+
+
+class LayerIndexError(InvalidInputError, IndexError):
+    """A layer index is out of range for the model."""
+
+
+class NonFiniteError(BayesLensError, ValueError):
+    """Activations, weights or a fitted direction contain NaN or infinity."""
+
+
+class TokenizationError(InvalidInputError):
+    """A string that must be one token is not, or a prompt does not fit the model's context."""
+
+
+class CheckpointError(BayesLensError):
+    """A saved axis or wind-tunnel checkpoint is missing, corrupted or does not fit the model."""
+
+
+class MissingExtraError(BayesLensError, ImportError):
+    """An optional dependency (an *extra*) is not installed; the message gives the pip command."""
+
+
+def require_extra(module: str, extra: str):
+    """Import an optional dependency or raise :class:`MissingExtraError` naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise MissingExtraError(
+            f"{module!r} is not installed; it comes with the {extra!r} extra: "
+            f"pip install 'bayes-lens[{extra}]' (or pip install {module})"
+        ) from err

@@ -1,0 +1,455 @@
+"""Offline loading of llama-architecture GGUF files into TransformerLens models.
+
+A GGUF file (llama.cpp's format) holds the config as metadata, the tokenizer (vocabulary, merges,
+special ids) and the weights, often block-quantized. This module reads one directly with the
+``gguf`` package (memory-mapped), dequantizes each tensor to float32, undoes llama.cpp's
+rotary permutation of the Q and K rows, and builds either
+
+* a TL 3.x ``HookedTransformer`` with **raw** (unprocessed) weights - no layer-norm folding, no
+  centring - so weight-based metrics (key orthogonality) see the real W_K, or
+* a ``TransformerBridge`` around a ``transformers`` ``LlamaForCausalLM`` with the same weights.
+
+The Q/K un-permutation: llama.cpp's converter reorders the rows of each head of W_Q and W_K from
+Hugging Face's "rotate-half" layout to interleaved pairs. Viewing the rows as
+``(n_heads, head_dim // 2, 2, d_in)`` and swapping axes 1 and 2 restores the HF layout (with the
+*KV* head count for W_K). After that the weights equal what ``transformers``' own GGUF loader
+produces.
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> model = bl.load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", kind="hooked")  # doctest: +SKIP
+>>> model.to_string(model.generate("The capital of France is", max_new_tokens=1))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ModelLoadError, require_extra
+
+__all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict"]
+
+_GGUF_MAGIC = b"GGUF"
+_SUPPORTED_ARCHITECTURES = ("llama",)
+
+# GGUF tensor name (per block "blk.{l}.") -> Hugging Face Llama name
+_BLOCK_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+@dataclass
+class LlamaSpec:
+    """A llama model's hyper-parameters, with the GGUF metadata and reader when it came from a file."""
+
+    path: Path
+    name: str
+    n_layers: int
+    d_model: int
+    d_mlp: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    n_ctx: int
+    d_vocab: int
+    rope_base: float
+    rms_eps: float
+    tied_embeddings: bool
+    metadata: Dict[str, Any] = field(repr=False)
+    reader: Any = field(repr=False)
+
+
+def _field_value(f) -> Any:
+    try:
+        return f.contents()
+    except Exception:  # noqa: BLE001 - older gguf versions
+        from gguf import GGUFValueType
+
+        if f.types and f.types[0] == GGUFValueType.STRING:
+            return bytes(f.parts[f.data[0]]).decode("utf-8")
+        return f.parts[f.data[0]].tolist()[0]
+
+
+def read_gguf(path: str | os.PathLike) -> LlamaSpec:
+    """Open and validate a llama GGUF file (metadata only; tensors stay memory-mapped).
+
+    Raises :class:`~bayes_lens.errors.ModelLoadError` naming the file and the problem: missing,
+    not a GGUF (bad magic), truncated, or an unsupported architecture.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ModelLoadError(f"GGUF file not found: {str(path)!r}. Check the path.")
+    if not path.is_file():
+        raise ModelLoadError(f"{str(path)!r} is not a file; pass the path of a .gguf file.")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != _GGUF_MAGIC:
+        raise ModelLoadError(
+            f"{str(path)!r} is not a GGUF file: it starts with {magic!r}, expected {_GGUF_MAGIC!r}. "
+            "Pass a llama.cpp .gguf file (or a Hugging Face folder with --model)."
+        )
+    gguf = require_extra("gguf", "gguf")
+    try:
+        reader = gguf.GGUFReader(str(path), "r")
+    except Exception as err:  # noqa: BLE001 - the reader raises many kinds on bad files
+        raise ModelLoadError(
+            f"{str(path)!r} could not be read as GGUF ({type(err).__name__}: {err}); the file is "
+            "probably truncated or corrupted - download or copy it again."
+        ) from err
+    size = path.stat().st_size
+    for t in reader.tensors:
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size:
+            raise ModelLoadError(
+                f"{str(path)!r} is truncated: tensor {t.name!r} ends at byte {end} but the file has "
+                f"{size} bytes. Download or copy the file again."
+            )
+    meta = {k: _field_value(f) for k, f in reader.fields.items()
+            if not k.startswith("tokenizer.ggml.") or k.endswith(("_id", ".model", ".pre", "add_bos_token",
+                                                                   "add_eos_token", "add_space_prefix"))}
+    arch = meta.get("general.architecture")
+    if arch not in _SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{str(path)!r} has architecture {arch!r}; bayes_lens reads {list(_SUPPORTED_ARCHITECTURES)} "
+            "GGUF files. Load other architectures with TransformerLens from Hugging Face weights."
+        )
+
+    def need(key: str):
+        if f"{arch}.{key}" not in meta:
+            raise ModelLoadError(f"{str(path)!r} lacks the metadata key {arch}.{key!s}; the file is incomplete.")
+        return meta[f"{arch}.{key}"]
+
+    d_model = int(need("embedding_length"))
+    n_heads = int(need("attention.head_count"))
+    names = {t.name for t in reader.tensors}
+    vocab = meta.get(f"{arch}.vocab_size")
+    if vocab is None:
+        embd = [t for t in reader.tensors if t.name == "token_embd.weight"]
+        if not embd:
+            raise ModelLoadError(f"{str(path)!r} has no token_embd.weight tensor; the file is incomplete.")
+        vocab = int(embd[0].shape[-1])
+    return LlamaSpec(
+        path=path,
+        name=str(meta.get("general.name", path.stem)),
+        n_layers=int(need("block_count")),
+        d_model=d_model,
+        d_mlp=int(need("feed_forward_length")),
+        n_heads=n_heads,
+        n_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", n_heads)),
+        d_head=int(meta.get(f"{arch}.rope.dimension_count", d_model // n_heads)),
+        n_ctx=int(need("context_length")),
+        d_vocab=int(vocab),
+        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        tied_embeddings="output.weight" not in names,
+        metadata=meta,
+        reader=reader,
+    )
+
+
+def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's rotary row permutation (see the module docstring)."""
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_state_dict(contents: LlamaSpec) -> Iterator[Tuple[str, torch.Tensor]]:
+    """Yield ``(hf_name, float32 tensor)`` for every weight, dequantized and un-permuted."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    for t in contents.reader.tensors:
+        if t.name in _TOP_NAMES:
+            name = _TOP_NAMES[t.name]
+        elif t.name.startswith("blk."):
+            _, layer, rest = t.name.split(".", 2)
+            if rest not in _BLOCK_NAMES:
+                raise ModelLoadError(f"{str(contents.path)!r}: unexpected tensor {t.name!r} for a llama model.")
+            name = f"model.layers.{layer}.{_BLOCK_NAMES[rest]}"
+        elif t.name == "rope_freqs.weight":
+            raise ModelLoadError(f"{str(contents.path)!r}: rope frequency scaling (rope_freqs) is not supported.")
+        else:
+            continue
+        try:
+            if t.tensor_type == GGMLQuantizationType.F32:
+                arr = np.asarray(t.data, dtype=np.float32)
+            else:
+                arr = dequantize(t.data, t.tensor_type)
+        except (NotImplementedError, KeyError, ValueError) as err:
+            raise ModelLoadError(
+                f"{str(contents.path)!r}: tensor {t.name!r} has type {t.tensor_type.name}, which the "
+                f"installed gguf package cannot dequantize ({err}). Upgrade it (pip install -U gguf) "
+                "or convert the file to another quantization."
+            ) from err
+        arr = np.asarray(arr, dtype=np.float32).reshape([int(s) for s in reversed(t.shape)] if len(t.shape) > 1
+                                                        else [int(t.shape[0])])
+        if name.endswith("q_proj.weight"):
+            arr = _unpermute(arr, contents.n_heads)
+        elif name.endswith("k_proj.weight"):
+            arr = _unpermute(arr, contents.n_kv_heads)
+        yield name, torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
+
+
+def _tokenizer(contents: LlamaSpec):
+    """The GGUF's own tokenizer, built from its metadata (no second read of the file)."""
+    from transformers import PreTrainedTokenizerFast
+
+    meta = contents.metadata
+    reader = contents.reader
+    if "tokenizer.ggml.tokens" not in reader.fields:
+        raise ModelLoadError(f"{str(contents.path)!r} carries no tokenizer (tokenizer.ggml.tokens is missing); "
+                             "bayes_lens needs the GGUF's own tokenizer.")
+    tok_dict: Dict[str, Any] = {
+        "tokenizer_type": meta.get("tokenizer.ggml.model"),
+        "pre_tokenizer_type": meta.get("tokenizer.ggml.pre"),
+        "tokens": _field_value(reader.fields["tokenizer.ggml.tokens"]),
+    }
+    for key, name in (("merges", "merges"), ("token_type", "token_type"), ("scores", "scores")):
+        if f"tokenizer.ggml.{key}" in reader.fields:
+            tok_dict[name] = _field_value(reader.fields[f"tokenizer.ggml.{key}"])
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+
+        backend, _ = convert_gguf_tokenizer(meta["general.architecture"], tok_dict)
+    except Exception:  # noqa: BLE001 - fall back to transformers' own (slower) GGUF route
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(contents.path.parent), gguf_file=contents.path.name)
+    tokens = tok_dict["tokens"]
+
+    def special(key):
+        idx = meta.get(f"tokenizer.ggml.{key}")
+        return tokens[idx] if idx is not None and 0 <= idx < len(tokens) else None
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=special("bos_token_id"),
+        eos_token=special("eos_token_id"),
+        unk_token=special("unknown_token_id"),
+        pad_token=special("padding_token_id") or special("eos_token_id"),
+        name_or_path=str(contents.path),
+    )
+    tok.init_kwargs["name_or_path"] = str(contents.path)
+    # TL 3.x's set_tokenizer re-loads a tokenizer "with BOS" from name_or_path unless init_kwargs
+    # says add_bos_token; that re-load cannot read a GGUF path. Our tokenizer never adds BOS
+    # itself (no post-processor), so this only skips the re-load; prepending stays off
+    # (cfg.default_prepend_bos=False), matching llama.cpp for this file.
+    tok.init_kwargs["add_bos_token"] = True
+    tok.add_bos_token = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    chat = reader.fields.get("tokenizer.chat_template")
+    if chat is not None:
+        tok.chat_template = _field_value(chat)
+    return tok
+
+
+def _hooked_config(c: LlamaSpec, device: str | None):
+    from transformer_lens import HookedTransformerConfig
+
+    return HookedTransformerConfig(
+        model_name=c.path.stem,
+        init_weights=False,  # every weight comes from the file; random init would only cost time
+        d_model=c.d_model,
+        d_head=c.d_head,
+        n_heads=c.n_heads,
+        d_mlp=c.d_mlp,
+        n_layers=c.n_layers,
+        n_ctx=min(c.n_ctx, 8192),
+        eps=c.rms_eps,
+        d_vocab=c.d_vocab,
+        act_fn="silu",
+        n_key_value_heads=c.n_kv_heads if c.n_kv_heads != c.n_heads else None,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_adjacent_pairs=False,
+        rotary_dim=c.d_head,
+        rotary_base=c.rope_base,
+        final_rms=True,
+        gated_mlp=True,
+        original_architecture="LlamaForCausalLM",
+        default_prepend_bos=bool(c.metadata.get("tokenizer.ggml.add_bos_token", False)),
+        tokenizer_prepends_bos=False,
+        device=device or "cpu",
+    )
+
+
+def _to_hooked(c: LlamaSpec, tokenizer, device: str | None, weights=None):
+    try:
+        from transformer_lens import HookedTransformer
+    except ImportError as err:
+        raise ModelLoadError(
+            "kind='hooked' needs TransformerLens 3.x (HookedTransformer was removed in 4.0); use "
+            "kind='bridge' or kind='auto', or pip install 'transformer-lens>=3.4,<4'."
+        ) from err
+    cfg = _hooked_config(c, device)
+    gqa = "_" if cfg.n_key_value_heads is not None else ""
+    sd: Dict[str, torch.Tensor] = {}
+    for name, w in (hf_state_dict(c) if weights is None else weights):
+        if name == "model.embed_tokens.weight":
+            sd["embed.W_E"] = w
+            if c.tied_embeddings:
+                sd["unembed.W_U"] = w.T.contiguous()
+        elif name == "lm_head.weight":
+            sd["unembed.W_U"] = w.T.contiguous()
+        elif name == "model.norm.weight":
+            sd["ln_final.w"] = w
+        else:
+            parts = name.split(".")
+            layer, sub = int(parts[2]), ".".join(parts[3:])
+            b = f"blocks.{layer}."
+            if sub == "input_layernorm.weight":
+                sd[b + "ln1.w"] = w
+            elif sub == "post_attention_layernorm.weight":
+                sd[b + "ln2.w"] = w
+            elif sub == "self_attn.q_proj.weight":
+                sd[b + "attn.W_Q"] = w.view(c.n_heads, c.d_head, c.d_model).transpose(1, 2).contiguous()
+            elif sub == "self_attn.k_proj.weight":
+                sd[b + f"attn.{gqa}W_K"] = w.view(c.n_kv_heads, c.d_head, c.d_model).transpose(1, 2).contiguous()
+            elif sub == "self_attn.v_proj.weight":
+                sd[b + f"attn.{gqa}W_V"] = w.view(c.n_kv_heads, c.d_head, c.d_model).transpose(1, 2).contiguous()
+            elif sub == "self_attn.o_proj.weight":
+                sd[b + "attn.W_O"] = w.view(c.d_model, c.n_heads, c.d_head).permute(1, 2, 0).contiguous()
+            elif sub == "mlp.gate_proj.weight":
+                sd[b + "mlp.W_gate"] = w.T.contiguous()
+            elif sub == "mlp.up_proj.weight":
+                sd[b + "mlp.W_in"] = w.T.contiguous()
+            elif sub == "mlp.down_proj.weight":
+                sd[b + "mlp.W_out"] = w.T.contiguous()
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False, default_padding_side="right")
+    own = model.state_dict()
+    for key, value in own.items():  # zero biases and buffers the GGUF does not carry
+        if key not in sd and (key.endswith((".b_Q", "b_K", "b_V", ".b_O", ".b_in", ".b_out", "b_U"))):
+            sd[key] = torch.zeros_like(value)
+    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+    missing = [m for m in missing if not m.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos"))]
+    if missing or unexpected:
+        raise ModelLoadError(f"{str(c.path)!r}: weights did not match the model (missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}).")
+    model.eval()
+    if device:
+        model.to(device)
+    return model
+
+
+def _hf_llama(c: LlamaSpec, weights=None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok_meta = c.metadata
+    hf_cfg = LlamaConfig(
+        vocab_size=c.d_vocab,
+        hidden_size=c.d_model,
+        intermediate_size=c.d_mlp,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_kv_heads,
+        head_dim=c.d_head,
+        max_position_embeddings=c.n_ctx,
+        rms_norm_eps=c.rms_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},
+        tie_word_embeddings=c.tied_embeddings,
+        bos_token_id=tok_meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=tok_meta.get("tokenizer.ggml.eos_token_id"),
+        pad_token_id=tok_meta.get("tokenizer.ggml.padding_token_id"),
+        attn_implementation="eager",
+    )
+    with torch.device("meta"):
+        hf = LlamaForCausalLM(hf_cfg)
+    sd = dict(hf_state_dict(c) if weights is None else weights)
+    if c.tied_embeddings:
+        sd.pop("lm_head.weight", None)
+    missing, unexpected = hf.load_state_dict(sd, strict=False, assign=True)
+    missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise ModelLoadError(f"{str(c.path)!r}: weights did not match a LlamaForCausalLM (missing "
+                             f"{missing[:5]}, unexpected {unexpected[:5]}).")
+    if c.tied_embeddings:
+        hf.tie_weights()
+    # buffers created on the meta device (rotary inverse frequencies) are rebuilt on the CPU
+    for module in hf.modules():
+        if hasattr(module, "inv_freq") and getattr(module.inv_freq, "is_meta", False):
+            inv_freq, scaling = module.rope_init_fn(module.config, "cpu") if hasattr(module, "rope_init_fn") \
+                else _default_inv_freq(c)
+            module.register_buffer("inv_freq", inv_freq, persistent=False)
+            if hasattr(module, "original_inv_freq"):
+                module.original_inv_freq = inv_freq
+            if hasattr(module, "attention_scaling"):
+                module.attention_scaling = scaling
+    hf.eval()
+    return hf
+
+
+def _default_inv_freq(c: LlamaSpec):
+    inv = 1.0 / (c.rope_base ** (torch.arange(0, c.d_head, 2, dtype=torch.int64).float() / c.d_head))
+    return inv, 1.0
+
+
+def _to_bridge(c: LlamaSpec, tokenizer, device: str | None, weights=None):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    hf = _hf_llama(c, weights)
+    for module in hf.modules():
+        for name, buf in list(module.named_buffers(recurse=False)):
+            if buf.is_meta:
+                raise ModelLoadError(f"{str(c.path)!r}: buffer {name!r} was not initialized.")
+    hf.config.name_or_path = str(c.path)
+    bridge = TransformerBridge.boot_transformers(str(c.path.stem), hf_model=hf, tokenizer=tokenizer,
+                                                 device=device or "cpu")
+    # follow the file: llama.cpp prepends BOS only when tokenizer.ggml.add_bos_token says so
+    bridge.cfg.default_prepend_bos = bool(c.metadata.get("tokenizer.ggml.add_bos_token", False))
+    bridge.cfg.model_name = c.path.stem
+    bridge.eval()
+    return bridge
+
+
+def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None = None):
+    """Load a llama-architecture GGUF file as a TransformerLens model with raw weights.
+
+    Parameters
+    ----------
+    path:
+        The ``.gguf`` file.
+    kind:
+        ``"hooked"`` (TL 3.x ``HookedTransformer``), ``"bridge"`` (``TransformerBridge``), or
+        ``"auto"``: ``HookedTransformer`` where the installed TransformerLens has it, else the bridge.
+    device:
+        Torch device (default CPU).
+
+    Returns
+    -------
+    A model whose tokenizer is the GGUF's own, with no BOS prepended unless the file asks for it.
+    Weights are **not** processed (no folded layer norm, no centring).
+
+    Raises
+    ------
+    ModelLoadError
+        Missing file, bad magic, truncated file, unsupported architecture or tensor type.
+    """
+    from ..adapter import has_hooked_transformer
+
+    if kind not in ("auto", "hooked", "bridge"):
+        raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    contents = read_gguf(path)
+    tokenizer = _tokenizer(contents)
+    if kind == "auto":
+        kind = "hooked" if has_hooked_transformer() else "bridge"
+    model = _to_hooked(contents, tokenizer, device) if kind == "hooked" else _to_bridge(contents, tokenizer, device)
+    return model

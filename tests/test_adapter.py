@@ -1,0 +1,116 @@
+"""Unit and integration tests of the model adapter (bayes_lens.adapter)."""
+
+import pytest
+import torch
+
+import bayes_lens as bl
+from bayes_lens.adapter import (
+    check_hooks, hook_name, key_weights, model_info, processing, resolve_layer, resolve_layers, tokenize,
+)
+from bayes_lens.models.tiny import tiny_model
+
+
+def test_resolve_layer_negative_and_out_of_range():
+    assert resolve_layer(30, -1) == 29
+    assert resolve_layer(30, 0) == 0
+    with pytest.raises(bl.LayerIndexError, match="out of range"):
+        resolve_layer(30, 30)
+    with pytest.raises(bl.LayerIndexError):
+        resolve_layer(30, -31)
+    with pytest.raises(bl.LayerIndexError):
+        resolve_layer(30, 1.5)
+
+
+def test_resolve_layers_variants(tiny):
+    assert resolve_layers(tiny, "all") == [0, 1]
+    assert resolve_layers(tiny, [-1, 0, 1]) == [0, 1]
+    with pytest.raises(bl.LayerIndexError):
+        resolve_layers(tiny, [])
+
+
+@pytest.mark.parametrize("gqa", [True, False])
+def test_model_info_and_key_weights_are_per_kv_head(tiny_kind, gqa):
+    model = tiny_model(tiny_kind, gqa=gqa)
+    info = model_info(model)
+    assert info.n_heads == 4 and info.n_kv_heads == (2 if gqa else 4)
+    assert info.d_head == 16 and info.d_model == 64 and info.kind == tiny_kind
+    w = key_weights(model, -1)
+    assert w.shape == (info.n_kv_heads, 64, 16)
+    # no repeated copies: every KV head's matrix is distinct
+    for i in range(info.n_kv_heads):
+        for j in range(i + 1, info.n_kv_heads):
+            assert not torch.allclose(w[i], w[j])
+
+
+def test_key_weights_match_hook_k(tiny):
+    """W_K read by the adapter reproduces the model's own (pre-rotary) keys at hook_k."""
+    toks, mask = tokenize(tiny, ["the cat is a dog"])
+    name = hook_name(tiny, 0, "k")
+    _, cache = tiny.run_with_cache(toks, names_filter=lambda n: n in (name, "blocks.0.hook_resid_pre"))
+    k = cache[name][0]  # [pos, n_kv, d_head]
+    resid = cache["blocks.0.hook_resid_pre"][0]  # [pos, d_model]
+    ln = tiny.blocks[0].ln1
+    gain = ln.w if hasattr(ln, "w") and isinstance(ln.w, torch.Tensor) else ln.original_component.weight
+    x = resid / torch.sqrt(resid.pow(2).mean(-1, keepdim=True) + 1e-5) * gain.detach()
+    w = key_weights(tiny, 0)
+    pred = torch.einsum("pd,hde->phe", x, w)
+    assert torch.allclose(pred, k, atol=1e-4)
+
+
+def test_hook_names_exist_on_both_kinds(tiny):
+    names = [hook_name(tiny, l, s) for l in (0, -1) for s in ("v", "k", "pattern", "resid_post", "resid_pre")]
+    check_hooks(tiny, names)
+    with pytest.raises(bl.MissingHookError, match="no hook point"):
+        check_hooks(tiny, ["blocks.0.attn.hook_nonexistent"])
+    with pytest.raises(bl.InvalidInputError):
+        hook_name(tiny, 0, "nonsense")
+
+
+def test_processing_detects_raw_and_folded(tiny_kind):
+    model = tiny_model(tiny_kind)
+    assert processing(model) == (False, "raw weights")
+
+
+@pytest.mark.skipif(not bl.adapter.has_hooked_transformer(), reason="HookedTransformer needs TL 3.x")
+def test_processing_detects_folded_layer_norm():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=8, d_vocab=10,
+                                  act_fn="gelu", normalization_type="LNPre")
+    processed, how = processing(HookedTransformer(cfg))
+    assert processed and "folded" in how
+
+
+def test_bridge_compatibility_mode_is_processed():
+    model = tiny_model("bridge", gqa=True)
+    model.enable_compatibility_mode(disable_warnings=True)
+    assert processing(model)[0] is True
+
+
+def test_tokenize_pads_and_masks(tiny):
+    prompts = ["the cat", "a dog is the tree house"]
+    for side in ("left", "right"):
+        toks, mask = tokenize(tiny, prompts, padding_side=side)
+        assert toks.shape == mask.shape and toks.shape[0] == 2
+        assert mask.sum(1).tolist() == [len(tiny.tokenizer(p)["input_ids"]) for p in prompts]
+        if side == "left":
+            assert mask[0, -1] == 1 and mask[0, 0] == 0
+        else:
+            assert mask[0, 0] == 1 and mask[0, -1] == 0
+
+
+@pytest.mark.parametrize("bad,match", [([], "empty"), ([""], "empty string"), ("text", "not one string"),
+                                       ([3], "expected a string")])
+def test_tokenize_bad_input(tiny, bad, match):
+    with pytest.raises(bl.InvalidInputError, match=match):
+        tokenize(tiny, bad)
+
+
+def test_tokenize_too_long(tiny):
+    with pytest.raises(bl.TokenizationError, match="context"):
+        tokenize(tiny, ["the " * 400])
+
+
+def test_not_a_model():
+    with pytest.raises(bl.InvalidInputError, match="TransformerLens model"):
+        model_info(object())
