@@ -207,7 +207,9 @@ def hf_state_dict(contents: LlamaSpec) -> Iterator[Tuple[str, torch.Tensor]]:
             arr = _unpermute(arr, contents.n_heads)
         elif name.endswith("k_proj.weight"):
             arr = _unpermute(arr, contents.n_kv_heads)
-        yield name, torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
+        if t.tensor_type == GGMLQuantizationType.F32 or not arr.flags.c_contiguous:
+            arr = np.array(arr, dtype=np.float32, copy=True)  # F32 data is a view of the memory-mapped file
+        yield name, torch.from_numpy(arr)
 
 
 def _tokenizer(contents: LlamaSpec):
@@ -449,6 +451,9 @@ def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None
         raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
     contents = read_gguf(path)
     tokenizer = _tokenizer(contents)
+    # The reader's parsed metadata (~90 MB of small arrays for a 49k vocabulary) is no longer needed:
+    # free it before the weights are dequantized, to keep the peak memory of loading low.
+    contents.reader.fields.clear()
     if kind == "auto":
         kind = "hooked" if has_hooked_transformer() else "bridge"
     model = _to_hooked(contents, tokenizer, device) if kind == "hooked" else _to_bridge(contents, tokenizer, device)
