@@ -1,0 +1,70 @@
+"""Martingale and exchangeability diagnostics and compression efficiency (METHODS.md §8–§9).
+
+Is a language model's in-context predictive on binary sequences Bayesian? A Bayesian predictive is
+a martingale and exchangeable; Paper B ("LLMs are Bayesian, In Expectation, Not in Realization",
+arXiv 2507.11768) argues that positional encodings break this in realization (a gap of order
+log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes (ICML 2024, arXiv
+2406.00793) test it by predictive resampling. This package measures:
+
+* :func:`predictive` — P(next = 1 | prefix) at every prefix, one forward pass per sequence, rendered
+  by a :class:`BernoulliTemplate` (default ``"Sequence: 0 1 1 0"``);
+* :func:`gap` — Paper B's Δ̂_n (eq. 27) over balanced sequences with WLS fits of A·log n/n + B and
+  A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
+* :func:`positional_spectrum` — the per-position gap, its FFT, dominant periods, a harmonic fit;
+* :func:`permutation_average` — SD of the predictive averaged over k orderings vs k (slope ≈ −0.5);
+* :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands;
+* :func:`compression` — cumulative cross-entropy per symbol vs H(θ), efficiency H(θ)/CE ≤ 1.
+
+Every function accepts a TransformerLens model *or* a predictor callable (0/1 array [b, L] →
+P(x_t = 1 | x_{<t}) [b, L]); :data:`laplace`, :data:`krichevsky_trofimov` and :func:`clipped_mle` are
+exact reference predictors, so each diagnostic can be checked against closed forms.
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> res = bl.martingale.gap(bl.martingale.laplace, range(10, 60, 2), n_seqs=20, n_boot=0)
+>>> abs(res.laplace_fit_inv.A - 1) < 0.2     # Laplace's gap is ≈ 1/n
+True
+>>> model = bl.load_model()                                             # doctest: +SKIP
+>>> bl.martingale.gap(model, range(10, 200, 2)).fits_table()            # doctest: +SKIP
+"""
+
+from ._compression import (CompressionResult, bernoulli_entropy_bits, compression, expected_ce_bits,
+                           mixture_codelength_bits)
+from ._falck import FalckResult, falck_checks, resample_paths
+from ._fit import GapFit, compare_fits, fit_gap
+from ._gap import GapResult, balanced_sequences, gap, laplace_expected_gap, martingale_gap
+from ._permutation import PermutationResult, permutation_average
+from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, beta_bernoulli, clipped_mle, krichevsky_trofimov,
+                       laplace, predictive)
+from ._spectrum import SpectrumResult, positional_spectrum
+
+__all__ = [
+    "BernoulliTemplate",
+    "DEFAULT_TEMPLATE",
+    "predictive",
+    "beta_bernoulli",
+    "laplace",
+    "krichevsky_trofimov",
+    "clipped_mle",
+    "gap",
+    "GapResult",
+    "GapFit",
+    "fit_gap",
+    "compare_fits",
+    "balanced_sequences",
+    "martingale_gap",
+    "laplace_expected_gap",
+    "positional_spectrum",
+    "SpectrumResult",
+    "permutation_average",
+    "PermutationResult",
+    "falck_checks",
+    "FalckResult",
+    "resample_paths",
+    "compression",
+    "CompressionResult",
+    "bernoulli_entropy_bits",
+    "mixture_codelength_bits",
+    "expected_ce_bits",
+]

@@ -1,0 +1,203 @@
+"""Falck et al. (ICML 2024) martingale checks by predictive resampling.
+
+Given data x_{1:n} ~ Bernoulli(θ) (seeded), K continuation paths z_{n+1:n+N} are sampled from the
+predictive itself (our own seeded loop: at each step one batched pass over the K paths, then
+z ~ Bernoulli(P(next = 1 | x, z_{<j})); no ``model.generate``). For a Bayesian (exchangeable)
+predictive the paths are exchangeable and their limit is the posterior, so:
+
+* T₁ = mean over paths of [mean of g(z) over the first half − over the second half], g(z) = z: ≈ 0;
+* T₂(lag) = mean over paths of [acf(lag) − acf(1)], lags 2–5: ≈ 0 (exchangeable sequences have equal
+  autocorrelation at every lag);
+* T₃ = IQR across paths of the per-path continuation means: the posterior spread, shrinking like
+  n^(−1/2) over n (its log-log slope is reported per (θ, N/n)).
+
+Reference bands: the same statistics for K paths drawn from the exact Bayes predictive given the data,
+i.e. θ_k ~ Beta(n·p̂ + 1, n(1 − p̂) + 1), z i.i.d. Bernoulli(θ_k), over ``n_ref`` simulated replicates
+(2.5% and 97.5% quantiles). Falck et al.'s settings: θ ∈ {0.3, 0.5, 0.7}, n ∈ {20, 50, 100},
+N/n ∈ {0.5, 2}. Paths for the smaller N/n are prefixes of those for the largest (sampling is sequential,
+so they are exactly distributed as shorter paths).
+
+Example
+-------
+>>> from bayes_lens.martingale import falck_checks, laplace
+>>> res = falck_checks(laplace, thetas=(0.5,), ns=(20,), ratios=(2,), n_paths=20, n_ref=200, seed=0)
+>>> res.table.shape[0] >= 1
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .._progress import progress as _progress_bar
+from .._results import Result, plotly
+from ..errors import InvalidInputError
+from ._predict import BernoulliTemplate, _predict_with_next
+
+__all__ = ["FalckResult", "falck_checks", "resample_paths", "t1", "t2", "t3"]
+
+
+def t1(z: np.ndarray) -> float:
+    """Mean over paths of (first-half mean − second-half mean) of z [K, N]."""
+    h = z.shape[1] // 2
+    return float((z[:, :h].mean(1) - z[:, h: 2 * h].mean(1)).mean())
+
+
+def _acf(z: np.ndarray, lag: int) -> np.ndarray:
+    c = z - z.mean(1, keepdims=True)
+    den = (c * c).sum(1)
+    num = (c[:, :-lag] * c[:, lag:]).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def t2(z: np.ndarray, lags: Sequence[int] = (2, 3, 4, 5)) -> np.ndarray:
+    """Mean over paths of acf(lag) − acf(1), per lag (constant paths are skipped)."""
+    a1 = _acf(z, 1)
+    out = []
+    for lag in lags:
+        d = _acf(z, lag) - a1
+        out.append(float(np.nanmean(d)) if np.isfinite(d).any() else float("nan"))
+    return np.asarray(out)
+
+
+def t3(z: np.ndarray) -> float:
+    """IQR across paths of the per-path means."""
+    m = z.mean(1)
+    q75, q25 = np.quantile(m, [0.75, 0.25])
+    return float(q75 - q25)
+
+
+def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: int = 0,
+                   template: Optional[BernoulliTemplate] = None, batch_size: int = 8) -> np.ndarray:
+    """Sample ``n_paths`` continuations of ``length`` symbols after ``data`` from the model's predictive.
+
+    Returns int array [n_paths, length]. One batched pass per step (no KV cache: cost grows as
+    length × (len(data) + length)).
+    """
+    if n_paths < 1 or length < 1:
+        raise InvalidInputError(f"n_paths and length must be >= 1, got {n_paths} and {length}.")
+    rng = np.random.default_rng(seed)
+    data = np.asarray(data, dtype=np.int64).ravel()
+    state = np.tile(data, (n_paths, 1))
+    for _ in range(length):
+        p1, _ = _predict_with_next(model, state, template=template, batch_size=batch_size, progress=False)
+        pn = p1[:, -1]
+        if not np.all(np.isfinite(pn)):
+            raise InvalidInputError("the predictive is NaN after the data; check the template/model.")
+        z = (rng.random(n_paths) < pn).astype(np.int64)
+        state = np.concatenate([state, z[:, None]], axis=1)
+    return state[:, data.size:]
+
+
+def _reference(n: int, k1: int, n_paths: int, length: int, lags, n_ref: int, rng: np.random.Generator):
+    th = rng.beta(k1 + 1, n - k1 + 1, size=(n_ref, n_paths))
+    z = (rng.random((n_ref, n_paths, length)) < th[..., None]).astype(np.float64)
+    T1 = np.array([t1(zz) for zz in z])
+    T2 = np.array([t2(zz, lags) for zz in z])
+    T3 = np.array([t3(zz) for zz in z])
+    return T1, T2, T3
+
+
+@dataclass(frozen=True)
+class FalckResult(Result):
+    """``table``: one row per (θ, n, N/n, statistic) with the model value, the Bayes band and whether
+    the value lies inside; ``t3_slopes``: log-log slope of T₃ vs n (Bayes: about −0.5)."""
+
+    table: pd.DataFrame
+    t3_slopes: pd.DataFrame
+    n_paths: int
+    n_ref: int
+    seed: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return self.table.copy()
+
+    @property
+    def fraction_inside(self) -> float:
+        """Fraction of (setting, statistic) rows whose model value lies inside the Bayes band."""
+        v = self.table.inside.dropna()
+        return float(v.mean()) if len(v) else float("nan")
+
+    def plot(self):
+        go = plotly()
+        t = self.table
+        labels = [f"{r.statistic} θ={r.theta} n={r.n} N/n={r.ratio}" for r in t.itertuples()]
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=t.value, y=labels, mode="markers", name="model"))
+        fig.add_trace(go.Scatter(x=t.band_low, y=labels, mode="markers", marker_symbol="line-ns-open",
+                                 name="Bayes band low"))
+        fig.add_trace(go.Scatter(x=t.band_high, y=labels, mode="markers", marker_symbol="line-ns-open",
+                                 name="Bayes band high"))
+        fig.update_layout(title="Falck et al. checks vs Beta-posterior bands", xaxis_title="statistic")
+        return fig
+
+
+def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequence[int] = (20, 50, 100),
+                 ratios: Sequence[float] = (0.5, 2.0), n_paths: int = 50, lags: Sequence[int] = (2, 3, 4, 5),
+                 n_ref: int = 1000, seed: int = 0, template: Optional[BernoulliTemplate] = None,
+                 batch_size: int = 8, progress: Optional[bool] = None) -> FalckResult:
+    """T₁, T₂, T₃ by predictive resampling for every (θ, n, N/n), each against its Beta-posterior band."""
+    thetas, ns, ratios = list(thetas), [int(n) for n in ns], sorted(float(r) for r in ratios)
+    lags = [int(l) for l in lags]
+    if not thetas or not ns or not ratios:
+        raise InvalidInputError("thetas, ns and ratios must be non-empty.")
+    if any(not 0 < t < 1 for t in thetas):
+        raise InvalidInputError(f"every θ must be in (0, 1), got {thetas}.")
+    if min(ns) < 3:
+        raise InvalidInputError(f"every n must be >= 3, got {min(ns)}.")
+    if min(ratios) <= 0:
+        raise InvalidInputError(f"every N/n ratio must be positive, got {ratios}.")
+    if n_paths < 2:
+        raise InvalidInputError(f"n_paths (K) must be >= 2 for a spread, got {n_paths}.")
+    if not lags or min(lags) < 2:
+        raise InvalidInputError(f"lags must be >= 2 (they are compared with lag 1), got {lags}.")
+    for n in ns:
+        if int(round(min(ratios) * n)) < max(lags) + 2:
+            raise InvalidInputError(
+                f"the shortest path (N = {min(ratios)}·{n}) must exceed the largest lag + 1 ({max(lags) + 1}); "
+                "raise n or the ratio, or use smaller lags."
+            )
+    rng = np.random.default_rng(seed)
+    rows = []
+    settings = [(th, n) for th in thetas for n in ns]
+    for i, (th, n) in enumerate(_progress_bar(settings, desc="Falck checks", enabled=progress, unit="setting")):
+        data = (rng.random(n) < th).astype(np.int64)
+        k1 = int(data.sum())
+        n_max = int(round(max(ratios) * n))
+        paths = resample_paths(model, data, n_paths, n_max, seed=seed + 1000 + i, template=template,
+                               batch_size=batch_size).astype(np.float64)
+        for r in ratios:
+            N = int(round(r * n))
+            z = paths[:, :N]
+            ref1, ref2, ref3 = _reference(n, k1, n_paths, N, lags, n_ref, np.random.default_rng(seed + 7 * i + N))
+            vals = [("T1", float("nan"), t1(z), ref1), ("T3", float("nan"), t3(z), ref3)]
+            v2 = t2(z, lags)
+            vals += [("T2", lag, v2[j], ref2[:, j]) for j, lag in enumerate(lags)]
+            for stat, lag, v, ref in vals:
+                ref = ref[np.isfinite(ref)]
+                lo, hi = (np.quantile(ref, [0.025, 0.975]) if ref.size else (np.nan, np.nan))
+                p_two = (float(min(1.0, 2 * min(np.mean(ref <= v), np.mean(ref >= v)) + 1.0 / (ref.size + 1)))
+                         if ref.size and np.isfinite(v) else float("nan"))
+                rows.append({"theta": th, "n": n, "ratio": r, "N": N, "p_hat": k1 / n, "statistic": stat, "lag": lag,
+                             "value": v, "band_low": float(lo), "band_high": float(hi),
+                             "reference_mean": float(ref.mean()) if ref.size else float("nan"),
+                             "inside": bool(lo <= v <= hi) if np.isfinite(v) and np.isfinite(lo) else np.nan,
+                             "p_value": p_two})
+    table = pd.DataFrame(rows)
+    slopes = []
+    t3rows = table[table.statistic == "T3"]
+    for (th, r), grp in t3rows.groupby(["theta", "ratio"]):
+        grp = grp.sort_values("n")
+        ok = (grp.value > 0) & (grp.reference_mean > 0)
+        if ok.sum() >= 2:
+            sm = float(np.polyfit(np.log(grp.n[ok]), np.log(grp.value[ok]), 1)[0])
+            sr = float(np.polyfit(np.log(grp.n[ok]), np.log(grp.reference_mean[ok]), 1)[0])
+        else:
+            sm = sr = float("nan")
+        slopes.append({"theta": th, "ratio": r, "t3_slope_model": sm, "t3_slope_bayes": sr, "theory": -0.5})
+    return FalckResult(table=table, t3_slopes=pd.DataFrame(slopes), n_paths=n_paths, n_ref=n_ref, seed=seed)

@@ -1,0 +1,362 @@
+"""Bernoulli prompts and the predictive P(next symbol = 1 | prefix), from one forward pass per sequence.
+
+A binary sequence x₁ … x_L is rendered as text by a :class:`BernoulliTemplate` (default
+``"Sequence: 0 1 1 0"``: a short preamble, then the symbols separated by single spaces). The
+predictive for x_t is read from the logits at the token *right before* x_t's token, and renormalized
+over the two symbol tokens:
+
+    P(x_t = 1 | x_{<t}) = exp ℓ₁ / (exp ℓ₀ + exp ℓ₁),   ℓ_s = logit of symbol token s there,
+
+with the raw mass exp ℓ₀ + exp ℓ₁ under the full-vocabulary softmax reported alongside. Causal
+attention makes every prefix's predictive available from one pass over the whole sequence
+(METHODS.md §8: "never run one pass per prefix").
+
+The empty prefix. P(x₁ = 1) is read at the last token of the preamble, so it is the model's
+predictive given the preamble alone. With ``prefix=""`` and no BOS token there is no such position
+and column 0 is NaN (the diagnostics that need it say so).
+
+Tokenization. Which token carries a symbol depends on the tokenizer: SmolLM2 splits digits, so
+``"0 1"`` is ``['0', ' ', '1']`` (symbol tokens ``'0'``/``'1'``, read at the space before them);
+GPT-2-style tokenizers merge the space, ``[' 0', ' 1']`` (read at the previous symbol). The layout is
+found from the tokenizer's character offsets, per sequence: the token that carries a symbol must end
+exactly where the symbol ends and cover nothing but the symbol and whitespace before it. A symbol
+that is not one such token, or symbol tokens that differ between positions, raise TokenizationError.
+
+Predictors. Every diagnostic takes either a TransformerLens model or a *predictor*: a callable mapping
+an int array ``[batch, L]`` of 0/1 to an array ``[batch, L]`` of P(x_t = 1 | x_{<t}) (column 0 =
+empty prefix). :func:`beta_bernoulli` builds the exact Bayes predictives (Laplace's rule = Beta(1,1),
+Krichevsky–Trofimov = Beta(½,½)); :func:`clipped_mle` the clipped maximum-likelihood plug-in.
+
+Example
+-------
+>>> import numpy as np
+>>> from bayes_lens.martingale import predictive, laplace
+>>> predictive(laplace, [[1, 1, 0]]).tolist()      # (k+1)/(t+2) at t = 0, 1, 2
+[[0.5, 0.6666666666666666, 0.75]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import InvalidInputError, TokenizationError
+
+__all__ = [
+    "BernoulliTemplate",
+    "DEFAULT_TEMPLATE",
+    "predictive",
+    "beta_bernoulli",
+    "laplace",
+    "krichevsky_trofimov",
+    "clipped_mle",
+    "is_model",
+]
+
+
+@dataclass(frozen=True)
+class BernoulliTemplate:
+    """How a 0/1 sequence becomes a prompt: ``prefix + symbols[x₁] + separator + symbols[x₂] + …``.
+
+    ``prefix`` is the preamble (its last token is where P(x₁) is read; ``""`` leaves P(x₁) undefined
+    unless the model prepends BOS). ``symbols`` are the texts of 0 and 1. The default renders
+    ``[0, 1, 1]`` as ``"Sequence: 0 1 1"``.
+    """
+
+    prefix: str = "Sequence: "
+    separator: str = " "
+    symbols: Tuple[str, str] = ("0", "1")
+
+    def __post_init__(self):
+        if len(self.symbols) != 2 or not all(isinstance(s, str) and s.strip() for s in self.symbols):
+            raise InvalidInputError(
+                f"symbols must be two non-blank strings (the texts of 0 and 1), got {self.symbols!r}."
+            )
+        if self.symbols[0] == self.symbols[1]:
+            raise InvalidInputError(f"the two symbols must differ, got {self.symbols!r}.")
+
+    def render(self, sequence) -> str:
+        """The prompt text of one 0/1 sequence."""
+        return self.prefix + self.separator.join(self.symbols[int(x)] for x in sequence)
+
+    def _symbol_spans(self, sequence) -> list:
+        spans, pos = [], len(self.prefix)
+        for t, x in enumerate(sequence):
+            if t:
+                pos += len(self.separator)
+            s = self.symbols[int(x)]
+            spans.append((pos, pos + len(s)))
+            pos += len(s)
+        return spans
+
+
+DEFAULT_TEMPLATE = BernoulliTemplate()
+
+
+# ----------------------------------------------------------------------------- input checks
+
+def _as_sequences(sequences, *, name: str = "sequences", min_len: int = 1) -> np.ndarray:
+    """A validated int64 array ``[n_seq, L]`` of 0/1 from a list of lists, an array or a tensor."""
+    if isinstance(sequences, torch.Tensor):
+        sequences = sequences.detach().cpu().numpy()
+    if isinstance(sequences, np.ndarray):
+        arr = sequences
+    else:
+        seqs = list(sequences)
+        if not seqs:
+            raise InvalidInputError(f"{name} is empty; pass at least one 0/1 sequence.")
+        lengths = {len(s) for s in seqs}
+        if len(lengths) != 1:
+            raise InvalidInputError(
+                f"all {name} must have the same length, got lengths {sorted(lengths)}; "
+                "call once per length (gap() does this for you)."
+            )
+        arr = np.asarray(seqs)
+    if arr.ndim == 1:
+        raise InvalidInputError(f"{name} must be 2-D [n_seq, seq_len]; wrap one sequence in a list: [seq].")
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise InvalidInputError(f"{name} must be a non-empty 2-D [n_seq, seq_len] array, got shape {arr.shape}.")
+    if arr.shape[1] < min_len:
+        raise InvalidInputError(f"{name} must have at least {min_len} symbol(s), got length {arr.shape[1]}.")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise InvalidInputError(f"{name} must hold only the symbols 0 and 1; found non-integer values.")
+    elif arr.dtype.kind not in "iub":
+        raise InvalidInputError(f"{name} must hold only the symbols 0 and 1, got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    bad = np.setdiff1d(np.unique(arr), [0, 1])
+    if bad.size:
+        raise InvalidInputError(
+            f"{name} must hold only the symbols 0 and 1; found {bad[:5].tolist()}. Map your two outcomes "
+            "to 0/1 first (the template decides how they are written)."
+        )
+    return arr
+
+
+def is_model(obj) -> bool:
+    """True for a TransformerLens model (as opposed to a predictor callable)."""
+    from ..adapter import TLModel
+
+    return isinstance(obj, TLModel) and hasattr(obj, "cfg")
+
+
+def _check_predictor(obj) -> None:
+    if is_model(obj):
+        return
+    if not callable(obj):
+        raise InvalidInputError(
+            f"expected a TransformerLens model or a predictor callable (0/1 array [b, L] -> P(next=1) "
+            f"[b, L]), got {type(obj).__name__}."
+        )
+
+
+# ----------------------------------------------------------------------------- reference predictors
+
+def beta_bernoulli(a: float = 1.0, b: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """The exact Bayes predictive under a Beta(a, b) prior: P(x_t = 1 | x_{<t}) = (k + a)/(t − 1 + a + b).
+
+    ``k`` is the number of ones among the first t − 1 symbols. Beta(1, 1) is Laplace's rule of
+    succession, Beta(½, ½) the Krichevsky–Trofimov estimator.
+    """
+    if not (a > 0 and b > 0):
+        raise InvalidInputError(f"Beta prior parameters must be positive, got a={a}, b={b}.")
+
+    def predictor(sequences) -> np.ndarray:
+        x = _as_sequences(sequences)
+        ones_before = np.concatenate([np.zeros((x.shape[0], 1)), np.cumsum(x, axis=1)[:, :-1]], axis=1)
+        t = np.arange(x.shape[1], dtype=np.float64)
+        return (ones_before + a) / (t + a + b)
+
+    predictor.__name__ = f"beta_bernoulli({a:g}, {b:g})"
+    predictor.__qualname__ = predictor.__name__
+    return predictor
+
+
+laplace = beta_bernoulli(1.0, 1.0)
+laplace.__doc__ = "Laplace's rule of succession, (k + 1)/(t + 2): the Bayes predictive under a uniform prior."
+krichevsky_trofimov = beta_bernoulli(0.5, 0.5)
+krichevsky_trofimov.__doc__ = "The Krichevsky–Trofimov estimator, (k + ½)/(t + 1): Bayes under Beta(½, ½)."
+
+
+def clipped_mle(clip: float = 0.01) -> Callable[[np.ndarray], np.ndarray]:
+    """The maximum-likelihood plug-in k/t clipped to [clip, 1 − clip]; ½ for the empty prefix."""
+    if not 0 < clip < 0.5:
+        raise InvalidInputError(f"clip must be in (0, 0.5), got {clip}.")
+
+    def predictor(sequences) -> np.ndarray:
+        x = _as_sequences(sequences)
+        ones_before = np.concatenate([np.zeros((x.shape[0], 1)), np.cumsum(x, axis=1)[:, :-1]], axis=1)
+        t = np.arange(x.shape[1], dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(t > 0, ones_before / np.maximum(t, 1), 0.5)
+        return np.clip(p, clip, 1 - clip)
+
+    predictor.__name__ = f"clipped_mle({clip:g})"
+    predictor.__qualname__ = predictor.__name__
+    return predictor
+
+
+# ----------------------------------------------------------------------------- layout of symbol tokens
+
+def _encode(tokenizer, text: str):
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+
+def _layout(tokenizer, template: BernoulliTemplate, seq) -> Tuple[list, np.ndarray, dict]:
+    """Token ids of the rendered ``seq``, the token index of every symbol, and symbol -> token id."""
+    text = template.render(seq)
+    try:
+        ids, offsets = _encode(tokenizer, text)
+    except (NotImplementedError, TypeError, ValueError) as err:  # slow tokenizers have no offsets
+        raise TokenizationError(
+            "the model's tokenizer cannot report character offsets (a 'fast' tokenizer is needed to "
+            f"locate the symbol tokens): {err}"
+        ) from err
+    spans = template._symbol_spans(seq)
+    ends = {}
+    for j, (s, e) in enumerate(offsets):
+        if e > s:
+            ends.setdefault(e, j)
+    positions = np.empty(len(seq), dtype=np.int64)
+    sym_ids: dict = {}
+    for t, (start, end) in enumerate(spans):
+        j = ends.get(end)
+        ok = j is not None
+        if ok:
+            ts, te = offsets[j]
+            ok = ts <= start and text[ts:start].strip() == "" and (t == 0 or ts >= spans[t - 1][1])
+        if not ok:
+            pieces = [tokenizer.decode([i]) for i in ids[: min(len(ids), 12)]]
+            raise TokenizationError(
+                f"symbol {template.symbols[int(seq[t])]!r} at position {t} of {text[:60]!r}… is not a single "
+                f"token in this template (tokens: {pieces}…). Choose symbols/separator that tokenize to one "
+                "token per symbol, e.g. BernoulliTemplate(separator=' ') or symbols such as ' 0'/' 1'."
+            )
+        positions[t] = j
+        tid = ids[j]
+        s = int(seq[t])
+        if sym_ids.setdefault(s, tid) != tid:
+            raise TokenizationError(
+                f"symbol {template.symbols[s]!r} is tokenized differently at different positions "
+                f"({tokenizer.decode([sym_ids[s]])!r} vs {tokenizer.decode([tid])!r}); use a separator that "
+                "makes every occurrence the same token (the default ' ' works for SmolLM2 and GPT-2)."
+            )
+    return ids, positions, sym_ids
+
+
+def _symbol_token_ids(tokenizer, template: BernoulliTemplate) -> Tuple[int, int]:
+    """Token ids of symbol 0 and symbol 1 as they appear inside a rendered sequence."""
+    _, _, ids = _layout(tokenizer, template, [0, 1, 0, 1])
+    if ids[0] == ids[1]:
+        raise TokenizationError(f"symbols {template.symbols!r} map to the same token; choose distinct symbols.")
+    return int(ids[0]), int(ids[1])
+
+
+def _bos_prepended(model) -> bool:
+    return bool(getattr(model.cfg, "default_prepend_bos", False))
+
+
+# ----------------------------------------------------------------------------- predictive
+
+def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
+                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+    from ..collect import forward_batches
+
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise InvalidInputError("the model has no tokenizer; attach one (model.set_tokenizer(...)).")
+    t0, t1 = _symbol_token_ids(tok, template)
+    n, L = seqs.shape
+    texts, layouts = [], []
+    for seq in seqs:
+        ids, positions, sym = _layout(tok, template, seq)
+        if any(sym.get(s, tid) != tid for s, tid in ((0, t0), (1, t1))):
+            raise TokenizationError("symbol tokens differ between sequences; use a template with a separator.")
+        texts.append(template.render(seq))
+        layouts.append((ids, positions))
+    bos = _bos_prepended(model)
+    p1 = np.full((n, L), np.nan)
+    mass = np.full((n, L), np.nan)
+    for batch in forward_batches(model, texts, batch_size=batch_size, padding_side="right",
+                                 progress=progress, desc=desc):
+        logits = batch.logits
+        for row, i in enumerate(batch.indices.tolist()):
+            ids, positions = layouts[i]
+            toks = batch.tokens[row].tolist()
+            offset = 1 if bos and len(toks) > len(ids) and toks[1: len(ids) + 1] == ids else 0
+            if toks[offset: offset + len(ids)] != ids:
+                raise TokenizationError(
+                    "the model tokenized a Bernoulli prompt differently from its tokenizer's offsets; "
+                    "this template cannot be located reliably - try another separator."
+                )
+            read = positions + offset - 1
+            valid = read >= 0
+            if not valid.any():
+                continue
+            lg = logits[row, torch.as_tensor(read[valid], device=logits.device)].double()
+            lse = torch.logsumexp(lg, dim=-1)
+            l0, l1 = lg[:, t0], lg[:, t1]
+            p1[i, valid] = torch.sigmoid(l1 - l0).cpu().numpy()
+            mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).cpu().numpy()
+    return p1, mass
+
+
+def _predict(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,
+             batch_size: int = 8, progress: Optional[bool] = None,
+             desc: str = "predictive") -> Tuple[np.ndarray, np.ndarray]:
+    """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables."""
+    _check_predictor(model_or_predictor)
+    if is_model(model_or_predictor):
+        return _model_predictive(model_or_predictor, seqs, template or DEFAULT_TEMPLATE,
+                                 batch_size=batch_size, progress=progress, desc=desc)
+    out = model_or_predictor(seqs)
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu().numpy()
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != seqs.shape:
+        raise InvalidInputError(
+            f"the predictor returned shape {out.shape}, expected {seqs.shape} (P(next=1) at every prefix)."
+        )
+    finite = out[np.isfinite(out)]
+    if finite.size and (finite.min() < 0 or finite.max() > 1):
+        raise InvalidInputError("the predictor returned values outside [0, 1]; it must return P(next = 1).")
+    return out, np.full(out.shape, np.nan)
+
+
+def _predict_with_next(model_or_predictor, seqs: np.ndarray, **kw) -> Tuple[np.ndarray, np.ndarray]:
+    """Like :func:`_predict` but with one more column: the predictive after the whole sequence."""
+    ext = np.concatenate([seqs, np.zeros((seqs.shape[0], 1), dtype=np.int64)], axis=1)
+    return _predict(model_or_predictor, ext, **kw)
+
+
+def predictive(model, sequences, *, template: Optional[BernoulliTemplate] = None, include_next: bool = False,
+               return_mass: bool = False, batch_size: int = 8, progress: Optional[bool] = None):
+    """P(next symbol = 1 | prefix) at every prefix of every sequence, from one forward pass each.
+
+    Parameters
+    ----------
+    model : a TransformerLens model, or a predictor callable (see the module docstring).
+    sequences : ``[n_seq, seq_len]`` of 0/1 (list of lists, array or tensor; equal lengths).
+    template : how sequences become prompts (default :data:`DEFAULT_TEMPLATE`, ``"Sequence: 0 1 …"``).
+    include_next : add a last column, the predictive after the whole sequence (for sampling).
+    return_mass : also return the raw probability mass of the two symbol tokens (NaN for callables).
+
+    Returns
+    -------
+    ``Tensor [n_seq, seq_len]`` (float64, CPU): column t is P(x_{t+1} = 1 | x_1 … x_t), column 0 the
+    empty prefix (given only the template's preamble); with ``return_mass`` a pair ``(p, mass)``.
+    """
+    seqs = _as_sequences(sequences)
+    fn = _predict_with_next if include_next else _predict
+    p, mass = fn(model, seqs, template=template, batch_size=batch_size, progress=progress)
+    p, mass = torch.from_numpy(p), torch.from_numpy(mass)
+    return (p, mass) if return_mass else p
+
+
+def _prob_of(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P(observed symbol) from P(symbol = 1)."""
+    return np.where(x == 1, p1, 1.0 - p1)

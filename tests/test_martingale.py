@@ -1,0 +1,349 @@
+"""Tests of bl.martingale against closed forms, brute force and known synthetic truths.
+
+Unit tests use predictor callables (Laplace's rule, KT, synthetic non-exchangeable predictors) and the
+tiny random models; the ``real`` tests check the one-pass predictive against per-prefix passes on
+SmolLM2 (a few short sequences).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bayes_lens as bl
+from bayes_lens.errors import InvalidInputError, TokenizationError
+from bayes_lens.martingale import (BernoulliTemplate, clipped_mle, compression, expected_ce_bits, falck_checks,
+                                   fit_gap, compare_fits, gap, krichevsky_trofimov, laplace, laplace_expected_gap,
+                                   martingale_gap, mixture_codelength_bits, permutation_average,
+                                   positional_spectrum, predictive, resample_paths)
+from bayes_lens.martingale._predict import _layout
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _sequential_probs(seq, a=1.0, b=1.0):
+    """P(x_t = 1 | x_<t) by an explicit loop (independent of the vectorized predictors)."""
+    out, ones = [], 0
+    for t, x in enumerate(seq):
+        out.append((ones + a) / (t + a + b))
+        ones += x
+    return out
+
+
+def _per_prefix(model, seqs, template=bl.martingale.DEFAULT_TEMPLATE):
+    """The slow reference: one forward pass per prefix, read at the last token."""
+    tok = model.tokenizer
+    _, _, sym = _layout(tok, template, [0, 1])
+    out = np.zeros(np.shape(seqs))
+    for i, s in enumerate(seqs):
+        ids, pos, _ = _layout(tok, template, s)
+        for t in range(len(s)):
+            with torch.inference_mode():
+                lg = model(torch.tensor([ids[: pos[t]]]), return_type="logits")[0, -1].double()
+            out[i, t] = torch.sigmoid(lg[sym[1]] - lg[sym[0]]).item()
+    return out
+
+
+def _recency(sequences):
+    """A non-exchangeable predictor: exponentially weighted recent frequency."""
+    x = np.asarray(sequences, dtype=float)
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        m = 0.5
+        for t in range(x.shape[1]):
+            out[i, t] = m
+            m = 0.7 * m + 0.3 * x[i, t]
+    return np.clip(out, 0.02, 0.98)
+
+
+def _sticky(sequences):
+    """Repeats the last symbol with probability 0.85 (strong lag-1 dependence)."""
+    x = np.asarray(sequences)
+    out = np.full(x.shape, 0.5)
+    out[:, 1:] = np.where(x[:, :-1] == 1, 0.85, 0.15)
+    return out
+
+
+# ----------------------------------------------------------------------------- predictors
+
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=30))
+@settings(max_examples=50, deadline=None)
+def test_beta_predictors_match_sequential_rule(seq):
+    np.testing.assert_allclose(predictive(laplace, [seq]).numpy()[0], _sequential_probs(seq), rtol=1e-12)
+    np.testing.assert_allclose(predictive(krichevsky_trofimov, [seq]).numpy()[0],
+                               _sequential_probs(seq, 0.5, 0.5), rtol=1e-12)
+
+
+def test_clipped_mle_values():
+    p = predictive(clipped_mle(0.05), [[1, 1, 0, 1]]).numpy()[0]
+    np.testing.assert_allclose(p, [0.5, 0.95, 0.95, 2 / 3])
+
+
+def test_predictive_include_next_adds_the_next_column():
+    p = predictive(laplace, [[1, 1, 0]], include_next=True).numpy()[0]
+    np.testing.assert_allclose(p, [1 / 2, 2 / 3, 3 / 4, 3 / 5])
+
+
+# ----------------------------------------------------------------------------- gap
+
+def test_laplace_expected_gap_matches_brute_force_enumeration():
+    for n in (4, 6, 7, 8, 10):
+        vals = []
+        for ones in itertools.combinations(range(n), n // 2):
+            x = np.zeros(n, dtype=int)
+            x[list(ones)] = 1
+            p = _sequential_probs(x)
+            a = p[n - 1] if x[-1] else 1 - p[n - 1]
+            b = p[n - 2] if x[-1] else 1 - p[n - 2]
+            vals.append(abs(math.log(a) - math.log(b)))
+        assert laplace_expected_gap(n) == pytest.approx(np.mean(vals), rel=1e-12), n
+
+
+def test_gap_with_laplace_standin_matches_analytic_values():
+    res = gap(laplace, range(10, 80, 4), n_seqs=400, seed=1, n_boot=200)
+    d = res.per_n
+    # the stand-in is Laplace's rule itself: identical statistics on the same sequences
+    np.testing.assert_array_equal(d.gap_nats.to_numpy(), d.laplace_gap_nats.to_numpy())
+    # and the sample means agree with the exact expectation within sampling error
+    z = (d.gap_nats - d.laplace_expected_gap_nats) / d.gap_se_nats
+    assert np.all(np.abs(z) < 4.5)
+    # per-n CIs cover the expectation for most n
+    cover = (d.gap_ci_low_nats <= d.laplace_expected_gap_nats) & (d.laplace_expected_gap_nats <= d.gap_ci_high_nats)
+    assert cover.mean() >= 0.8
+    # Laplace's gap is ~1/n: the 1/n fit has A close to 1 and is preferred over log(n)/n
+    assert res.fit_inv.A == pytest.approx(1.0, abs=0.15)
+    assert res.comparison["preferred"] == "inv"
+    assert res.fit_inv.adj_r2 > res.fit.adj_r2
+    json.dumps(res.to_dict())
+    assert set(res.to_dataframe().predictor) == {"model", "laplace", "laplace_expected"}
+
+
+def test_gap_statistic_uses_the_value_of_x_n_at_both_prefixes():
+    x = np.array([[1, 0, 1]])
+    p1 = np.array([[0.5, 0.2, 0.9]])
+    # P(x_3=1 | x_1:2) = 0.9 ; P(x_3=1 | x_1) = 0.2 (predictive before x_2, evaluated at x_3's value)
+    assert martingale_gap(p1, x)[0] == pytest.approx(abs(math.log(0.9) - math.log(0.2)))
+
+
+def _synthetic(ns, A, B, shape, n_seqs, rng, rel_noise=0.5):
+    f = np.log(ns) / ns if shape == "log" else 1.0 / ns
+    mean = A * f + B
+    per_seq = [m + rel_noise * abs(m) * rng.standard_normal(n_seqs) for m in mean]
+    return per_seq, np.array([v.mean() for v in per_seq])
+
+
+@pytest.mark.parametrize("shape,A,B", [("log", 0.182, -0.0043), ("inv", 0.9, 0.002)])
+def test_fits_recover_known_A_and_B(shape, A, B):
+    ns = np.arange(10, 200, 2).astype(float)
+    per_seq, means = _synthetic(ns, A, B, shape, 100, np.random.default_rng(3))
+    fit = fit_gap(ns, means, np.full(ns.size, 100.0), shape=shape, per_seq=per_seq, n_boot=400, seed=0)
+    assert fit.A == pytest.approx(A, rel=0.08)
+    assert fit.B == pytest.approx(B, abs=4 * fit.B_se + 1e-4)
+    assert fit.A_ci[0] <= A <= fit.A_ci[1]
+    assert fit.B_ci[0] <= B <= fit.B_ci[1]
+    assert abs(fit.A - A) < 4 * fit.A_se
+    other = "inv" if shape == "log" else "log"
+    assert compare_fits(ns, means, np.full(ns.size, 100.0))["preferred"] == shape
+    assert fit.adj_r2 > fit_gap(ns, means, np.full(ns.size, 100.0), shape=other).adj_r2
+
+
+def test_wls_matches_scaled_lstsq_and_r2_definitions():
+    rng = np.random.default_rng(0)
+    ns = np.arange(10, 60, 5).astype(float)
+    g = 0.2 * np.log(ns) / ns + 0.001 * rng.standard_normal(ns.size) + 0.01
+    counts = rng.integers(20, 100, ns.size).astype(float)
+    fit = fit_gap(ns, g, counts, shape="log")
+    w = counts / g ** 2
+    X = np.stack([np.log(ns) / ns, np.ones_like(ns)], 1)
+    sw = np.sqrt(w)
+    beta = np.linalg.lstsq(X * sw[:, None], g * sw, rcond=None)[0]
+    assert fit.A == pytest.approx(beta[0], rel=1e-9) and fit.B == pytest.approx(beta[1], rel=1e-9)
+    rss = np.sum(w * (g - X @ beta) ** 2)
+    tss = np.sum(w * (g - np.average(g, weights=w)) ** 2)
+    r2 = 1 - rss / tss
+    assert fit.r2 == pytest.approx(r2, rel=1e-9)
+    assert fit.adj_r2 == pytest.approx(1 - (1 - r2) * (ns.size - 1) / (ns.size - 2), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- permutation averaging
+
+def test_permutation_average_is_exactly_zero_for_laplace():
+    res = permutation_average(laplace, n=25, n_seqs=6, n_perms=32, ks=(1, 2, 4, 8, 16), n_boot=100)
+    assert np.all(res.per_k.sd.to_numpy() == 0.0)
+    assert math.isnan(res.slope)
+    np.testing.assert_allclose(res.predictive, np.repeat(res.laplace_predictive[:, None], 32, 1), rtol=1e-12)
+    assert res.mean_abs_dev_from_laplace < 1e-12
+
+
+def test_permutation_average_slope_is_minus_half_for_order_noise():
+    res = permutation_average(_recency, n=20, n_seqs=30, n_perms=64, ks=(1, 2, 4, 8, 16, 32), seed=2, n_boot=300)
+    assert np.all(res.per_k.sd > 0)
+    assert res.slope == pytest.approx(-0.5, abs=0.08)
+    assert res.slope_ci[0] <= -0.5 <= res.slope_ci[1]
+    # k = 1 SD equals the plain SD across orderings (averaged over sequences)
+    direct = res.predictive.std(axis=1, ddof=1).mean()
+    assert res.per_k.sd.iloc[0] == pytest.approx(direct, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- compression
+
+def test_expected_ce_matches_enumeration():
+    for theta in (0.3, 0.5):
+        for n in (1, 3, 8):
+            tot_l = tot_kt = 0.0
+            for seq in itertools.product((0, 1), repeat=n):
+                pr = np.prod([theta if v else 1 - theta for v in seq])
+                for a, acc in ((1.0, "l"), (0.5, "kt")):
+                    q = _sequential_probs(seq, a, a)
+                    bits = -sum(math.log2(qq if v else 1 - qq) for qq, v in zip(q, seq))
+                    if acc == "l":
+                        tot_l += pr * bits
+                    else:
+                        tot_kt += pr * bits
+            assert expected_ce_bits(theta, n)[0] == pytest.approx(tot_l / n, rel=1e-10)
+            assert expected_ce_bits(theta, n, 0.5, 0.5)[0] == pytest.approx(tot_kt / n, rel=1e-10)
+
+
+def test_mixture_codelength_equals_sequential_codelength():
+    seq = [1, 0, 0, 1, 1, 1, 0, 1]
+    q = _sequential_probs(seq)
+    bits = -sum(math.log2(qq if v else 1 - qq) for qq, v in zip(q, seq))
+    assert mixture_codelength_bits(sum(seq), len(seq)) == pytest.approx(bits, rel=1e-12)
+
+
+def test_compression_with_laplace_standin_matches_analytic_curve():
+    res = compression(laplace, thetas=(0.3, 0.5), length=60, n_seqs=400, seed=4, n_boot=300)
+    c = res.curves
+    model, lap = c[c.predictor == "model"], c[c.predictor == "laplace"]
+    np.testing.assert_array_equal(model.ce_bits.to_numpy(), lap.ce_bits.to_numpy())
+    se = (lap.ce_ci_high_bits - lap.ce_ci_low_bits) / 3.92
+    z = (lap.ce_bits - lap.expected_ce_bits) / se.clip(lower=1e-12)
+    assert np.all(np.abs(z.to_numpy()[5:]) < 4.5)
+    # efficiency direction: H/CE, below 1 for the Bayes mixtures at the end, KT/Laplace ordering sane
+    end = c[c.n == 60]
+    assert np.all(end[end.predictor.isin(["laplace", "kt"])].efficiency < 1)
+    h = c.entropy_bits.to_numpy()
+    np.testing.assert_allclose(c.efficiency, h / c.ce_bits)
+    json.dumps(res.to_dict())
+
+
+# ----------------------------------------------------------------------------- Falck checks
+
+def test_resample_paths_from_laplace_follow_the_posterior_predictive():
+    data = np.array([1] * 7 + [0] * 3)
+    z = resample_paths(laplace, data, 4000, 3, seed=0)
+    # first step: P(1) = (7+1)/(10+2); the whole path is a Pólya urn: E[mean] = 8/12 at every step
+    assert z[:, 0].mean() == pytest.approx(8 / 12, abs=0.025)
+    assert z.mean() == pytest.approx(8 / 12, abs=0.02)
+
+
+def test_falck_checks_accept_laplace_and_reject_a_sticky_predictor():
+    kw = dict(thetas=(0.5,), ns=(20, 40), ratios=(2.0,), n_paths=40, n_ref=300, seed=0)
+    ok = falck_checks(laplace, **kw)
+    assert ok.fraction_inside >= 0.8
+    bad = falck_checks(_sticky, **kw)
+    t2 = bad.table[bad.table.statistic == "T2"]
+    assert (~t2.inside.astype(bool)).mean() >= 0.75  # lag-1 autocorrelation far above the others
+    assert np.all(t2.value < t2.band_low)
+    json.dumps(ok.to_dict())
+
+
+# ----------------------------------------------------------------------------- positional spectrum
+
+def test_positional_spectrum_finds_a_planted_period():
+    period = 16
+
+    def periodic(sequences):
+        # lag-1 dependence whose strength c_t >= 0 oscillates with the position: the gap's envelope has
+        # period 16 (a signed oscillation would show up at period 8 after the absolute value)
+        x = np.asarray(sequences, dtype=float)
+        t = np.arange(x.shape[1])
+        c = 0.6 * (1 + np.sin(2 * np.pi * t / period)) / 2
+        p = np.full(x.shape, 0.5)
+        p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
+        return p
+
+    res = positional_spectrum(periodic, length=256, n_seqs=16, seed=0, n_boot=100)
+    assert res.period_symbols == pytest.approx(period, abs=0.6)
+    assert res.explained_fraction > 0.5
+    assert res.period_agreement > 0.9
+    assert res.harmonic_periods_symbols[1] == pytest.approx(res.period_symbols / 2)
+    # debiased = observed - harmonic component
+    s = res.series
+    np.testing.assert_allclose(s.debiased_gap_nats, s.gap_nats - s.harmonic_nats)
+    flat = positional_spectrum(laplace, length=256, n_seqs=16, seed=0, n_boot=0)
+    assert np.ptp(flat.series.debiased_gap_nats) < np.ptp(res.series.debiased_gap_nats) + 1
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(InvalidInputError, match="0 and 1"):
+        predictive(laplace, [[0, 1, 2]])
+    with pytest.raises(InvalidInputError, match="same length"):
+        predictive(laplace, [[0, 1], [1]])
+    with pytest.raises(InvalidInputError, match=">= 3"):
+        gap(laplace, [2, 10, 20], n_seqs=5)
+    with pytest.raises(InvalidInputError, match=">= 1"):
+        permutation_average(laplace, ks=(0, 1, 2))
+    with pytest.raises(InvalidInputError, match="n_perms"):
+        permutation_average(laplace, n_perms=8, ks=(1, 8))
+    with pytest.raises(InvalidInputError, match=">= 3"):
+        fit_gap([2, 4, 6], [0.1, 0.05, 0.03])
+    with pytest.raises(InvalidInputError):
+        predictive(object(), [[0, 1]])
+    with pytest.raises(InvalidInputError, match="two non-blank"):
+        BernoulliTemplate(symbols=("0",))
+
+
+def test_symbols_that_are_not_single_tokens_raise(tiny):
+    with pytest.raises(TokenizationError, match="single"):
+        predictive(tiny, [[0, 1, 1]], template=BernoulliTemplate(symbols=("qq", "zz")))
+
+
+def test_tiny_model_one_pass_equals_per_prefix(tiny):
+    seqs = np.random.default_rng(0).integers(0, 2, (3, 7))
+    p, mass = predictive(tiny, seqs, batch_size=2, return_mass=True)
+    np.testing.assert_allclose(p.numpy(), _per_prefix(tiny, seqs), atol=1e-5)
+    assert torch.all((mass > 0) & (mass <= 1))
+
+
+# ----------------------------------------------------------------------------- real model
+
+@pytest.mark.real
+def test_smol_symbols_tokenize_as_expected(smol):
+    ids, pos, sym = _layout(smol.tokenizer, bl.martingale.DEFAULT_TEMPLATE, [0, 1, 1])
+    toks = [smol.tokenizer.decode([i]) for i in ids]
+    assert [toks[j] for j in pos] == ["0", "1", "1"]
+    assert all(toks[j - 1] == " " for j in pos)  # read at the space right before each symbol
+    with pytest.raises(TokenizationError):
+        predictive(smol, [[0, 1]], template=BernoulliTemplate(symbols=("10", "11")))
+
+
+@pytest.mark.real
+def test_smol_one_pass_equals_per_prefix(smol):
+    seqs = np.random.default_rng(1).integers(0, 2, (2, 6))  # 12 per-prefix passes vs 1 batched pass
+    p, mass = predictive(smol, seqs, batch_size=2, return_mass=True)
+    np.testing.assert_allclose(p.numpy(), _per_prefix(smol, seqs), atol=1e-5)
+    assert torch.all((mass > 0) & (mass <= 1))
+
+
+def test_results_plot_and_tabulate():
+    pytest.importorskip("plotly")
+    results = [gap(laplace, range(10, 30, 4), n_seqs=5, n_boot=20),
+               positional_spectrum(laplace, length=64, n_seqs=3, n_boot=10),
+               permutation_average(laplace, n=10, n_seqs=2, n_perms=8, ks=(1, 2, 4), n_boot=10),
+               falck_checks(laplace, thetas=(0.5,), ns=(20,), ratios=(0.5,), n_paths=4, n_ref=20),
+               compression(laplace, thetas=(0.5,), length=10, n_seqs=3, n_boot=10)]
+    for res in results:
+        assert len(res.plot().data) >= 1
+        df = res.to_dataframe()
+        assert len(df) > 0
+        json.dumps(res.to_dict())
