@@ -1,0 +1,153 @@
+"""Wind-tunnel models: a small Llama trained with plain torch, served as either TransformerLens kind.
+
+The network is a Hugging Face ``LlamaForCausalLM`` (RMS norms, rotary positions, gated SiLU MLP,
+untied embeddings), trained with pure torch/transformers so that it trains identically under
+TransformerLens 3.x and 4.x. Its weights (Hugging Face names) are converted with the same code that
+loads GGUF files (:mod:`bayes_lens.models.gguf`) into a TL 3.x ``HookedTransformer`` (raw weights:
+no folded layer norm, no centring) or a ``TransformerBridge``. The tokenizer is word-level, built
+in memory from the task's vocabulary (whitespace splits words), so prompts are plain strings like
+``"x3 y7 x1 y2"``; no BOS token is prepended.
+
+Example
+-------
+>>> from bayes_lens.windtunnel import BijectionTask, ModelConfig
+>>> from bayes_lens.windtunnel.model import word_tokenizer
+>>> tok = word_tokenizer(BijectionTask(V=4).vocab)
+>>> tok("x1 y3", add_special_tokens=False)["input_ids"]
+[3, 9]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, Tuple
+
+import torch
+
+from ..errors import InvalidInputError
+
+__all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a wind-tunnel Llama. ``n_kv_heads=None`` means ordinary multi-head attention."""
+
+    n_layers: int = 2
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int = 16
+    d_mlp: int = 256
+    n_kv_heads: int | None = None
+    rope_base: float = 10000.0
+    rms_eps: float = 1e-5
+    n_ctx: int = 128
+
+    def __post_init__(self):
+        for f in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidInputError(f"ModelConfig.{f} must be a positive integer, got {v!r}.")
+        if self.d_head % 2:
+            raise InvalidInputError(f"d_head must be even for rotary embeddings, got {self.d_head}.")
+        kv = self.kv_heads
+        if kv < 1 or self.n_heads % kv:
+            raise InvalidInputError(f"n_kv_heads ({kv}) must divide n_heads ({self.n_heads}).")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise InvalidInputError(f"unknown ModelConfig field(s) {sorted(unknown)}; expected {sorted(names)}.")
+        return cls(**d)
+
+
+def word_tokenizer(vocab):
+    """A word-level ``PreTrainedTokenizerFast`` over ``vocab`` (whitespace-separated words)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = list(vocab)
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<bos>",
+                                  pad_token="<pad>", unk_token="<unk>")
+    tok.init_kwargs["name_or_path"] = "bayes-lens-windtunnel"
+    tok.init_kwargs["add_bos_token"] = True  # skips TL 3.x's re-load of the tokenizer by name (see models.gguf)
+    tok.add_bos_token = False
+    return tok
+
+
+def _llama_config(cfg: ModelConfig, d_vocab: int, attn: str = "eager"):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=d_vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, max_position_embeddings=cfg.n_ctx,
+        rms_norm_eps=cfg.rms_eps, rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
+        tie_word_embeddings=False, bos_token_id=2, eos_token_id=2, pad_token_id=0,
+        attn_implementation=attn,
+    )
+
+
+def build_hf(cfg: ModelConfig, d_vocab: int, *, seed: int = 0, attn: str = "sdpa"):
+    """A freshly initialized ``LlamaForCausalLM`` (Hugging Face's init, seeded; global RNG untouched)."""
+    from transformers import LlamaForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(_llama_config(cfg, d_vocab, attn))
+    return model
+
+
+def random_weights(cfg: ModelConfig, d_vocab: int, seed: int = 0) -> Dict[str, torch.Tensor]:
+    """The weights of an untrained model of the same shape (Hugging Face init, seeded)."""
+    return {k: v.detach().clone() for k, v in build_hf(cfg, d_vocab, seed=seed).state_dict().items()}
+
+
+def _spec(cfg: ModelConfig, d_vocab: int, name: str):
+    from ..models.gguf import LlamaSpec
+
+    return LlamaSpec(
+        path=Path(name), name=name, n_layers=cfg.n_layers, d_model=cfg.d_model, d_mlp=cfg.d_mlp,
+        n_heads=cfg.n_heads, n_kv_heads=cfg.kv_heads, d_head=cfg.d_head, n_ctx=cfg.n_ctx, d_vocab=d_vocab,
+        rope_base=float(cfg.rope_base), rms_eps=float(cfg.rms_eps), tied_embeddings=False, metadata={},
+        reader=None,
+    )
+
+
+def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]], cfg: ModelConfig, vocab,
+          kind: str = "auto", *, name: str = "windtunnel", device: str | None = None):
+    """Build a TransformerLens model (``"hooked"``, ``"bridge"`` or ``"auto"``) from HF-named weights."""
+    from ..adapter import has_hooked_transformer
+    from ..errors import ModelLoadError
+    from ..models.gguf import _to_bridge, _to_hooked
+
+    if kind not in ("auto", "hooked", "bridge"):
+        raise InvalidInputError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    if kind == "auto":
+        kind = "hooked" if has_hooked_transformer() else "bridge"
+    items = list(weights.items()) if isinstance(weights, dict) else list(weights)
+    items = [(k, v.detach().float().clone()) for k, v in items if not k.endswith("rotary_emb.inv_freq")]
+    spec = _spec(cfg, len(vocab), name)
+    tok = word_tokenizer(vocab)
+    if kind == "hooked":
+        model = _to_hooked(spec, tok, device, items)
+    else:
+        model = _to_bridge(spec, tok, device, items)
+    if getattr(model.cfg, "d_vocab", len(vocab)) != len(vocab):  # pragma: no cover - defensive
+        raise ModelLoadError("the converted model's vocabulary does not match the task's.")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
