@@ -1,0 +1,259 @@
+"""Domain restriction: the geometry on a mixed prompt set and on restricted domains, side by side.
+
+Paper A (§4.2, §5.1) reports that restricting prompts to one domain "collapses" the value
+manifold onto fewer dimensions: PC1+PC2 of the final-token value vectors goes from 51.4% (mixed)
+to 73.6% (mathematics) on Llama-3.2-1B, and 99.7% → 99.9% on Pythia-410M (METHODS.md §5).
+:func:`compare_domains` repeats that comparison on any TransformerLens model:
+
+1. for every domain, draw ``n`` prompts stratified by the model's next-token entropy quintiles
+   (:func:`bayes_lens.prompts.select`: the shipped pools ``"mixed"``, ``"math"``, ``"code"``,
+   ``"philosophy"`` or a user pool);
+2. run them once (:func:`bayes_lens.collect.collect`) and measure, exactly as
+   :func:`bayes_lens.geometry` does (same seeds, same numbers): the value manifold (PC1, PC1+PC2,
+   participation ratio, each with a 95% bootstrap CI and the simulated i.i.d. Gaussian null of the
+   same n × d, METHODS.md §1), attention focusing (§3) and entropy alignment ρ(PC1, H) (§4). Key
+   orthogonality (§2) reads weights only, so it is the same for every domain and is reported once;
+3. compare each domain with the ``reference`` (default ``"mixed"``): the difference of PC1,
+   PC1+PC2 and the participation ratio with a 95% bootstrap CI, resampling each domain's prompts
+   independently. A restricted domain "collapses the manifold" when the PC1+PC2 difference's CI
+   lies above 0 (and its participation-ratio difference is below 0).
+
+The interval of a difference follows ``ci_method`` like the per-domain intervals (default
+``"recentered"``: the percentile interval of the bootstrap differences shifted so that its median
+sits on the observed difference; ``"percentile"`` is the plain one). See
+:func:`bayes_lens.geometry.value_manifold` for why resampling prompts biases PC1 upwards when n < d.
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> model = bl.load_model()                                              # doctest: +SKIP
+>>> cmp = bl.compare_domains(model, ("mixed", "math", "code", "philosophy"), n=75, seed=0)  # doctest: +SKIP
+>>> cmp.to_dataframe()[["domain", "pc12_fraction", "pc12_ci_low", "pc12_ci_high"]]  # doctest: +SKIP
+>>> cmp.plot()                                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import adapter
+from ._results import Result, plotly
+from .errors import InvalidInputError
+
+__all__ = ["DomainComparison", "compare_domains", "PAPER_A_PC12"]
+
+# Paper A, PC1+PC2 explained variance (fractions), mixed -> maths (METHODS.md §5)
+PAPER_A_PC12 = {
+    "Pythia-410M": (0.997, 0.999),
+    "Phi-2": (0.606, 0.635),
+    "Llama-3.2-1B": (0.514, 0.736),
+}
+
+CI = Tuple[float, float]
+
+
+@dataclass(frozen=True)
+class DomainComparison(Result):
+    """The geometry of one model on several prompt domains (METHODS.md §5)."""
+
+    domains: Tuple[str, ...]
+    reference: str
+    layer: int
+    site: str
+    n: int
+    seed: int
+    model_name: str
+    selections: Dict[str, object]          # domain -> bayes_lens.prompts.Selection
+    value_manifold: Dict[str, object]      # domain -> bayes_lens.geometry.ValueManifold
+    attention_focusing: Dict[str, object]  # domain -> AttentionFocusing
+    entropy_alignment: Dict[str, object]   # domain -> EntropyAlignment
+    key_orthogonality: object              # KeyOrthogonality (weights only: the same for every domain)
+    # domain -> difference to the reference domain (value, CI) of PC1, PC1+PC2, participation ratio
+    pc1_diff: Dict[str, float]
+    pc1_diff_ci: Dict[str, CI]
+    pc12_diff: Dict[str, float]
+    pc12_diff_ci: Dict[str, CI]
+    pr_diff: Dict[str, float]
+    pr_diff_ci: Dict[str, CI]
+    ci_method: str = "recentered"
+    n_boot: int = 1000
+
+    def collapses(self, domain: str) -> bool:
+        """True when ``domain``'s PC1+PC2 is above the reference's with a CI that excludes 0."""
+        if domain not in self.pc12_diff_ci:
+            raise InvalidInputError(f"unknown domain {domain!r}; this comparison has {list(self.domains)}.")
+        lo, _ = self.pc12_diff_ci[domain]
+        return bool(np.isfinite(lo) and lo > 0)
+
+    def to_dataframe(self):
+        """One row per domain: PC1, PC1+PC2, PR (CIs, Gaussian null), alignment ρ, focusing, diffs."""
+        import pandas as pd
+
+        rows = []
+        for d in self.domains:
+            vm, af, ea, sel = (self.value_manifold[d], self.attention_focusing[d], self.entropy_alignment[d],
+                               self.selections[d])
+            rows.append({
+                "domain": d,
+                "n_prompts": vm.n_prompts,
+                "pool_size": len(sel.pool_entropy_bits),
+                "layer": vm.layer,
+                "site": vm.site,
+                "mean_entropy_bits": float(np.mean(sel.entropy_bits)),
+                "pc1_fraction": vm.pc1, "pc1_ci_low": vm.pc1_ci[0], "pc1_ci_high": vm.pc1_ci[1],
+                "null_pc1_fraction": vm.null_pc1,
+                "pc12_fraction": vm.pc12, "pc12_ci_low": vm.pc12_ci[0], "pc12_ci_high": vm.pc12_ci[1],
+                "null_pc12_fraction": vm.null_pc12, "null_pc12_high": vm.null_pc12_interval[1],
+                "participation_ratio_dims": vm.participation_ratio,
+                "participation_ratio_ci_low": vm.participation_ratio_ci[0],
+                "participation_ratio_ci_high": vm.participation_ratio_ci[1],
+                "null_participation_ratio_dims": vm.null_participation_ratio,
+                "alignment_spearman_rho": ea.spearman, "alignment_ci_low": ea.spearman_ci[0],
+                "alignment_ci_high": ea.spearman_ci[1], "alignment_abs_rho": abs(ea.spearman),
+                "alignment_pvalue": ea.spearman_pvalue,
+                "focusing_reduction_fraction": af.reduction, "focusing_ci_low": af.reduction_ci[0],
+                "focusing_ci_high": af.reduction_ci[1],
+                "pc1_diff_vs_reference": self.pc1_diff[d],
+                "pc1_diff_ci_low": self.pc1_diff_ci[d][0], "pc1_diff_ci_high": self.pc1_diff_ci[d][1],
+                "pc12_diff_vs_reference": self.pc12_diff[d],
+                "pc12_diff_ci_low": self.pc12_diff_ci[d][0], "pc12_diff_ci_high": self.pc12_diff_ci[d][1],
+                "participation_ratio_diff_vs_reference": self.pr_diff[d],
+                "participation_ratio_diff_ci_low": self.pr_diff_ci[d][0],
+                "participation_ratio_diff_ci_high": self.pr_diff_ci[d][1],
+                "reference": self.reference,
+            })
+        return pd.DataFrame(rows)
+
+    def plot(self):
+        """Side-by-side bars per domain: PC1, PC1+PC2 (with the Gaussian null), PR, |ρ|, focusing."""
+        go = plotly()
+        from plotly.subplots import make_subplots
+
+        df = self.to_dataframe()
+        panels = [
+            ("PC1", "pc1_fraction", "pc1_ci_low", "pc1_ci_high", "null_pc1_fraction"),
+            ("PC1+PC2", "pc12_fraction", "pc12_ci_low", "pc12_ci_high", "null_pc12_fraction"),
+            ("participation ratio", "participation_ratio_dims", "participation_ratio_ci_low",
+             "participation_ratio_ci_high", "null_participation_ratio_dims"),
+            ("alignment ρ(PC1, H)", "alignment_spearman_rho", "alignment_ci_low", "alignment_ci_high", None),
+            ("focusing reduction", "focusing_reduction_fraction", "focusing_ci_low", "focusing_ci_high", None),
+        ]
+        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
+        for j, (title, col, lo, hi, null) in enumerate(panels, start=1):
+            y = df[col].to_numpy(float)
+            fig.add_trace(go.Bar(x=df["domain"], y=y, name=title, showlegend=False,
+                                 error_y=dict(type="data", symmetric=False, array=df[hi].to_numpy(float) - y,
+                                              arrayminus=y - df[lo].to_numpy(float))), row=1, col=j)
+            if null is not None:
+                fig.add_trace(go.Scatter(x=df["domain"], y=df[null], mode="markers", marker_symbol="line-ew-open",
+                                         marker_size=18, name="Gaussian null", showlegend=j == 1), row=1, col=j)
+        fig.update_layout(title=f"Geometry by domain ({self.model_name}, layer {self.layer}, n = {self.n} each; "
+                                f"bars: 95% bootstrap CI)")
+        return fig
+
+
+def _domain_specs(domains) -> Dict[str, object]:
+    """``{label: pool}`` from a sequence of pool names or a mapping label -> pool (name or list)."""
+    from .prompts import POOLS
+
+    if isinstance(domains, str):
+        raise InvalidInputError("domains must be a sequence of pool names (e.g. ('mixed', 'math')) or a mapping "
+                                "{label: pool}, not one string.")
+    if isinstance(domains, Mapping):
+        specs = {str(k): v for k, v in domains.items()}
+    else:
+        specs = {}
+        for d in domains:
+            if not isinstance(d, str) or d not in POOLS:
+                raise InvalidInputError(
+                    f"unknown domain {d!r}; the shipped pools are {list(POOLS)}. For your own prompts pass a "
+                    "mapping, e.g. domains={'mixed': 'mixed', 'legal': [...your prompts...]}."
+                )
+            if d in specs:
+                raise InvalidInputError(f"domain {d!r} is listed twice.")
+            specs[d] = d
+    if len(specs) < 1:
+        raise InvalidInputError("domains is empty; pass at least one domain.")
+    return specs
+
+
+def _diff_ci(boot_d: np.ndarray, boot_r: np.ndarray, est: float, ci_method: str) -> CI:
+    diff = boot_d - boot_r
+    diff = diff[np.isfinite(diff)]
+    if diff.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.quantile(diff, [0.025, 0.975])
+    if ci_method == "percentile":
+        return float(lo), float(hi)
+    med = float(np.median(diff))
+    return float(est + lo - med), float(est + hi - med)
+
+
+def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] = ("mixed", "math", "code", "philosophy"),
+                    n: int = 75, seed: int = 0, *, reference: Optional[str] = None, layer: int = -1, site: str = "v",
+                    positions: str = "last", n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000,
+                    ci_method: str = "recentered", balance_kinds: Optional[bool] = None, batch_size: int = 16,
+                    progress: Optional[bool] = None) -> DomainComparison:
+    """Entropy-stratified prompts per domain, the geometry of each, and differences to ``reference``.
+
+    ``domains``: pool names (:data:`bayes_lens.prompts.POOLS`) or a mapping ``{label: pool}`` where a
+    pool is a name or a list of strings/records. ``reference`` defaults to ``"mixed"`` when present,
+    else the first domain. ``n`` prompts per domain (``n // 5`` per entropy quintile, see
+    :func:`bayes_lens.prompts.select`), drawn with ``seed``; the statistics use the same ``seed``.
+    ``balance_kinds=None`` balances kinds for the mixed pool only.
+    """
+    from .collect import collect
+    from .geometry import _CI_METHODS, attention_focusing, entropy_alignment, key_orthogonality, value_manifold
+    from .metrics.pca import bootstrap_pca_stats
+    from .metrics.stats import as_numpy
+    from .prompts import select
+
+    specs = _domain_specs(domains)
+    if reference is None:
+        reference = "mixed" if "mixed" in specs else next(iter(specs))
+    if reference not in specs:
+        raise InvalidInputError(f"reference {reference!r} is not one of the domains {list(specs)}.")
+    if ci_method not in _CI_METHODS:
+        raise InvalidInputError(f"ci_method must be one of {_CI_METHODS}, got {ci_method!r}.")
+    if site not in ("v", "resid_post"):
+        raise InvalidInputError(f"site must be 'v' (hook_v, the default) or 'resid_post', got {site!r}.")
+    layer = adapter.resolve_layer(model, layer)
+    info = adapter.model_info(model)
+
+    sels, vms, afs, eas, xs = {}, {}, {}, {}, {}
+    for label, pool in specs.items():
+        bk = balance_kinds if balance_kinds is not None else (isinstance(pool, str) and pool == "mixed")
+        sel = select(model, pool, n, seed, balance_kinds=bk, batch_size=batch_size, progress=progress)
+        col = collect(model, list(sel.prompts), value_layers=[layer] if site == "v" else (),
+                      resid_layers=[layer] if site != "v" else (), attention=True, attention_positions=positions,
+                      batch_size=batch_size, progress=progress)
+        sels[label] = sel
+        vms[label] = value_manifold(col, layer=layer, site=site, seed=seed, n_boot=n_boot, n_null=n_null,
+                                    ci_method=ci_method)
+        afs[label] = attention_focusing(col, positions=positions, seed=seed, n_boot=n_boot)
+        eas[label] = entropy_alignment(col, layer=layer, site=site, seed=seed, n_boot=n_boot, n_perm=n_perm)
+        xs[label] = as_numpy((col.final_values if site == "v" else col.final_resid)[layer])
+    keys = key_orthogonality(model, seed=seed)
+
+    # differences to the reference: independent resamples of each domain's prompts
+    # (each domain's resampling seed depends on its label, not on its position in ``domains``)
+    boots = {label: bootstrap_pca_stats(x, n_boot=n_boot, seed=seed + 1 + zlib.crc32(label.encode()))
+             for label, x in xs.items()}
+    diffs = {k: {} for k in ("pc1", "pc1_ci", "pc12", "pc12_ci", "pr", "pr_ci")}
+    for label in specs:
+        for j, (key, attr) in enumerate((("pc1", "pc1"), ("pc12", "pc12"), ("pr", "participation_ratio"))):
+            est = float(getattr(vms[label], attr) - getattr(vms[reference], attr))
+            diffs[key][label] = est
+            diffs[key + "_ci"][label] = ((0.0, 0.0) if label == reference else
+                                         _diff_ci(boots[label][:, j], boots[reference][:, j], est, ci_method))
+    return DomainComparison(
+        domains=tuple(specs), reference=reference, layer=layer, site=site, n=int(n), seed=int(seed),
+        model_name=info.name, selections=sels, value_manifold=vms, attention_focusing=afs, entropy_alignment=eas,
+        key_orthogonality=keys, pc1_diff=diffs["pc1"], pc1_diff_ci=diffs["pc1_ci"], pc12_diff=diffs["pc12"],
+        pc12_diff_ci=diffs["pc12_ci"], pr_diff=diffs["pr"], pr_diff_ci=diffs["pr_ci"], ci_method=ci_method,
+        n_boot=n_boot,
+    )
