@@ -1,0 +1,568 @@
+"""Tests of the entropy-axis ablation (bayes_lens.ablation; METHODS.md §7, Paper A §4.5–4.6).
+
+Unit tests check the maths against numpy / scikit-learn / scipy; integration tests run tiny random
+models of each kind (and, briefly, the real SmolLM2-135M) and read the hook *after* the patch with a
+later-registered read hook at the same point.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bayes_lens as bl
+from bayes_lens.ablation import EntropyAxis, Patch, _corr_rows, _Part, _pc1, compare_patched
+from bayes_lens.adapter import hook_name, model_info, tokenize
+from bayes_lens.models.tiny import tiny_model
+
+TEXTS = [
+    "the cat is a dog", "moon", "the tree is a house", "a bird", "river stone apple", "the lamp",
+    "cloud chair", "the moon is a cloud", "dog cat bird tree", "apple", "a house is the river",
+    "stone lamp chair", "is the cat a bird", "the apple tree", "moon river", "a dog is a cat",
+]
+
+
+def _n_hooks(model) -> int:
+    """Hooks attached to the model's HookPoints (the bridge's own transient capture hooks on its
+    wrapped layer norms are TransformerLens internals and are not counted)."""
+    from transformer_lens.hook_points import HookPoint
+
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+               for m in model.modules() if isinstance(m, HookPoint))
+
+
+def _read(model, tokens, mask, name, fwd_hooks=()):
+    """Run with ``fwd_hooks`` then a later-registered read hook at ``name``; return (logits, act)."""
+    store = {}
+
+    def rd(act, hook=None):
+        store["act"] = act.detach().clone()
+
+    with torch.inference_mode(), model.hooks(fwd_hooks=list(fwd_hooks) + [(name, rd)]):
+        logits = model(tokens, attention_mask=mask)
+    return logits, store["act"]
+
+
+def _flat(act):
+    return act.reshape(*act.shape[:2], -1) if act.ndim == 4 else act
+
+
+def _random_axis(model, layers=(0,), site="v", seed=0, sigma=0.5):
+    info = model_info(model)
+    dim = info.kv_dim if site == "v" else info.d_model
+    g = torch.Generator().manual_seed(seed)
+    return EntropyAxis.from_directions(model, {layer: torch.randn(dim, generator=g) for layer in layers},
+                                       site=site, sigma=sigma)
+
+
+# --------------------------------------------------------------------------------------------
+# unit tests (no model)
+# --------------------------------------------------------------------------------------------
+
+
+def test_pc1_raw_matches_sklearn():
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 12)) @ rng.normal(size=(12, 12)) + 3.0
+    u, mean, _, evr = _pc1(x, "raw")
+    pca = PCA(n_components=3).fit(x)
+    assert abs(abs(u @ pca.components_[0]) - 1) < 1e-10
+    assert np.allclose(mean, x.mean(0))
+    assert evr == pytest.approx(pca.explained_variance_ratio_[0], rel=1e-10)
+
+
+def test_pc1_std_maps_back_to_standardized_score():
+    """With standardize='std', the raw coordinate v·u is an exact affine map of sklearn's z-scored PC1 score."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(80, 10)) * rng.uniform(0.1, 10, size=10) + rng.normal(size=10)
+    x[:, 3] = 2.0  # a zero-variance coordinate gets weight 0
+    u, _, _, evr = _pc1(x, "std")
+    keep = np.ones(10, bool)
+    keep[3] = False
+    z = (x[:, keep] - x[:, keep].mean(0)) / x[:, keep].std(0, ddof=1)
+    pca = PCA(n_components=1).fit(z)
+    score = pca.transform(z)[:, 0]
+    assert abs(np.corrcoef(x @ u, score)[0, 1]) > 1 - 1e-10
+    assert u[3] == 0.0 and np.linalg.norm(u) == pytest.approx(1.0)
+    assert evr == pytest.approx(pca.explained_variance_ratio_[0], rel=1e-8)
+
+
+def test_corr_rows_matches_scipy():
+    from scipy.stats import pearsonr, spearmanr
+
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(5, 30)), rng.normal(size=(5, 30))
+    y[:, :10] = x[:, :10]
+    y[2] = np.round(y[2])  # ties for spearman
+    for i in range(5):
+        assert _corr_rows(x, y, "pearson")[i] == pytest.approx(pearsonr(x[i], y[i])[0], abs=1e-12)
+        assert _corr_rows(x, y, "spearman")[i] == pytest.approx(spearmanr(x[i], y[i])[0], abs=1e-12)
+    assert np.isnan(_corr_rows(np.ones((1, 5)), y[:1, :5], "pearson")[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(2, 5), st.integers(2, 8), st.integers(0, 10_000),
+       st.floats(-3, 3, allow_nan=False))
+def test_part_operations_are_projections(n_kv, pos, d_head, seed, lam):
+    g = torch.Generator().manual_seed(seed)
+    act = torch.randn(2, pos, n_kv, d_head, generator=g)
+    u = torch.randn(n_kv * d_head, generator=g, dtype=torch.float64)
+    u = (u / u.norm()).float()
+    mk = lambda op, **kw: _Part(layer=0, hook_name="h", site="v", op=op, direction=u, **kw)  # noqa: E731
+    flat = act.reshape(2, pos, -1).double()
+    coord = flat @ u.double()
+    rem = mk("removal", lam=1.0).apply(act)
+    keep = mk("keep_only").apply(act)
+    assert rem.shape == act.shape and keep.shape == act.shape
+    assert torch.allclose(rem.reshape(2, pos, -1).double() @ u.double(), torch.zeros_like(coord), atol=1e-5)
+    assert torch.allclose(rem + keep, act, atol=1e-5)  # removal + keep-only = identity
+    part_lam = mk("removal", lam=lam).apply(act).reshape(2, pos, -1).double()
+    assert torch.allclose(part_lam, flat - lam * coord[..., None] * u.double(), atol=1e-4)
+    shifted = mk("shift", amount=lam).apply(act).reshape(2, pos, -1).double()
+    assert torch.allclose(shifted - flat, (lam * u.double()).expand_as(flat), atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# patches on tiny models (both kinds)
+# --------------------------------------------------------------------------------------------
+
+
+def test_removal_zeroes_axis_component_at_every_position(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:6])
+    axis = _random_axis(tiny, layers=(0, 1))
+    u = {k: v.double() for k, v in axis.axes_.items()}
+    for layer in (0, 1):
+        name = hook_name(tiny, layer, "v")
+        _, clean = _read(tiny, toks, mask, name)
+        _, act = _read(tiny, toks, mask, name, axis.removal(layers=layer))
+        flat, cflat = _flat(act).double(), _flat(clean).double()
+        assert act.shape == clean.shape
+        assert (flat @ u[layer]).abs().max() < 1e-5
+        assert (cflat @ u[layer]).abs().max() > 1e-2  # the test can fail: the clean component is not 0
+        # independent computation on the clean activation (layer 0: its input is unpatched)
+        if layer == 0:
+            expected = cflat - (cflat @ u[0])[..., None] * u[0]
+            assert torch.allclose(flat, expected, atol=1e-5)
+
+
+def test_multi_layer_removal_one_pair_per_layer_and_run_with_hooks(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:4])
+    axis = _random_axis(tiny, layers=(0, 1))
+    patch = axis.removal()
+    assert len(patch) == 2 and [n for n, _ in patch] == [hook_name(tiny, k, "v") for k in (0, 1)]
+    reads = {}
+
+    def rd(act, hook=None):
+        reads[hook.name] = _flat(act).detach().double()
+
+    hooks = list(patch) + [(hook_name(tiny, k, "v"), rd) for k in (0, 1)]
+    with torch.inference_mode():
+        tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=hooks)
+    assert len(reads) == 2
+    for k, name in zip((0, 1), sorted(reads)):
+        assert (reads[name] @ axis.axes_[k].double()).abs().max() < 1e-5
+    # combination by concatenation: list(p0) + list(p1) == the two-layer patch's hooks
+    p0, p1 = axis.removal(layers=0), axis.removal(layers=1)
+    both = p0 + p1
+    assert isinstance(both, Patch) and both.layers == (0, 1)
+    assert [n for n, _ in list(p0) + list(p1)] == [n for n, _ in patch]
+    with bl.patched(tiny, [p0, p1]), torch.inference_mode():
+        a = tiny(toks, attention_mask=mask)
+    with bl.patched(tiny, patch), torch.inference_mode():
+        b = tiny(toks, attention_mask=mask)
+    assert torch.equal(a, b)
+
+
+def test_lambda_zero_and_empty_patch_are_bitwise_noops(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:6])
+    axis = _random_axis(tiny, layers=(0, 1))
+    with torch.inference_mode():
+        clean = tiny(toks, attention_mask=mask)
+    for patches in ([], axis.removal(lam=0.0), [axis.removal(lam=0.0)]):
+        with bl.patched(tiny, patches), torch.inference_mode():
+            out = tiny(toks, attention_mask=mask)
+        assert torch.equal(out, clean)
+    with bl.patched(tiny, axis.removal(lam=1.0)), torch.inference_mode():
+        assert not torch.equal(tiny(toks, attention_mask=mask), clean)  # a real patch does change them
+
+
+def test_keep_only_leaves_only_the_axis_component(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:6])
+    axis = _random_axis(tiny, layers=(0,))
+    u = axis.axes_[0].double()
+    name = hook_name(tiny, 0, "v")
+    _, clean = _read(tiny, toks, mask, name)
+    _, act = _read(tiny, toks, mask, name, axis.keep_only())
+    flat, cflat = _flat(act).double(), _flat(clean).double()
+    expected = (cflat @ u)[..., None] * u
+    assert torch.allclose(flat, expected, atol=1e-5)
+    resid = flat - (flat @ u)[..., None] * u
+    assert resid.abs().max() < 1e-5
+
+
+def test_shift_moves_by_sigma_along_axis(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:4])
+    axis = _random_axis(tiny, layers=(0,), sigma=0.7)
+    name = hook_name(tiny, 0, "v")
+    _, clean = _read(tiny, toks, mask, name)
+    _, act = _read(tiny, toks, mask, name, axis.shift(-2.0))
+    delta = _flat(act).double() - _flat(clean).double()
+    assert torch.allclose(delta, (-2.0 * 0.7 * axis.axes_[0].double()).expand_as(delta), atol=1e-5)
+
+
+def test_resid_post_site(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:4])
+    axis = _random_axis(tiny, layers=(0,), site="resid_post")
+    name = hook_name(tiny, 0, "resid_post")
+    assert axis.hook_name_ == name
+    _, act = _read(tiny, toks, mask, name, axis.removal())
+    assert act.shape[-1] == model_info(tiny).d_model
+    assert (act.double() @ axis.axis_.double()).abs().max() < 1e-5
+
+
+def test_random_controls_unit_orthogonal_seeded(tiny):
+    axis = _random_axis(tiny, layers=(0, 1))
+    dirs = []
+    for seed in range(4):
+        patch = axis.random_control(seed)
+        assert patch.is_random_control and patch.random_seed == seed and patch.layers == (0, 1)
+        for layer, r in patch.directions.items():
+            assert float(r.double().norm()) == pytest.approx(1.0, abs=1e-6)
+            assert abs(float(r.double() @ axis.axes_[layer].double())) < 1e-6
+        dirs.append(patch.directions[0])
+    assert torch.equal(axis.random_control(2).directions[0], dirs[2])  # same seed, same direction
+    assert not torch.allclose(dirs[0], dirs[1])
+    assert not torch.allclose(axis.random_control(0).directions[0], axis.random_control(0).directions[1])
+    # same op, λ and layers as the axis patch it controls
+    ctrl = axis.removal(lam=0.5, layers=1).random_like(3)
+    assert ctrl.kind == "removal" and ctrl.params["lam"] == 0.5 and ctrl.layers == (1,)
+    # and it really removes its own direction
+    toks, mask = tokenize(tiny, TEXTS[:3])
+    _, act = _read(tiny, toks, mask, hook_name(tiny, 0, "v"), axis.random_control(5, layers=0))
+    assert (_flat(act).double() @ axis.random_direction(5, 0).double()).abs().max() < 1e-5
+
+
+def test_exception_inside_patched_leaves_no_hooks(tiny):
+    toks, mask = tokenize(tiny, TEXTS[:4])
+    with torch.inference_mode():
+        clean = tiny(toks, attention_mask=mask)
+    before = _n_hooks(tiny)
+    axis = _random_axis(tiny, layers=(0, 1))
+    with pytest.raises(RuntimeError, match="boom"):
+        with bl.patched(tiny, [axis.removal(), axis.shift(1.0)]):
+            assert _n_hooks(tiny) > before  # the hooks really were attached
+            with torch.inference_mode():
+                tiny(toks, attention_mask=mask)
+            raise RuntimeError("boom")
+    assert _n_hooks(tiny) == before
+    with torch.inference_mode():
+        assert torch.equal(tiny(toks, attention_mask=mask), clean)
+
+
+# --------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------
+
+
+def _final_values_by_hand(model, texts, layer, site="v"):
+    """Final-real-token activations and next-token entropies, read one prompt at a time (no padding)."""
+    name = hook_name(model, layer, site)
+    rows, ents = [], []
+    for t in texts:
+        toks, _ = tokenize(model, [t])
+        with torch.inference_mode():
+            logits, cache = model.run_with_cache(toks, names_filter=lambda n: n == name)
+        rows.append(_flat(cache[name])[0, -1].double().numpy())
+        p = torch.softmax(logits[0, -1].double(), -1).numpy()
+        ents.append(float(-(p * np.log2(np.where(p > 0, p, 1))).sum()))
+    return np.stack(rows), np.array(ents)
+
+
+@pytest.mark.parametrize("standardize", ["std", "raw"])
+def test_fit_matches_independent_pca(tiny, standardize):
+    from sklearn.decomposition import PCA
+    from sklearn.preprocessing import StandardScaler
+
+    axis = EntropyAxis(layer=-1, standardize=standardize, progress=False, batch_size=5).fit(tiny, TEXTS)
+    assert axis.layer_ == 1 and axis.hook_name_ == hook_name(tiny, 1, "v") and axis.site_ == "v"
+    x, ent = _final_values_by_hand(tiny, TEXTS, 1)
+    if standardize == "raw":
+        w = PCA(1).fit(x).components_[0]
+    else:
+        scaler = StandardScaler().fit(x)
+        w = PCA(1).fit(scaler.transform(x)).components_[0] / scaler.scale_
+        w /= np.linalg.norm(w)
+    u = axis.axis_.double().numpy()
+    assert abs(abs(u @ w) - 1) < 1e-4
+    coord = x @ u
+    assert np.corrcoef(coord, ent)[0, 1] >= 0  # signed by the model's entropy
+    assert axis.entropy_correlation_[1] == pytest.approx(np.corrcoef(coord, ent)[0, 1], abs=1e-4)
+    assert axis.sigma_[1] == pytest.approx(coord.std(ddof=1), rel=1e-4)
+    assert axis.entropy_kind_ == "next_token"
+    assert axis.model_meta_["processed"] is False and "torch" in axis.versions_
+
+
+def test_fit_multi_layer_and_bad_params(tiny):
+    axis = EntropyAxis(layer=[0, -1], progress=False).fit(tiny, TEXTS)
+    assert axis.layers_ == (0, 1) and set(axis.axes_) == {0, 1}
+    with pytest.raises(bl.InvalidInputError, match="single-layer"):
+        axis.axis_
+    with pytest.raises(bl.InvalidInputError, match="sign_by='bayes'"):
+        EntropyAxis(sign_by="bayes", progress=False).fit(tiny, TEXTS)
+    with pytest.raises(bl.InvalidInputError, match="site"):
+        EntropyAxis(site="mlp", progress=False).fit(tiny, TEXTS)
+    with pytest.raises(bl.InvalidInputError, match="standardize"):
+        EntropyAxis(standardize="zscore", progress=False).fit(tiny, TEXTS)
+    with pytest.raises(bl.LayerIndexError, match="out of range"):  # the paper's silent no-op, made loud
+        EntropyAxis(layer=2, progress=False).fit(tiny, TEXTS)
+    with pytest.raises(bl.InvalidInputError, match="not fitted"):
+        EntropyAxis().removal()
+
+
+# --------------------------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_errors(tiny):
+    info = model_info(tiny)
+    n_before = _n_hooks(tiny)
+    with pytest.raises(bl.InvalidInputError, match="dimension"):
+        EntropyAxis.from_directions(tiny, {0: torch.ones(info.kv_dim + 1)})
+    with pytest.raises(bl.NonFiniteError, match="NaN"):
+        EntropyAxis.from_directions(tiny, {0: torch.tensor([float("nan")] + [1.0] * (info.kv_dim - 1))})
+    with pytest.raises(bl.InvalidInputError, match="zero"):
+        EntropyAxis.from_directions(tiny, {0: torch.zeros(info.kv_dim)})
+    axis = _random_axis(tiny, layers=(0,))
+    with pytest.raises(bl.LayerIndexError, match="not fitted on layer 1"):
+        axis.removal(layers=1)
+    with pytest.raises(bl.LayerIndexError, match="out of range"):
+        axis.removal(layers=7)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(bl.InvalidInputError, match="finite"):
+            axis.removal(lam=bad)
+        with pytest.raises(bl.InvalidInputError, match="finite"):
+            axis.shift(bad)
+    # a non-finite axis that slipped in (e.g. edited by hand) is refused when a patch is built
+    axis.axes_[0] = torch.full_like(axis.axes_[0], float("inf"))
+    with pytest.raises(bl.NonFiniteError):
+        axis.removal()
+    # shift without σ
+    with pytest.raises(bl.InvalidInputError, match="σ"):
+        EntropyAxis.from_directions(tiny, {0: torch.ones(info.kv_dim)}).shift(1.0)
+    # an axis of the wrong dimension for the model it is applied to
+    other = tiny_model(model_info(tiny).kind, gqa=False)  # 4 KV heads instead of 2
+    foreign = _random_axis(other, layers=(0,))
+    with pytest.raises(bl.InvalidInputError, match="dimension"):
+        with bl.patched(tiny, foreign.removal()):
+            pass
+    # the raw hook fn also refuses a mismatched activation at run time
+    toks, mask = tokenize(tiny, ["the cat"])
+    with pytest.raises(bl.InvalidInputError, match="dimension"):
+        with tiny.hooks(fwd_hooks=list(foreign.removal())), torch.inference_mode():
+            tiny(toks, attention_mask=mask)
+    assert _n_hooks(tiny) == n_before
+    with pytest.raises(bl.InvalidInputError, match="pair"):
+        with bl.patched(tiny, [("blocks.0.attn.hook_v", 3)]):
+            pass
+    with pytest.raises(bl.MissingHookError):
+        with bl.patched(tiny, [("blocks.9.attn.hook_v", lambda a, hook: a)]):
+            pass
+
+
+# --------------------------------------------------------------------------------------------
+# save / load
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_save_load_round_trip(tiny, tmp_path, suffix):
+    axis = EntropyAxis(layer=[0, 1], standardize="raw", progress=False).fit(tiny, TEXTS)
+    path = axis.save(tmp_path / f"axis{suffix}")
+    assert path.exists() and path.suffix == suffix
+    raw = path.read_bytes()
+    assert b"pickle" not in raw
+    loaded = EntropyAxis.load(path, tiny)
+    assert loaded.layers_ == axis.layers_ and loaded.site_ == axis.site_
+    assert loaded.get_params() == {**axis.get_params(), "progress": True}
+    for k in axis.layers_:
+        assert torch.equal(loaded.axes_[k], axis.axes_[k])
+        assert torch.equal(loaded.means_[k], axis.means_[k])
+        assert loaded.sigma_[k] == axis.sigma_[k]
+        assert loaded.entropy_correlation_[k] == axis.entropy_correlation_[k]
+    assert loaded.model_meta_ == axis.model_meta_ and loaded.versions_ == axis.versions_
+    assert loaded.hook_names_ == axis.hook_names_ and loaded.entropy_kind_ == axis.entropy_kind_
+    toks, mask = tokenize(tiny, TEXTS[:4])
+    with torch.inference_mode():
+        with bl.patched(tiny, axis.removal()):
+            a = tiny(toks, attention_mask=mask)
+        with bl.patched(tiny, loaded.removal()):
+            b = tiny(toks, attention_mask=mask)
+    assert torch.equal(a, b)
+
+
+def test_load_refuses_other_shapes_and_warns_on_basis(tiny, tmp_path):
+    axis = _random_axis(tiny, layers=(1,))
+    path = axis.save(tmp_path / "a.safetensors")
+    other = tiny_model(model_info(tiny).kind, gqa=False)
+    with pytest.raises(bl.CheckpointError, match="dimension"):
+        EntropyAxis.load(path, other)
+    one_layer = tiny_model(model_info(tiny).kind, n_layers=1)
+    with pytest.raises(bl.CheckpointError, match="layers"):
+        EntropyAxis.load(path, one_layer)
+    # another basis (processed weights) warns, or refuses with strict=True
+    meta = dict(axis.model_meta_, processed=True, processing="layer norm folded")
+    axis.model_meta_ = meta
+    path2 = axis.save(tmp_path / "b.npz")
+    with pytest.warns(UserWarning, match="basis"):
+        EntropyAxis.load(path2, tiny)
+    with pytest.raises(bl.CheckpointError, match="basis"):
+        EntropyAxis.load(path2, tiny, strict=True)
+    with pytest.warns(UserWarning, match="basis"):
+        with bl.patched(tiny, axis.removal()):
+            pass
+    bad = tmp_path / "junk.safetensors"
+    bad.write_bytes(b"not a file")
+    with pytest.raises(bl.CheckpointError):
+        EntropyAxis.load(bad)
+    with pytest.raises(bl.CheckpointError, match="no axis file"):
+        EntropyAxis.load(tmp_path / "missing.npz")
+
+
+# --------------------------------------------------------------------------------------------
+# compare_patched
+# --------------------------------------------------------------------------------------------
+
+
+def test_compare_patched_strings(tiny):
+    from bayes_lens.metrics.stats import bootstrap_ci, pearson
+
+    axis = EntropyAxis(layer=0, progress=False).fit(tiny, TEXTS)
+    cmp = compare_patched(tiny, TEXTS, [axis.removal(), axis.shift(1.0)], n_random_seeds=2, n_boot=200,
+                          seed=3, progress=False)
+    t = cmp.table
+    assert cmp.readout_layers == (0, 1) and not cmp.calibration
+    assert set(t["condition"]) == {"clean", "removal λ=1 @L0", "shift +1σ @L0",
+                                   "random ⟂ removal λ=1 @L0", "random ⟂ shift +1σ @L0"}
+    assert (t.loc[t["condition"].str.startswith("random"), "n_seeds"] == 2).all()
+    clean = t[t["condition"] == "clean"]
+    assert (clean["diff_from_clean"] == 0).all()
+
+    def row(cond, metric, layer):
+        d = t[(t["condition"] == cond) & (t["metric"] == metric) & (t["readout_layer"] == layer)]
+        assert len(d) == 1
+        return d.iloc[0]
+
+    # independent: clean coordinate at layer 0 = (v - mean)·u with v read by hand; its correlation and CI
+    x, ent = _final_values_by_hand(tiny, TEXTS, 0)
+    coord = (x - axis.means_[0].double().numpy()) @ axis.axes_[0].double().numpy()
+    r = row("clean", "axis_entropy_corr", 0)
+    assert r["value"] == pytest.approx(pearson(coord, ent), abs=1e-4)
+    assert r["value"] == pytest.approx(axis.entropy_correlation_[0], abs=1e-4)
+    lo, hi = bootstrap_ci(pearson, coord, ent, n_boot=200, seed=3)
+    assert (r["value_ci_low"], r["value_ci_high"]) == pytest.approx((lo, hi), abs=1e-3)
+    # removal at the patched layer: the coordinate is gone
+    rem = row("removal λ=1 @L0", "axis_entropy_corr", 0)
+    assert rem["degenerate"] and rem["value"] == 0.0
+    assert row("removal λ=1 @L0", "coordinate_std_ratio", 0)["value"] < 1e-4
+    # a shift leaves the coordinate's spread and correlation at the patched layer unchanged
+    sh = row("shift +1σ @L0", "coordinate_std_ratio", 0)
+    assert sh["value"] == pytest.approx(1.0, abs=1e-4)
+    # a random removal keeps most of the axis coordinate
+    rnd = row("random ⟂ removal λ=1 @L0", "coordinate_std_ratio", 0)
+    assert rnd["value"] == pytest.approx(1.0, abs=1e-4) and not rnd["degenerate"]
+    for _, rr in t[t["condition"] != "clean"].iterrows():
+        if np.isfinite(rr["diff_ci_low"]) and not rr["degenerate"]:
+            assert rr["diff_ci_low"] - 1e-9 <= rr["diff_from_clean"] <= rr["diff_ci_high"] + 1e-9
+    import json
+
+    d = json.loads(json.dumps(cmp.to_dict(), allow_nan=False))
+    assert d["readout_layers"] == [0, 1] and isinstance(d["table"], list)
+    assert {r["readout_layer"] for r in d["table"]} == {0, 1}  # no calibration rows for plain strings
+    assert cmp.to_dataframe().equals(t)
+    fig = cmp.plot()
+    assert len(fig.data) >= 5
+
+
+def test_sula_fit_and_compare_match_sula_evaluate(tiny):
+    """(Layer 1: at layer 0 the final token ':' is the same in every prompt, so hook_v is constant.)
+    On SULA items the axis is signed by the model's label entropy, and compare_patched's calibration
+    numbers equal bl.sula.evaluate run with the same patch as fwd_hooks."""
+    from bayes_lens.metrics.stats import pearson
+
+    prompts = bl.sula.make_prompts(tiny, ks=(0, 2, 8), n_per_k=4, seed=1)
+    axis = EntropyAxis(layer=1, progress=False).fit(tiny, prompts)
+    assert axis.entropy_kind_ == "labels"
+    ev_clean = bl.sula.evaluate(tiny, prompts, layer=1, n_boot=20, progress=False)
+    x, _ = _final_values_by_hand(tiny, [it.text for it in prompts], 1)
+    coord = (x - axis.means_[1].double().numpy()) @ axis.axes_[1].double().numpy()
+    h = ev_clean.model_entropy_bits.numpy()
+    assert pearson(coord, h) >= 0 and axis.entropy_correlation_[1] == pytest.approx(pearson(coord, h), abs=1e-4)
+    bayes_axis = EntropyAxis(layer=1, sign_by="bayes", progress=False).fit(tiny, prompts)
+    assert bayes_axis.entropy_correlation_[1] == pytest.approx(
+        abs(pearson(coord, prompts.bayes_entropy_bits)), abs=1e-4)
+
+    patch = axis.removal(lam=0.5)
+    cmp = compare_patched(tiny, prompts, [patch], n_random_seeds=1, n_boot=100, progress=False)
+    assert cmp.calibration and cmp.entropy_kind == "labels"
+    ev_patch = bl.sula.evaluate(tiny, prompts, layer=1, fwd_hooks=list(patch), n_boot=20, progress=False)
+    t = cmp.table.set_index(["condition", "metric"])
+    for cond, ev in (("clean", ev_clean), (patch.label, ev_patch)):
+        assert t.loc[(cond, "sula_mae_bits"), "value"] == pytest.approx(ev.mae_bits, abs=1e-9)
+        assert t.loc[(cond, "sula_pearson"), "value"] == pytest.approx(ev.pearson, abs=1e-9)
+    assert t.loc[(patch.label, "sula_mae_bits"), "diff_from_clean"] == pytest.approx(
+        ev_patch.mae_bits - ev_clean.mae_bits, abs=1e-9)
+    bayes_rows = cmp.table[(cmp.table["metric"] == "axis_entropy_corr") & (cmp.table["entropy"] == "bayes")]
+    assert len(bayes_rows) == 3 * len(cmp.readout_layers)  # clean, the patch, its random control
+    assert set(cmp.summary()["metric"]) == {"axis_entropy_corr", "sula_mae_bits", "sula_pearson"}
+
+
+def test_conditions_group_random_controls_over_seeds(tiny):
+    from bayes_lens.ablation import _conditions
+
+    axis = _random_axis(tiny, layers=(0, 1))
+    conds = _conditions([axis.removal(), axis.random_control(0), axis.keep_only(layers=1)], 3)
+    labels = [c.label for c in conds]
+    assert labels == ["removal λ=1 @L0,1", "random ⟂ removal λ=1 @L0,1", "keep-only @L1", "random ⟂ keep-only @L1"]
+    assert conds[1].seeds == (0, 1, 2) and conds[1].is_random and conds[3].seeds == (0, 1, 2)
+    assert conds[3].layers == (1,) and all(p.kind == "keep_only" for p in conds[3].patches)
+    assert _conditions({"mine": list(axis.removal())}, 3)[0].kind == "hooks"
+
+
+def test_compare_patched_bad_input(tiny):
+    axis = _random_axis(tiny, layers=(0,))
+    with pytest.raises(bl.InvalidInputError, match="calibration"):
+        compare_patched(tiny, TEXTS, [axis.removal()], calibration=True, progress=False)
+    with pytest.raises(bl.InvalidInputError, match="no patches"):
+        compare_patched(tiny, TEXTS, [], progress=False)
+    with pytest.raises(bl.InvalidInputError, match="pairs"):
+        compare_patched(tiny, TEXTS, list(axis.removal()), progress=False)
+    with pytest.raises(bl.InvalidInputError, match="no axis"):
+        compare_patched(tiny, TEXTS, {"raw": list(axis.removal())}, progress=False)
+
+
+# --------------------------------------------------------------------------------------------
+# the real model (SmolLM2-135M), briefly
+# --------------------------------------------------------------------------------------------
+
+
+def test_smollm2_removal_and_noop(smol):
+    texts = ["The capital of France is", "2 + 2 =", "Once upon a time", "The cat sat on the",
+             "import numpy as", "Water boils at", "My favourite colour is", "The opposite of hot is"]
+    axis = EntropyAxis(layer=[15, -1], progress=False).fit(smol, texts)
+    assert axis.layers_ == (15, 29) and axis.axes_[29].shape == (192,)
+    toks, mask = tokenize(smol, texts[:2])
+    name = hook_name(smol, 15, "v")
+    clean_logits, _ = _read(smol, toks, mask, name)
+    _, act = _read(smol, toks, mask, name, axis.removal())
+    flat = _flat(act).double()
+    assert (flat @ axis.axes_[15].double()).abs().max() < 1e-4  # every position, padding included
+    with bl.patched(smol, axis.removal(lam=0.0)), torch.inference_mode():
+        assert torch.equal(smol(toks, attention_mask=mask), clean_logits)
