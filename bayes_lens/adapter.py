@@ -249,13 +249,14 @@ def processing(model) -> Tuple[bool, str]:
     return (bool(reasons), "; ".join(reasons) if reasons else "raw weights")
 
 
-def key_weights(model, layer: int) -> Float[Tensor, "n_kv_heads d_model d_head"]:
+def key_weights(model, layer: int, *, info: Optional[ModelInfo] = None) -> Float[Tensor, "n_kv_heads d_model d_head"]:
     """W_K of ``layer`` per key/value head, ``[n_kv_heads, d_model, d_head]`` (float32, detached).
 
     Under grouped-query attention TL 3.9's ``HookedTransformer.W_K`` repeats each KV head
     ``n_heads / n_kv_heads`` times; the real parameter is ``attn._W_K``. A bridge keeps W_K grouped.
+    Pass ``info=model_info(model)`` when reading many layers (it scans the embedding once).
     """
-    info = model_info(model)
+    info = model_info(model) if info is None else info
     layer = resolve_layer(info.n_layers, layer)
     attn = model.blocks[layer].attn
     w = None
@@ -371,3 +372,31 @@ def tokenize(
             mask[i, width - len(seq):] = 1
     device = model_device(model)
     return tokens.to(device), mask.to(device)
+
+
+def is_activation_cache(obj) -> bool:
+    """True for a TransformerLens ``ActivationCache`` (what ``run_with_cache`` returns)."""
+    try:
+        from transformer_lens import ActivationCache
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, ActivationCache)
+
+
+def cache_model(cache):
+    """The model an ``ActivationCache`` was made by (for its config: layers, heads, hook names)."""
+    model = getattr(cache, "model", None)
+    if model is None or not hasattr(model, "cfg"):
+        raise InvalidInputError(
+            "this ActivationCache does not record the model that made it; make it with "
+            "model.run_with_cache(...) or pass the model and prompts instead."
+        )
+    return model
+
+
+def cache_has(cache, name: str) -> bool:
+    """Whether an ``ActivationCache`` holds the activation ``name``."""
+    try:
+        return name in cache.cache_dict
+    except AttributeError:  # pragma: no cover
+        return name in dict(cache.items())

@@ -1,0 +1,281 @@
+"""Metric hooks: reduce activations inside the forward pass, and the ``names_filter`` for caches.
+
+A metric over many prompts needs very little of each forward pass: the value vector of the final
+*real* token at a few layers (Paper A §4.2, METHODS.md §1), the entropy of the final query row
+of every attention head (Paper A §4.2, §4.5, METHODS.md §3), the next-token distribution at the
+final token. The builders here return TransformerLens-style ``[(hook_name, fn)]`` lists whose
+functions compute exactly that inside the hook and append the small result to a dict you pass,
+so nothing of size [batch, pos, ...] outlives the forward pass:
+
+* :func:`final_token_hooks` — ``act[b, last_b]`` at a site (``"v"`` → ``hook_v`` flattened over
+  *key/value* heads, ``[b, n_kv·d_head]``; ``"resid_post"`` → ``[b, d_model]``),
+* :func:`attention_entropy_hooks` — H = −Σ_j α_j log₂ α_j of the final query row over the valid
+  keys, per head (``positions="last"``), or the mean of that over every valid query row
+  (``positions="all"``, Paper A §4.5), ``[b, n_heads]`` per layer,
+* :func:`hook_filter` — a ``names_filter`` for ``run_with_cache`` keeping just the hooks the
+  geometry metrics read, for users who prefer to make a cache themselves.
+
+"Final real token" and "valid key" come from the attention mask: the explicit ``attention_mask``
+given to a builder, else the batch that :func:`bayes_lens.collect.forward_batches` is running,
+else (no padding) every position is real. Padded keys are removed from a pattern row and the row is
+renormalized over the valid keys (METHODS.md §0: an entropy including pad keys is wrong).
+
+The reductions are also exposed as plain functions (:func:`final_rows`,
+:func:`pattern_entropy_bits`) so that an ``ActivationCache`` gives the same numbers as the
+streaming path.
+
+Example
+-------
+>>> import bayes_lens as bl                                              # doctest: +SKIP
+>>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat", "Hi"])     # doctest: +SKIP
+>>> store = {}
+>>> hooks = bl.hooks.final_token_hooks(model, [-1], out=store, attention_mask=mask)  # doctest: +SKIP
+>>> with model.hooks(fwd_hooks=hooks):                                   # doctest: +SKIP
+...     model(tokens, attention_mask=mask)
+>>> store[model.cfg.n_layers - 1][0].shape  # [batch, n_kv_heads * d_head]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from . import adapter
+from .errors import InvalidInputError, NonFiniteError
+
+__all__ = [
+    "final_token_hooks",
+    "attention_entropy_hooks",
+    "hook_filter",
+    "final_rows",
+    "last_index",
+    "pattern_entropy_bits",
+    "BatchContext",
+    "current_batch",
+]
+
+HookList = List[Tuple[str, Callable]]
+_LN2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# The batch in flight (set by collect.forward_batches; read by metric hooks without a mask)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """The batch a forward pass is running: its attention mask and the prompts' global indices."""
+
+    attention_mask: Int[Tensor, "batch pos"]
+    indices: Int[Tensor, "batch"]
+
+
+_CURRENT: contextvars.ContextVar[Optional[BatchContext]] = contextvars.ContextVar(
+    "bayes_lens_current_batch", default=None
+)
+
+
+def current_batch() -> Optional[BatchContext]:
+    """The :class:`BatchContext` of the forward pass that ``collect.forward_batches`` is running."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def _batch_context(attention_mask: Tensor, indices: Tensor) -> Iterator[BatchContext]:
+    ctx = BatchContext(attention_mask=attention_mask, indices=indices)
+    token = _CURRENT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CURRENT.reset(token)
+
+
+def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+    """The [batch, pos] mask for ``act`` (explicit > batch in flight > all ones) and global indices."""
+    batch, pos = act.shape[0], act.shape[1]
+    indices = None
+    if attention_mask is None:
+        ctx = _CURRENT.get()
+        if ctx is not None:
+            attention_mask, indices = ctx.attention_mask, ctx.indices
+    if attention_mask is None:
+        return torch.ones(batch, pos, dtype=torch.long, device=act.device), None
+    if attention_mask.ndim != 2 or attention_mask.shape[0] != batch or attention_mask.shape[1] != pos:
+        raise InvalidInputError(
+            f"attention_mask has shape {list(attention_mask.shape)} but the activations are "
+            f"[batch={batch}, pos={pos}, ...]; pass the mask of the tokens that produced them."
+        )
+    return attention_mask.to(act.device), indices
+
+
+# --------------------------------------------------------------------------------------------
+# Reductions (shared by hooks and the ActivationCache path)
+# --------------------------------------------------------------------------------------------
+
+
+def last_index(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch"]:
+    """Position of the final real (mask = 1) token of every row, for left or right padding."""
+    mask = attention_mask.bool()
+    if not bool(mask.any(dim=1).all()):
+        bad = (~mask.any(dim=1)).nonzero().flatten().tolist()
+        raise InvalidInputError(f"rows {bad} of the attention mask have no real token.")
+    pos = mask.shape[1]
+    return (pos - 1 - mask.flip(1).long().argmax(dim=1)).long()
+
+
+def _check_finite(x: Tensor, what: str, indices: Optional[Tensor]) -> None:
+    finite = torch.isfinite(x).reshape(x.shape[0], -1).all(dim=1)
+    if not bool(finite.all()):
+        rows = (~finite).nonzero().flatten()
+        if indices is not None:
+            rows = indices.to(rows.device)[rows]
+        raise NonFiniteError(
+            f"{what} contains NaN or infinity for prompt(s) {rows.tolist()}; check the model's "
+            "weights and dtype (float16 overflow?) or drop those prompts."
+        )
+
+
+def final_rows(act: Tensor, attention_mask: Optional[Tensor] = None, *, what: str = "activation",
+               _indices: Optional[Tensor] = None) -> Float[Tensor, "batch d"]:
+    """``act[b, last_b]`` flattened over trailing dims, float32 on the CPU.
+
+    ``act`` is ``[batch, pos, ...]`` (e.g. ``hook_v`` ``[batch, pos, n_kv_heads, d_head]`` →
+    ``[batch, n_kv_heads·d_head]``). Raises NonFiniteError on NaN/inf in the rows read.
+    """
+    if act.ndim < 3:
+        raise InvalidInputError(f"{what}: expected [batch, pos, ...], got shape {list(act.shape)}.")
+    mask, indices = _mask_for(act, attention_mask)
+    idx = last_index(mask).to(act.device)
+    rows = act[torch.arange(act.shape[0], device=act.device), idx]
+    rows = rows.reshape(rows.shape[0], -1).detach().float()
+    _check_finite(rows, what, indices if _indices is None else _indices)
+    return rows.cpu()
+
+
+def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
+                         *, positions: str = "last", what: str = "hook_pattern",
+                         _indices: Optional[Tensor] = None) -> Float[Tensor, "batch head"]:
+    """Entropy in bits of attention rows over the valid keys, per head (float64 on the CPU).
+
+    ``positions="last"``: the final real query row. ``positions="all"``: the mean over every real
+    query row (Paper A §4.5). Pad keys are removed and each row is renormalized over the rest.
+    """
+    if positions not in ("last", "all"):
+        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    if pattern.ndim != 4:
+        raise InvalidInputError(f"{what}: expected [batch, head, q, k], got shape {list(pattern.shape)}.")
+    batch, _, n_q, n_k = pattern.shape
+    if n_q != n_k:
+        raise InvalidInputError(f"{what}: query and key lengths differ ({n_q} vs {n_k}); key-value "
+                                "caching is not supported here.")
+    mask, indices = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)
+    mask = mask.bool()
+    # "all": only real query rows over real keys (a pad query row may be NaN on some backends)
+    keys = (mask[:, None, None, :] & mask[:, None, :, None]) if positions == "all" else mask[:, None, :]
+    if positions == "last":
+        idx = last_index(mask).to(pattern.device)
+        p = pattern[torch.arange(batch, device=pattern.device), :, idx, :]  # [b, h, k]
+    else:
+        p = pattern
+    p = torch.where(keys, p.double(), torch.zeros((), dtype=torch.float64, device=p.device))
+    _check_finite(p, what, indices if _indices is None else _indices)
+    total = p.sum(-1, keepdim=True)
+    p = p / total.clamp_min(1e-300)
+    logp = torch.where(p > 0, torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
+    h = -(p * logp).sum(-1) / _LN2  # [b, h] or [b, h, q]
+    if positions == "all":
+        q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
+        h = (h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)
+    return h.cpu()
+
+
+# --------------------------------------------------------------------------------------------
+# Hook builders
+# --------------------------------------------------------------------------------------------
+
+
+def _layers(model, layers) -> List[int]:
+    return adapter.resolve_layers(model, layers)
+
+
+def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: str = "v", *,
+                      out: Dict[int, List[Tensor]], attention_mask: Optional[Tensor] = None) -> HookList:
+    """Hooks that append the final-real-token activation of ``site`` at each layer to ``out[layer]``.
+
+    ``site="v"`` reads ``hook_v`` per key/value head (never repeated query-head copies) and stores
+    ``[batch, n_kv_heads·d_head]``; any other :data:`bayes_lens.adapter.SITES` key works too
+    (``"resid_post"`` → ``[batch, d_model]``). Layers may be negative or ``"all"``.
+    """
+    if not isinstance(out, dict):
+        raise InvalidInputError("out must be a dict (layer -> list of tensors) the hooks append to.")
+    hooks: HookList = []
+    for layer in _layers(model, layers):
+        name = adapter.hook_name(model, layer, site)
+
+        def fn(act, hook=None, _layer=layer, _name=name):
+            out.setdefault(_layer, []).append(final_rows(act, attention_mask, what=_name))
+            return None
+
+        hooks.append((name, fn))
+    adapter.check_hooks(model, [n for n, _ in hooks])
+    return hooks
+
+
+def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all", *,
+                            out: Dict[int, List[Tensor]], positions: str = "last",
+                            attention_mask: Optional[Tensor] = None) -> HookList:
+    """Hooks on ``hook_pattern`` appending per-head attention entropies ``[batch, n_heads]`` (bits).
+
+    Reads ``hook_pattern`` (post-softmax), never ``hook_attn_scores`` (post-softmax on some bridges).
+    The full pattern is reduced inside the hook and never stored.
+    """
+    if not isinstance(out, dict):
+        raise InvalidInputError("out must be a dict (layer -> list of tensors) the hooks append to.")
+    if positions not in ("last", "all"):
+        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    hooks: HookList = []
+    for layer in _layers(model, layers):
+        name = adapter.hook_name(model, layer, "pattern")
+
+        def fn(pattern, hook=None, _layer=layer, _name=name):
+            out.setdefault(_layer, []).append(
+                pattern_entropy_bits(pattern, attention_mask, positions=positions, what=_name))
+            return None
+
+        hooks.append((name, fn))
+    adapter.check_hooks(model, [n for n, _ in hooks])
+    return hooks
+
+
+def hook_filter(model=None, *, layers: Union[int, Sequence[int], str] = "all",
+                sites: Sequence[str] = ("v", "pattern")) -> Callable[[str], bool]:
+    """A ``names_filter`` for ``run_with_cache`` keeping the hooks the geometry metrics read.
+
+    By default ``hook_v`` and ``hook_pattern`` of every layer (value manifold, attention focusing);
+    add ``"resid_post"`` to ``sites`` for ``value_manifold(..., site="resid_post")``. With a
+    ``model`` and ``layers`` the filter keeps only those layers (negative indices resolved).
+
+    >>> f = hook_filter()
+    >>> f("blocks.3.attn.hook_v"), f("blocks.3.attn.hook_pattern"), f("blocks.3.hook_resid_pre")
+    (True, True, False)
+    """
+    for s in sites:
+        if s not in adapter.SITES:
+            raise InvalidInputError(f"unknown site {s!r}; expected some of {sorted(adapter.SITES)}.")
+    if model is not None:
+        names = {adapter.hook_name(model, layer, s) for layer in _layers(model, layers) for s in sites}
+        return lambda name: name in names
+    if layers != "all":
+        raise InvalidInputError("pass the model to hook_filter(model, layers=...) to select layers.")
+    pats = [re.compile("^" + re.escape(adapter.SITES[s]).replace(re.escape("{layer}"), r"\d+") + "$")
+            for s in sites]
+    return lambda name: any(p.match(name) for p in pats)

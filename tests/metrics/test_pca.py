@@ -1,0 +1,124 @@
+"""Tests of bayes_lens.metrics.pca against scikit-learn, numpy and random-matrix theory."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from sklearn.decomposition import PCA
+from sklearn.preprocessing import StandardScaler
+
+import bayes_lens as bl
+from bayes_lens.metrics.pca import (
+    bootstrap_pca_stats, gaussian_null_pca_stats, participation_ratio, pca, standardize,
+)
+
+
+def _data(n=40, d=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3)) @ rng.normal(size=(3, d)) * 3 + rng.normal(size=(n, d)) + rng.normal(size=d) * 10
+
+
+@pytest.mark.parametrize("n,d", [(40, 12), (10, 30)])
+def test_pca_matches_sklearn_on_standardized_data(n, d):
+    x = _data(n, d)
+    fit = pca(x)
+    ref = PCA().fit(StandardScaler().fit_transform(x))
+    k = min(n, d)
+    np.testing.assert_allclose(fit.explained_variance_ratio[: k - 1], ref.explained_variance_ratio_[: k - 1], atol=1e-12)
+    np.testing.assert_allclose(fit.explained_variance[: k - 1], ref.explained_variance_[: k - 1], rtol=1e-10)
+    scores = ref.transform(StandardScaler().fit_transform(x))
+    for i in range(3):
+        assert np.allclose(fit.coords[:, i], scores[:, i], atol=1e-9) or np.allclose(fit.coords[:, i], -scores[:, i], atol=1e-9)
+    lam = np.linalg.eigvalsh(np.cov(StandardScaler().fit_transform(x), rowvar=False))
+    lam = np.clip(lam, 0, None)
+    assert fit.participation_ratio == pytest.approx(lam.sum() ** 2 / (lam ** 2).sum(), rel=1e-9)
+
+
+def test_unstandardized_pca_matches_sklearn():
+    x = _data()
+    fit = pca(x, standardized=False)
+    np.testing.assert_allclose(fit.explained_variance_ratio[:10], PCA().fit(x).explained_variance_ratio_[:10], atol=1e-12)
+
+
+def test_constant_columns_are_dropped_and_counted():
+    x = _data()
+    x[:, 3] = 7.0
+    fit = pca(x)
+    assert fit.n_constant == 1 and not fit.kept[3]
+    ref = PCA().fit(StandardScaler().fit_transform(np.delete(x, 3, axis=1)))
+    np.testing.assert_allclose(fit.explained_variance_ratio[:5], ref.explained_variance_ratio_[:5], atol=1e-12)
+    z, kept = standardize(x)
+    assert z.shape == (40, 11) and kept.sum() == 11
+
+
+def test_participation_ratio_closed_forms():
+    assert participation_ratio([1.0, 1.0, 1.0, 1.0]) == pytest.approx(4.0)
+    assert participation_ratio([5.0, 0.0, 0.0]) == pytest.approx(1.0)
+    assert participation_ratio([3.0, 1.0]) == pytest.approx(16 / 10)
+
+
+def test_pca_errors():
+    with pytest.raises(bl.InvalidInputError, match="at least 3"):
+        pca(np.ones((2, 5)))
+    x = _data()
+    x[4, 2] = np.nan
+    with pytest.raises(bl.NonFiniteError, match=r"\[4\]"):
+        pca(x)
+    with pytest.raises(bl.InvalidInputError, match="constant"):
+        pca(np.ones((5, 3)))
+    with pytest.raises(bl.InvalidInputError):
+        pca(np.ones(5))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10 ** 6), st.integers(0, 7),
+       st.floats(1e-3, 1e3), st.floats(-1e3, 1e3))
+def test_invariance_to_prompt_permutation_and_coordinate_scaling(seed, col, scale, shift):
+    x = _data(25, 8, seed=seed % 1000)
+    perm = np.random.default_rng(seed).permutation(25)
+    a = pca(x)
+    b = pca(x[perm])
+    np.testing.assert_allclose(b.explained_variance_ratio, a.explained_variance_ratio, atol=1e-10)
+    np.testing.assert_allclose(np.abs(b.coords[:, 0]), np.abs(a.coords[perm, 0]), atol=1e-8)
+    y = x.copy()
+    y[:, col] = y[:, col] * scale + shift
+    c = pca(y)
+    np.testing.assert_allclose(c.explained_variance_ratio, a.explained_variance_ratio, atol=1e-8)
+
+
+@settings(max_examples=20, deadline=None)
+@given(arrays(np.float64, (6, 4), elements=st.floats(-100, 100)))
+def test_evr_is_a_distribution(x):
+    if (x.std(axis=0) < 1e-6 * (np.abs(x).max(axis=0) + 1)).all():
+        return
+    fit = pca(x)
+    assert np.all(fit.explained_variance_ratio >= -1e-12)
+    assert fit.explained_variance_ratio.sum() == pytest.approx(1.0)
+    assert np.all(np.diff(fit.explained_variance_ratio) <= 1e-12)
+
+
+def test_bootstrap_replicates_match_direct_resamples():
+    x = _data(30, 10)
+    boot = bootstrap_pca_stats(x, n_boot=7, seed=3)
+    idx = np.random.default_rng(3).integers(0, 30, size=(7, 30))
+    for b in range(7):
+        xb = x[idx[b]]
+        keep = xb.std(axis=0) > 0
+        ref = PCA().fit(StandardScaler().fit_transform(xb[:, keep]))
+        assert boot[b, 0] == pytest.approx(ref.explained_variance_ratio_[0], abs=1e-10)
+        assert boot[b, 1] == pytest.approx(ref.explained_variance_ratio_[:2].sum(), abs=1e-10)
+    assert np.array_equal(boot, bootstrap_pca_stats(x, n_boot=7, seed=3))
+
+
+def test_gaussian_null_matches_marchenko_pastur():
+    # n = 400 samples in d = 100 dimensions: top eigenvalue of the correlation matrix -> (1 + sqrt(d/n))^2
+    null = gaussian_null_pca_stats(400, 100, n_sims=20, seed=0)
+    edge = (1 + np.sqrt(100 / 400)) ** 2 / 100
+    assert null[:, 0].mean() == pytest.approx(edge, rel=0.08)
+    assert np.array_equal(null, gaussian_null_pca_stats(400, 100, n_sims=20, seed=0))
+    # many samples in few dimensions: every component explains ~1/d
+    big = gaussian_null_pca_stats(5000, 4, n_sims=5, seed=1)
+    assert np.all(np.abs(big[:, 0] - 0.25) < 0.03) and np.all(np.abs(big[:, 2] - 4) < 0.1)
+    with pytest.raises(bl.InvalidInputError):
+        gaussian_null_pca_stats(2, 5)

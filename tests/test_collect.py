@@ -1,0 +1,165 @@
+"""Tests of bayes_lens.collect: batched, padded, mask-aware collection against unpadded references."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import entropy as scipy_entropy
+
+import bayes_lens as bl
+from bayes_lens.adapter import hook_name, tokenize
+from bayes_lens.collect import Batch, Collection, collect, forward_batches
+
+PROMPTS = [
+    "the cat is a dog",
+    "a bird",
+    "the moon and the river and the stone and the lamp",
+    "apple chair cloud",
+    "the house is a tree",
+]
+
+
+def _alone(model, prompt):
+    """Unpadded single-prompt reference: (cache, logits) from TransformerLens itself."""
+    toks, _ = tokenize(model, [prompt])
+    with torch.inference_mode():
+        logits, cache = model.run_with_cache(toks)
+    return cache, logits[0, -1]
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_collect_matches_unpadded_references(tiny, side):
+    col = collect(tiny, PROMPTS, value_layers="all", resid_layers=[-1], attention=True,
+                  token_ids=[5, 7], batch_size=3, padding_side=side, progress=False)
+    n_layers, n_heads = tiny.cfg.n_layers, tiny.cfg.n_heads
+    kv_dim = tiny.cfg.n_key_value_heads * tiny.cfg.d_head
+    assert col.attn_entropy_bits.shape == (len(PROMPTS), n_layers, n_heads)
+    for i, p in enumerate(PROMPTS):
+        cache, last_logits = _alone(tiny, p)
+        for layer in range(n_layers):
+            v = cache[hook_name(tiny, layer, "v")][0, -1].reshape(-1)
+            assert col.final_values[layer].shape == (len(PROMPTS), kv_dim)
+            torch.testing.assert_close(col.final_values[layer][i], v.float(), atol=1e-5, rtol=1e-4)
+            pat = cache[hook_name(tiny, layer, "pattern")][0, :, -1].double().numpy()  # [heads, k]
+            ref = scipy_entropy(pat, base=2, axis=-1)
+            np.testing.assert_allclose(col.attn_entropy_bits[i, layer].numpy(), ref, atol=1e-5)
+        r = cache[hook_name(tiny, -1, "resid_post")][0, -1]
+        torch.testing.assert_close(col.final_resid[n_layers - 1][i], r.float(), atol=1e-4, rtol=1e-4)
+        probs = torch.softmax(last_logits.double(), -1).numpy()
+        assert col.next_token_entropy_bits[i].item() == pytest.approx(scipy_entropy(probs, base=2), abs=1e-5)
+        np.testing.assert_allclose(col.token_logprobs[i].numpy(), np.log(probs[[5, 7]]), atol=1e-5)
+        assert int(col.n_tokens[i]) == tokenize(tiny, [p])[0].shape[1]
+
+
+def test_attention_positions_all_is_mean_over_real_query_rows(tiny):
+    col = collect(tiny, PROMPTS, attention=True, attention_positions="all", batch_size=5,
+                  padding_side="left", progress=False)
+    for i, p in enumerate(PROMPTS):
+        cache, _ = _alone(tiny, p)
+        for layer in range(tiny.cfg.n_layers):
+            pat = cache[hook_name(tiny, layer, "pattern")][0].double().numpy()  # [h, q, k]
+            ref = np.mean([scipy_entropy(pat[:, q, : q + 1], base=2, axis=-1) for q in range(pat.shape[1])], axis=0)
+            np.testing.assert_allclose(col.attn_entropy_bits[i, layer].numpy(), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padding_invariance_alone_vs_batched(tiny, side):
+    short = "the cat"
+    batch = [PROMPTS[2], short, PROMPTS[0] + " " + PROMPTS[2]]
+    kw = dict(value_layers="all", attention=True, progress=False, padding_side=side)
+    alone = collect(tiny, [short], **kw)
+    batched = collect(tiny, batch, batch_size=3, **kw)
+    for layer in alone.final_values:
+        torch.testing.assert_close(batched.final_values[layer][1], alone.final_values[layer][0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.attn_entropy_bits[1], alone.attn_entropy_bits[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.next_token_entropy_bits[1], alone.next_token_entropy_bits[0], atol=1e-5, rtol=1e-4)
+
+
+def test_merge_of_shards_equals_one_run(tiny):
+    kw = dict(value_layers=[-1], resid_layers=[0], attention=True, token_ids=[3], batch_size=2, progress=False)
+    whole = collect(tiny, PROMPTS, **kw)
+    merged = Collection.merge([collect(tiny, PROMPTS[:2], **kw), collect(tiny, PROMPTS[2:], **kw)])
+    assert merged.n_prompts == whole.n_prompts == len(PROMPTS)
+    for layer in whole.final_values:
+        torch.testing.assert_close(merged.final_values[layer], whole.final_values[layer], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(merged.attn_entropy_bits, whole.attn_entropy_bits, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(merged.token_logprobs, whole.token_logprobs, atol=1e-5, rtol=1e-4)
+    assert torch.equal(merged.n_tokens, whole.n_tokens)
+    other = collect(tiny, PROMPTS[:2], value_layers=[0], progress=False)
+    with pytest.raises(bl.InvalidInputError, match="cannot merge"):
+        Collection.merge([whole, other])
+    with pytest.raises(bl.InvalidInputError):
+        Collection.merge([])
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_forward_batches_fields(tiny, side):
+    batches = list(forward_batches(tiny, PROMPTS, batch_size=2, padding_side=side, progress=False))
+    assert [b.indices.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+    for b in batches:
+        assert isinstance(b, Batch) and b.logits.dtype == torch.float32
+        assert b.logits.shape[:2] == b.tokens.shape == b.attention_mask.shape
+        lengths = b.attention_mask.sum(1)
+        expect = lengths - 1 if side == "right" else torch.full_like(lengths, b.tokens.shape[1] - 1)
+        assert torch.equal(b.last_index, expect)
+        assert not b.logits.requires_grad
+    # the final logits of a padded row equal the prompt's unpadded logits
+    _, ref = _alone(tiny, PROMPTS[1])
+    torch.testing.assert_close(batches[0].final_logits()[1], ref.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_bad_input_errors(tiny):
+    with pytest.raises(bl.InvalidInputError, match="empty"):
+        collect(tiny, [], value_layers=[-1], progress=False)
+    with pytest.raises(bl.InvalidInputError, match="not one string"):
+        collect(tiny, "the cat", progress=False)
+    with pytest.raises(bl.TokenizationError, match="context"):
+        collect(tiny, ["the cat"] + ["the" * 400], value_layers=[-1], progress=False)
+    with pytest.raises(bl.LayerIndexError, match="out of range"):
+        collect(tiny, PROMPTS, value_layers=[tiny.cfg.n_layers], progress=False)
+    with pytest.raises(bl.InvalidInputError, match="batch_size"):
+        list(forward_batches(tiny, PROMPTS, batch_size=0))
+    with pytest.raises(bl.InvalidInputError, match="padding_side"):
+        list(forward_batches(tiny, PROMPTS, padding_side="middle"))
+    with pytest.raises(bl.InvalidInputError, match="attention_positions"):
+        collect(tiny, PROMPTS, attention=True, attention_positions="first", progress=False)
+    with pytest.raises(bl.InvalidInputError, match="token_ids"):
+        collect(tiny, PROMPTS, token_ids=[10 ** 7], progress=False)
+
+
+def test_non_finite_activations_raise_and_hooks_are_removed(tiny):
+    name = hook_name(tiny, -1, "v")
+
+    def poison(v, hook=None):  # NaN in the second row of the second batch only: prompt 3
+        if bl.hooks.current_batch().indices.tolist() == [2, 3]:
+            v = v.clone()
+            v[1] = float("nan")
+        return v
+
+    with pytest.raises(bl.NonFiniteError, match=r"prompt\(s\) \[3\]"):
+        collect(tiny, PROMPTS, value_layers=[-1], fwd_hooks=[(name, poison)], batch_size=2, progress=False)
+    # the poison hook was removed on the error: the same run without it is clean
+    col = collect(tiny, PROMPTS, value_layers=[-1], batch_size=2, progress=False)
+    assert torch.isfinite(col.final_values[tiny.cfg.n_layers - 1]).all()
+
+
+def test_user_hooks_run_before_metric_hooks(tiny):
+    """A patch passed in fwd_hooks is what the metric hooks read (ablation relies on this)."""
+    name = hook_name(tiny, 0, "v")
+    col = collect(tiny, PROMPTS, value_layers=[0], fwd_hooks=[(name, lambda v, hook=None: v * 0 + 2.0)],
+                  progress=False)
+    assert torch.all(col.final_values[0] == 2.0)
+
+
+def test_smol_gqa_and_padding_invariance(smol):
+    prompts = ["The capital of France is", "Hi", "def f(x):\n    return x * 2\n\nprint(f("]
+    kw = dict(value_layers=[0, -1], attention=True, progress=False)
+    right = collect(smol, prompts, padding_side="right", **kw)
+    left = collect(smol, prompts, padding_side="left", **kw)
+    alone = collect(smol, prompts[1:2], **kw)
+    assert right.final_values[29].shape == (3, 3 * 64)
+    assert right.attn_entropy_bits.shape == (3, 30, 9)
+    for col in (right, left):
+        for layer in (0, 29):
+            torch.testing.assert_close(col.final_values[layer][1], alone.final_values[layer][0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(col.attn_entropy_bits[1], alone.attn_entropy_bits[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(col.next_token_entropy_bits[1], alone.next_token_entropy_bits[0], atol=1e-4, rtol=1e-4)
