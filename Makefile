@@ -45,7 +45,8 @@ $(VENV4)/.installed: pyproject.toml
 	@touch .chromium
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/bayes-lens info
+	$(VENV)/bin/bayes-lens report --out $(OUT)
+	@echo "Report written: $(abspath $(OUT))/report.html (open it in a browser; JSON in $(OUT)/report.json)"
 
 quick: $(VENV)/.installed
 	$(VENV)/bin/bayes-lens report --quick --out $(OUT)
