@@ -1,28 +1,107 @@
-"""The ``bayes-lens`` command line.
+"""bayes-lens: measure whether a TransformerLens model carries, and uses, Bayesian geometry.
 
-Sub-commands (each has ``--help``): ``models`` lists what is installed and loadable offline;
-``info`` loads a model and prints its facts and a short greedy generation. The analysis
-sub-commands (report, geometry, sula, ablate, martingale) are registered here too as they land.
-Bad input exits with status 2 and a one-line message (never a traceback).
+Sub-commands (each has ``--help``):
+
+* ``report``      - everything: geometry, SULA, ablation, martingale -> ``OUT/report.html`` + ``report.json``
+* ``geometry``    - only the geometry section (value manifold, keys, focusing, alignment, domains)
+* ``sula``        - only SULA calibration with its controls
+* ``ablate``      - SULA, then the entropy-axis ablation comparison
+* ``martingale``  - only the martingale diagnostics
+* ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
+* ``models``      - what is installed and loadable offline; ``info`` - a model's facts
+
+The analysis commands share ``--model`` (``default``, a ``.gguf`` file or a local Hugging Face
+folder), ``--out``, ``--seed``, ``--quick``, ``--device``; they show progress bars, print a summary
+table at the end, and write a report folder (``report.json``, ``report.html``, ``tables/``).
+
+Exit status: 0 success; 1 the report was written but a section failed (see the report);
+2 bad input (unknown model, unwritable output folder, bad option) with a one-line message, never a
+traceback; 130 interrupted (an existing report is left untouched).
+
+Example
+-------
+$ bayes-lens report --quick --out report/
+$ bayes-lens sula --model path/to/model.gguf --seed 1
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from typing import List, Optional
 
-from .errors import BayesLensError
+from .errors import BayesLensError, InvalidInputError
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+# command -> (report sections, default output folder, help)
+_ANALYSES = {
+    "report": (None, "report", "run every analysis and write a self-contained HTML + JSON report"),
+    "geometry": (["geometry"], "report-geometry",
+                 "value manifold, key orthogonality, attention focusing, entropy alignment, domains"),
+    "sula": (["sula"], "report-sula", "SULA calibration against the analytic Bayes posterior, with controls"),
+    "ablate": (["sula", "ablation"], "report-ablate",
+               "entropy-axis ablation (fit on SULA prompts) vs a random direction: geometry and calibration"),
+    "martingale": (["martingale"], "report-martingale", "martingale gap on binary sequences (Paper B)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``bayes-lens: error: ...``) and exit status 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(2, f"bayes-lens: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default",
                    help="'default' (SmolLM2-135M-Instruct, offline), a .gguf file, or a local HF folder")
     p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"], help="TransformerLens model kind")
-    p.add_argument("--device", default=None, help="torch device (default: cpu)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
+
+
+def _check_device(device: Optional[str]) -> None:
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise InvalidInputError(f"unknown --device {device!r}; use e.g. 'cpu' or 'cuda'.") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(f"--device {device!r} asked for CUDA but no CUDA GPU is available; use --device cpu.")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InvalidInputError(f"--device {device!r} asked for MPS but it is not available; use --device cpu.")
+
+
+def _load(args):
+    from .models import load_model
+
+    from pathlib import Path
+
+    _check_device(args.device)
+    if str(args.model) != "default" and not Path(args.model).exists():
+        load_model(args.model, kind=args.kind, device=args.device)  # raises a one-line ModelLoadError
+    t0 = time.perf_counter()
+    print(f"bayes-lens: loading model {args.model!r} ...", file=sys.stderr, flush=True)
+    model = load_model(args.model, kind=args.kind, device=args.device)
+    seconds = time.perf_counter() - t0
+    print(f"bayes-lens: model loaded in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return model, seconds
 
 
 def _cmd_models(args) -> int:
@@ -40,14 +119,12 @@ def _cmd_info(args) -> int:
     import torch
 
     from . import adapter
-    from .models import load_model
 
-    model = load_model(args.model, kind=args.kind, device=args.device)
+    model, _ = _load(args)
     info = adapter.model_info(model)
     for key, value in info.__dict__.items():
         print(f"{key:12s} {value}")
-    prompt = args.prompt
-    tokens, _ = adapter.tokenize(model, [prompt])
+    tokens, _ = adapter.tokenize(model, [args.prompt])
     with torch.inference_mode():
         for _ in range(args.max_new_tokens):
             nxt = model(tokens)[0, -1].argmax()
@@ -56,9 +133,99 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def summary_table(doc: dict) -> str:
+    """The report's headline numbers as a plain-text table (printed at the end of every command)."""
+    from .report._html import format_ci, format_value
+
+    rows = [("section", "quantity", "value", "95% CI", "baseline")]
+    for r in doc["summary"]:
+        base = ""
+        if r["baseline"]:
+            base = f"{format_value(r['baseline']['value'], r['units'])} ({r['baseline']['label']})"
+        rows.append((r["section"], r["label"], f"{format_value(r['value'], r['units'])} {_unit(r['units'])}".strip(),
+                     format_ci(r["ci"], r["units"]), base))
+    for name, sec in doc["sections"].items():
+        if sec["status"] != "ok":
+            msg = sec["error"]["message"] if sec.get("error") else ""
+            rows.append((name, f"{sec['status'].upper()}: {msg}"[:100], "", "", ""))
+    widths = [min(max(len(r[i]) for r in rows), w) for i, w in enumerate((12, 52, 22, 26, 60))]
+
+    def fmt(r):
+        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(r, widths)).rstrip()
+
+    lines = [fmt(rows[0]), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def _unit(units: str) -> str:
+    return "" if units in ("fraction", "dimensionless") else units
+
+
+def _cmd_analysis(args) -> int:
+    from .report import _prepare, _run
+
+    sections, _, _ = _ANALYSES[args.command]
+    if args.command == "report" and args.sections:
+        sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    out = args.out or _ANALYSES[args.command][1]
+    # cheap checks first: a bad --out or --seed must not cost a model load
+    _prepare(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
+    if args.no_progress:
+        os.environ["BAYES_LENS_PROGRESS"] = "0"
+    model, load_s = _load(args)
+    names = sections or ["geometry", "sula", "ablation", "martingale"]
+    state = {"i": 0, "t": 0.0}
+
+    def on_section(name: str, status: str) -> None:
+        if status == "start":
+            state["i"] += 1
+            state["t"] = time.perf_counter()
+            print(f"bayes-lens: [{state['i']}/{len(names)}] {name} ...", file=sys.stderr, flush=True)
+        else:
+            print(f"bayes-lens: [{state['i']}/{len(names)}] {name}: {status} "
+                  f"({time.perf_counter() - state['t']:.1f} s)", file=sys.stderr, flush=True)
+
+    doc = _run(model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress, sections=sections,
+               strict=args.strict, overrides=None, source=args.model, extra_timings={"model_load": load_s},
+               on_section=on_section)
+    print(summary_table(doc))
+    print(f"\nreport: {os.path.join(out, 'report.html')}  (data: {os.path.join(out, 'report.json')}, "
+          f"tables: {os.path.join(out, 'tables')}/)  total {doc['timings_s']['total']:.0f} s")
+    failed = [n for n, s in doc["sections"].items() if s["status"] != "ok"]
+    if failed:
+        print(f"bayes-lens: section(s) {failed} failed; the report records why", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_windtunnel(sub) -> None:
+    """Register ``windtunnel train|eval`` (from :mod:`bayes_lens.windtunnel.cli`) when it is importable."""
+    try:
+        from .windtunnel import cli as wt_cli
+    except ImportError:  # pragma: no cover - the wind tunnels are part of the package, but stay optional
+        return
+    register = getattr(wt_cli, "add_subparsers", None)
+    if callable(register):
+        register(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bayes-lens", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="bayes-lens", description=__doc__.splitlines()[0],
+                     epilog="Run `bayes-lens COMMAND --help` for the options of a command.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (sections, default_out, help_text) in _ANALYSES.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_model_args(p)
+        p.add_argument("--out", default=None, help=f"output folder (default: {default_out}/)")
+        p.add_argument("--quick", action="store_true", help="small sizes: minutes instead of a quarter hour")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--strict", action="store_true",
+                       help="stop at the first failing analysis instead of recording it in the report")
+        if name == "report":
+            p.add_argument("--sections", default=None,
+                           help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")
+        p.set_defaults(func=_cmd_analysis)
+    _add_windtunnel(sub)
     p = sub.add_parser("models", help="list the models installed and loadable offline")
     p.set_defaults(func=_cmd_models)
     p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation")
@@ -78,8 +245,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"bayes-lens: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("bayes-lens: interrupted", file=sys.stderr)
+        print("bayes-lens: interrupted; any existing report was left untouched", file=sys.stderr)
         return 130
+    except OSError as err:
+        print(f"bayes-lens: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # noqa: BLE001 - a one-line message, never a traceback
+        if os.environ.get("BAYES_LENS_DEBUG"):
+            raise
+        print(f"bayes-lens: internal error: {type(err).__name__}: {err} "
+              "(set BAYES_LENS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

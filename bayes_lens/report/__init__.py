@@ -1,0 +1,189 @@
+"""One call, everything the library measures: an HTML + JSON report of a model's Bayesian geometry.
+
+``bl.report(model, out)`` runs, in order,
+
+1. **geometry** (Paper A §4.2, §5.1): value manifold (PC1, PC1+PC2 explained variance with bootstrap
+   CIs and a simulated Gaussian null), key orthogonality (mean |cos| between W_K columns per KV
+   head, against √(2/(π·d_model))), attention focusing (final-row attention entropy per layer, the
+   first-to-last reduction) and entropy alignment (Spearman ρ of PC1 with next-token entropy), on
+   an entropy-stratified mixed prompt set and on restricted domains (maths, code, philosophy);
+2. **sula** (Paper A §4.3, §5.2): calibration of the model's label posterior against the analytic
+   Bayes posterior P(y|D) = 1/(1 + ((1−p)/p)^(2m−k)), MAE in bits, with the lexical-remap,
+   shuffled-label and evidence-removed controls;
+3. **ablation** (Paper A §6.2): the entropy axis (PC1 of final-token values on SULA prompts) removed,
+   v ← v − (v·u)u, against a random orthogonal direction: does geometry break while calibration
+   survives?
+4. **martingale** (Paper B eq. 27; Falck et al. 2024): the martingale gap Δ_n on balanced binary
+   sequences and its fit A·log(n)/n + B.
+
+and writes ``out/report.json`` (schema: ``docs/report_schema.md``, JSON Schema
+``bayes_lens/report/report.schema.json``), ``out/tables/*.csv`` and one self-contained
+``out/report.html`` (plotly.js inline; opens with no network). Files are swapped in atomically:
+an interrupted run leaves an existing report untouched.
+
+Failure policy: bad input (not a model, an unwritable folder, an unknown section) raises a
+BayesLensError before anything runs; an analysis that fails is recorded in its section
+(``status: "error"`` with the message) and the other sections still run (``strict=True``
+re-raises instead).
+
+Example
+-------
+>>> import bayes_lens as bl
+>>> model = bl.load_model()                                       # doctest: +SKIP
+>>> doc = bl.report(model, "report/", quick=True)                 # doctest: +SKIP
+>>> doc["sections"]["sula"]["metrics"][0]["value"]                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import time
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Union
+
+from ..errors import InvalidInputError
+from ._core import SCHEMA_VERSION, Metric, SectionOutput, check_sections, run_report
+
+__all__ = ["report", "sizes", "SECTIONS", "SCHEMA_VERSION", "schema", "validate", "Metric", "SectionOutput"]
+
+
+def sizes(quick: bool) -> Dict[str, Any]:
+    """Prompt counts, sequence lengths, seeds per section for a quick or a full report."""
+    from ._sections import FULL, QUICK
+
+    return dict(QUICK if quick else FULL)
+
+
+def _registry():
+    from ._sections import SECTIONS as registry
+
+    return registry
+
+
+class _SectionsView:
+    """Read-only view of the section registry (names in run order), for docs and the CLI."""
+
+    def __iter__(self):
+        return iter(_registry())
+
+    def __repr__(self):
+        return repr(list(_registry()))
+
+
+SECTIONS = _SectionsView()
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The JSON Schema (draft 2020-12) of report.json."""
+    text = resources.files(__package__).joinpath("report.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def validate(doc: Union[dict, str, Path]) -> dict:
+    """Validate a report document (or the path of a report.json) against :func:`schema`.
+
+    Raises ``jsonschema.ValidationError`` if it does not conform; returns the document.
+    """
+    import jsonschema
+
+    if not isinstance(doc, dict):
+        doc = json.loads(Path(doc).read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+    return doc
+
+
+def report(
+    model,
+    out: Union[str, Path] = "report",
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+    sections: Optional[Iterable[str]] = None,
+    strict: bool = False,
+    overrides: Optional[Dict[str, Any]] = None,
+) -> dict:
+    """Run the analyses on ``model`` and write ``out/report.json``, ``out/report.html``, ``out/tables/``.
+
+    Parameters
+    ----------
+    model:
+        A HookedTransformer or TransformerBridge, or a name accepted by :func:`bl.load_model`
+        (``"default"``, a ``.gguf`` path, a local Hugging Face folder) which is then loaded.
+    out:
+        Output folder (created if needed; must be writable).
+    quick:
+        Shrink every size (fewer prompts, shorter sequences): minutes instead of a quarter hour.
+    seed:
+        Seed of every random draw (prompt selection, bootstraps, random controls).
+    progress:
+        Show progress bars (also switched off by ``BAYES_LENS_PROGRESS=0``).
+    sections:
+        Names of the sections to run (default all, in order: geometry, sula, ablation, martingale).
+    strict:
+        Re-raise an analysis failure instead of recording it in the report.
+    overrides:
+        Replace individual sizes (see :func:`sizes`), e.g. ``{"geometry_n": 40}``.
+
+    Returns
+    -------
+    dict
+        The report document, as written to ``report.json``.
+    """
+    return _run(model, out, quick=quick, seed=seed, progress=progress, sections=sections, strict=strict,
+                overrides=overrides)
+
+
+def _prepare(out, *, seed, sections, quick, overrides):
+    """Check the cheap inputs (seed, sections, output folder, sizes) before any model work."""
+    from ..errors import require_extra
+    from ._atomic import check_writable
+
+    require_extra("plotly", "plot")  # the HTML needs plotly: fail before any model work
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
+    chosen = check_sections(list(sections) if sections is not None else None, _registry())
+    check_writable(out)
+    the_sizes = sizes(quick)
+    for key, value in (overrides or {}).items():
+        if key not in the_sizes:
+            raise InvalidInputError(f"unknown size {key!r}; known sizes: {sorted(the_sizes)}.")
+        the_sizes[key] = value
+    return chosen, the_sizes
+
+
+def _run(model, out, *, quick, seed, progress, sections, strict, overrides, source=None,
+         extra_timings=None, on_section=None) -> dict:
+    chosen, the_sizes = _prepare(out, seed=seed, sections=sections, quick=quick, overrides=overrides)
+    extra = dict(extra_timings or {})
+    if isinstance(model, (str, Path)):
+        from ..models import load_model
+
+        source = str(model)
+        t0 = time.perf_counter()
+        model = load_model(source)
+        extra["model_load"] = time.perf_counter() - t0
+    else:
+        from ..adapter import model_info
+
+        model_info(model)  # raises InvalidInputError for anything that is not a TransformerLens model
+    return run_report(model, out, sections=chosen, quick=quick, seed=seed, progress=progress,
+                      sizes=the_sizes, strict=strict, source=source, extra_timings=extra,
+                      on_section=on_section)
+
+
+class _CallableModule(types.ModuleType):
+    """``bl.report`` is wired lazily to the function :func:`report`, but importing any submodule
+    (``bayes_lens.report._core``) binds the *package* to ``bayes_lens.report`` first. Making the
+    package callable keeps ``bl.report(model, out)`` working either way."""
+
+    def __call__(self, *args, **kwargs):
+        return report(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,275 @@
+"""Render a report document (and its plotly figures) as ONE self-contained HTML page.
+
+The plotly.js library is embedded inline (``plotly.offline.get_plotlyjs()``), styles are inline and
+no external URL is ever loaded, so the page opens offline. A small script records script errors
+and, after load, counts the figures that rendered: ``<html data-bl-figures="N" data-bl-rendered="M"
+data-bl-errors="[...]">`` (the browser test reads these) and the page footer says the same.
+``report.html?only=<figure id>`` shows that one figure alone (a direct link; used for the gallery).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+from typing import Any, List, Optional, Sequence, Tuple
+
+__all__ = ["render_html", "format_value", "format_ci"]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_value(value: Optional[float], units: str) -> str:
+    """Human formatting of a metric value: fractions as %, bits and correlations with 3 decimals."""
+    if value is None:
+        return "n/a"
+    if units == "fraction":
+        return _pct(value)
+    a = abs(value)
+    if a != 0 and (a < 1e-3 or a >= 1e4):
+        return f"{value:.3g}"
+    return f"{value:.3f}"
+
+
+def format_ci(ci: Optional[dict], units: str) -> str:
+    if not ci:
+        return ""
+    return f"[{format_value(ci.get('low'), units)}, {format_value(ci.get('high'), units)}]"
+
+
+def _e(s: Any) -> str:
+    return _html.escape(str(s), quote=True)
+
+
+_CSS = """
+body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+ margin:0;color:#1d232b;background:#f6f7f9;line-height:1.45}
+header{background:#1f2a44;color:#fff;padding:18px 32px}
+header h1{margin:0 0 4px 0;font-size:24px;font-weight:600}
+header .sub{opacity:.85;font-size:14px}
+main{max-width:1180px;margin:0 auto;padding:16px 32px 48px}
+section{background:#fff;border:1px solid #e1e4e8;border-radius:8px;padding:16px 20px;margin:18px 0}
+h2{font-size:19px;margin:0 0 8px 0}
+h3{font-size:15px;margin:14px 0 6px 0}
+table{border-collapse:collapse;font-size:13px;width:100%}
+th,td{border-bottom:1px solid #e6e8eb;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f0f2f5;font-weight:600}
+td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
+.badge{display:inline-block;border-radius:10px;padding:1px 9px;font-size:12px;font-weight:600}
+.ok{background:#dcf5e3;color:#1b6b35}.error{background:#fde2e1;color:#a1261d}.skipped{background:#fff1c9;color:#7a5a00}
+.partial{background:#fff1c9;color:#7a5a00}
+.err{background:#fff5f5;border:1px solid #f3c5c2;border-radius:6px;padding:8px 12px;font-family:monospace;
+ font-size:12px;white-space:pre-wrap}
+.refs{color:#4b5563;font-size:12px}
+.muted{color:#6b7280;font-size:12px}
+.bl-figure{min-height:380px;margin:8px 0 16px 0}
+.bl-failed{outline:2px solid #d33}
+details summary{cursor:pointer;color:#1f4fa8;font-size:13px;margin:6px 0}
+td.cmp.above,td.cmp.below{color:#1f3f8a;font-weight:600}td.cmp{white-space:nowrap}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:8px;margin:6px 0 10px 0}
+.card{border:1px solid #e1e4e8;border-radius:6px;padding:8px 10px;background:#fafbfc}
+.card .v{font-size:17px;font-weight:600}.card .l{font-size:12px;color:#4b5563}
+ul.caveats li{margin:4px 0;font-size:13px}
+ul.glance{margin:4px 0;padding-left:20px}ul.glance li{margin:3px 0;font-size:14px}.errline{color:#a1261d}
+"""
+
+_ERROR_TRAP = """
+window.__blErrors=[];
+window.addEventListener('error',function(e){window.__blErrors.push(String(e.message||e));});
+window.addEventListener('unhandledrejection',function(e){window.__blErrors.push(String(e.reason));});
+"""
+
+_RENDER_CHECK = """
+(function(){var m=/[?&]only=([^&#]+)/.exec(location.search);if(!m)return;
+ window.addEventListener('load',function(){var d=document.getElementById(decodeURIComponent(m[1]));if(!d)return;
+  var box=d.closest('.bl-figure')||d,h=document.createElement('main');h.appendChild(box);
+  document.body.innerHTML='';document.body.appendChild(h);if(window.Plotly){Plotly.Plots.resize(d);}});})();
+window.addEventListener('load',function(){setTimeout(function(){
+ var figs=document.querySelectorAll('.bl-figure'),ok=0;
+ figs.forEach(function(d){var p=d.querySelector('.js-plotly-plot');
+  if(p&&p.data&&p.data.length&&p.querySelector('.main-svg')){ok++;}else{d.classList.add('bl-failed');}});
+ var r=document.documentElement;r.setAttribute('data-bl-figures',figs.length);
+ r.setAttribute('data-bl-rendered',ok);r.setAttribute('data-bl-errors',JSON.stringify(window.__blErrors));
+ var s=document.getElementById('bl-render-status');
+ if(s){s.textContent=ok+' of '+figs.length+' figures rendered'+(window.__blErrors.length?
+  '; script errors: '+window.__blErrors.join(' | '):'; no script errors');}
+},50);});
+"""
+
+
+def _refs_html(refs: Sequence[dict]) -> str:
+    if not refs:
+        return '<span class="muted">-</span>'
+    return "<br>".join(f"{_e(r['model'])}: <b>{_e(r['value'])}</b> <span class='muted'>({_e(r['source'])})</span>"
+                       for r in refs)
+
+
+def _baseline_html(b: Optional[dict], units: str) -> str:
+    if not b:
+        return '<span class="muted">-</span>'
+    return f"{format_value(b.get('value'), units)} <span class='muted'>({_e(b.get('label', ''))})</span>"
+
+
+def compare_to_baseline(m: dict) -> str:
+    """'above' / 'below' when the 95% CI excludes the baseline, '≈' when it includes it, '' without one."""
+    b = (m.get("baseline") or {}).get("value")
+    v = m.get("value")
+    if b is None or v is None:
+        return ""
+    ci = m.get("ci") or {}
+    lo, hi = ci.get("low"), ci.get("high")
+    if lo is not None and hi is not None:
+        if lo > b:
+            return "above"
+        if hi < b:
+            return "below"
+        return "≈ (CI includes it)"
+    return "above (no CI)" if v > b else "below (no CI)" if v < b else "equal"
+
+
+def _metrics_table(rows: Sequence[dict], with_section: bool) -> str:
+    head = ("<tr>" + ("<th>Section</th>" if with_section else "")
+            + "<th>Quantity</th><th>This model</th><th>95% CI</th><th>Units</th>"
+              "<th>Random baseline / null</th><th>vs baseline</th><th>Papers report</th></tr>")
+    body = []
+    for m in rows:
+        units = m["units"]
+        body.append(
+            "<tr>" + (f"<td>{_e(m.get('section', ''))}</td>" if with_section else "")
+            + f"<td title='{_e(m['key'])}'>{_e(m['label'])}</td>"
+            f"<td class='num'><b>{format_value(m['value'], units)}</b></td>"
+            f"<td class='num'>{format_ci(m['ci'], units)}</td><td>{_e(units)}</td>"
+            f"<td>{_baseline_html(m['baseline'], units)}</td>"
+            f"<td class='cmp {compare_to_baseline(m).split(' ')[0]}'>{_e(compare_to_baseline(m))}</td><td class='refs'>{_refs_html(m['references'])}</td></tr>"
+        )
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def _figure_html(fig, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True}, default_height="420px")
+
+
+def _section_html(sec: dict, figures: Sequence[Tuple[str, Any]], out_tables) -> str:
+    status = sec["status"]
+    parts = [f"<section id='sec-{_e(sec['name'])}'><h2>{_e(sec['title'])} "
+             f"<span class='badge {status}'>{status}</span> "
+             f"<span class='muted'>{sec['seconds']:.1f} s</span></h2>",
+             f"<p class='muted'>{_e(sec['description'])}</p>"]
+    if sec.get("error"):
+        err = sec["error"]
+        parts.append(f"<div class='err'><b>{_e(err['type'])}</b>: {_e(err['message'])}</div>")
+        if err.get("traceback"):
+            parts.append(f"<details><summary>traceback</summary><div class='err'>{_e(err['traceback'])}</div></details>")
+    if sec["metrics"]:
+        parts.append(_metrics_table(sec["metrics"], with_section=False))
+    for meta, (_, fig) in zip(sec["figures"], figures):
+        parts.append(f"<h3>{_e(meta['title'])}</h3><div class='bl-figure'>{_figure_html(fig, meta['id'])}</div>")
+    for t in sec["tables"]:
+        df = out_tables.get(t["name"])
+        inner = ""
+        if df is not None:
+            inner = df.head(200).to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0)
+        parts.append(f"<details><summary>table: {_e(t['name'])} ({t['n_rows']} rows; {_e(t['file'])})</summary>"
+                     f"{inner}</details>")
+    if sec["notes"]:
+        parts.append("<ul>" + "".join(f"<li class='muted'>{_e(n)}</li>" for n in sec["notes"]) + "</ul>")
+    if sec.get("settings"):
+        parts.append(f"<details><summary>settings</summary><pre class='muted'>"
+                     f"{_e(json.dumps(sec['settings'], indent=1))}</pre></details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+_HEADLINES = ("geometry.mixed.pc12", "geometry.math.pc12_diff", "geometry.key_orthogonality",
+              "geometry.focusing_reduction", "geometry.mixed.alignment_spearman", "sula.mae_bits",
+              "ablation.corr_removed", "ablation.delta_mae_bits", "martingale.A")
+
+
+def _glance(doc: dict) -> str:
+    """Up to nine one-line headline results (value, CI, baseline, what the papers report)."""
+    by_key = {m["key"]: m for m in doc["summary"]}
+    items = []
+    for key in _HEADLINES:
+        m = by_key.get(key)
+        if m is None:
+            continue
+        u = m["units"]
+        unit = "" if u in ("fraction", "dimensionless") else f" {u}"
+        text = f"<b>{_e(m['label'])}</b>: <b>{format_value(m['value'], u)}{_e(unit)}</b>"
+        if m["ci"]:
+            text += f" {format_ci(m['ci'], u)}"
+        if m["baseline"]:
+            text += (f"; baseline {format_value(m['baseline']['value'], u)} "
+                     f"<span class='muted'>({_e(m['baseline']['label'])})</span>")
+            verdict = compare_to_baseline(m)
+            if verdict:
+                text += f" → <b>{_e(verdict)}</b>"
+        if m["references"]:
+            refs = ", ".join(f"{r['model']} {r['value']}" for r in m["references"][:3])
+            text += f" <span class='muted'>· papers: {_e(refs)}</span>"
+        items.append(f"<li>{text}</li>")
+    failed = [s for s in doc["sections"].values() if s["status"] != "ok"]
+    for s in failed:
+        msg = (s.get("error") or {}).get("message", "")
+        items.append(f"<li class='errline'><b>{_e(s['title'])}</b>: {s['status']} - {_e(msg[:200])}</li>")
+    if not items:
+        return ""
+    return f"<section id='glance'><h2>At a glance</h2><ul class='glance'>{''.join(items)}</ul></section>"
+
+
+def _cards(doc: dict) -> str:
+    m = doc["model"]
+    facts = [("model", m["name"]), ("kind", m["kind"]),
+             ("layers × heads (KV)", f"{m['n_layers']} × {m['n_heads']} ({m['n_kv_heads']})"),
+             ("parameters (as loaded)", f"{m['n_parameters'] / 1e6:.1f} M"),
+             ("seed / mode", f"{doc['settings']['seed']} / {'quick' if doc['settings']['quick'] else 'full'}"),
+             ("run time", f"{doc['timings_s'].get('total', 0):.0f} s")]
+    return "<div class='grid'>" + "".join(
+        f"<div class='card'><div class='l'>{_e(k)}</div><div class='v'>{_e(v)}</div></div>" for k, v in facts) + "</div>"
+
+
+def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables: Optional[Sequence[dict]] = None) -> str:
+    """The complete HTML page for report document ``doc`` (figures are plotly ``Figure`` objects)."""
+    from plotly.offline import get_plotlyjs
+
+    secs = list(doc["sections"].values())
+    tables = tables or [{} for _ in secs]
+    n_err = sum(s["status"] != "ok" for s in secs)
+    status = doc["status"]
+    summary = list(doc["summary"])
+    nav = " · ".join(f"<a href='#sec-{_e(s['name'])}'>{_e(s['title'])}</a>" for s in secs)
+    body = [
+        f"<header><h1>bayes_lens report: {_e(doc['model']['name'])}</h1>"
+        f"<div class='sub'>Does this model carry, and use, Bayesian geometry? "
+        f"Created {_e(doc['created_utc'])} · bayes_lens {_e(doc['environment']['bayes_lens'])} · "
+        f"TransformerLens {_e(doc['environment']['transformer_lens'])} · schema {_e(doc['schema_version'])} "
+        f"<span class='badge {status}'>{status}{'' if not n_err else f': {n_err} section(s) not ok'}</span>"
+        f"</div></header><main>",
+        _cards(doc),
+        _glance(doc),
+        f"<section id='summary'><h2>Summary: this model next to the papers</h2>"
+        f"<p class='muted'>Every number with its 95% bootstrap interval over prompts and its random baseline; "
+        f"papers' numbers are for other (larger) models, see the caveats. Sections: {nav}</p>"
+        f"{_metrics_table(summary, with_section=True)}</section>",
+    ]
+    for sec, figs, tabs in zip(secs, figures, tables):
+        body.append(_section_html(sec, figs, tabs))
+    body.append("<section id='caveats'><h2>Caveats</h2><ul class='caveats'>"
+                + "".join(f"<li>{_e(c)}</li>" for c in doc["caveats"]) + "</ul></section>")
+    env = json.dumps({"model": doc["model"], "environment": doc["environment"], "settings": doc["settings"],
+                      "timings_s": doc["timings_s"]}, indent=1)
+    body.append(f"<section id='provenance'><h2>Provenance</h2><details><summary>model, library versions, "
+                f"settings and timings</summary><pre class='muted'>{_e(env)}</pre></details></section>")
+    body.append("<p class='muted' id='bl-render-status'>figures not rendered yet (JavaScript is needed for "
+                "the plots; the numbers above do not need it)</p></main>")
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>bayes_lens report: {_e(doc['model']['name'])}</title><style>{_CSS}</style>"
+        f"<script>{_ERROR_TRAP}</script>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        + "".join(body)
+        + f"<script>{_RENDER_CHECK}</script></body></html>"
+    )

@@ -1,0 +1,365 @@
+"""The report's sections: each calls the public analyses and turns their results into headline metrics.
+
+Sizes (prompt counts, sequence lengths, random seeds) for a quick and a full report are in
+:data:`QUICK` and :data:`FULL`; every section records the sizes it used in its ``settings``.
+Sections communicate through ``ctx.shared`` (the ablation reuses SULA's prompts and evaluation).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+
+from ._core import Context, Metric, Section, SectionOutput
+
+__all__ = ["SECTIONS", "QUICK", "FULL"]
+
+QUICK: Dict[str, object] = {
+    "geometry_n": 25,
+    "geometry_domains": ("math",),
+    "geometry_pool": 100,
+    "geometry_n_null": 50,
+    "sula_ks": (0, 1, 2, 4, 8),
+    "sula_n_per_k": 6,
+    "sula_controls": ("shuffled_labels", "evidence_removed"),
+    "ablation_layer": "middle",
+    "ablation_random_seeds": (0,),
+    "martingale_ns": (8, 16, 24, 32, 40),
+    "martingale_n_seqs": 8,
+    "martingale_permutation": {"n": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
+    "martingale_compression": {"thetas": (0.3, 0.7), "length": 32, "n_seqs": 6},
+    "n_boot": 300,
+}
+
+FULL: Dict[str, object] = {
+    "geometry_n": 75,
+    "geometry_domains": ("math", "code", "philosophy"),
+    "geometry_pool": 400,  # candidates scored per domain (a seeded subsample of the shipped pool)
+    "geometry_n_null": 200,
+    "sula_ks": (0, 1, 2, 4, 8),
+    "sula_n_per_k": 50,
+    "sula_controls": ("lexical_remap", "shuffled_labels", "evidence_removed", "carriers_masked"),
+    "ablation_layer": "middle",
+    "ablation_random_seeds": (0, 1, 2),
+    "martingale_ns": tuple(range(10, 200, 20)),
+    "martingale_n_seqs": 20,
+    "martingale_permutation": {"n": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
+    "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "length": 100, "n_seqs": 20},
+    "n_boot": 1000,
+}
+
+
+def _bl():
+    import bayes_lens
+
+    return bayes_lens
+
+
+# --------------------------------------------------------------------------------------------- geometry
+def _subpool(name: str, size: int, seed: int):
+    """A seeded subsample of a shipped pool (quick reports skip scoring every candidate)."""
+    bl = _bl()
+    recs = list(bl.prompts.pool(name))
+    if size is None or size >= len(recs):
+        return name
+    idx = np.sort(np.random.default_rng(seed).choice(len(recs), size=int(size), replace=False))
+    return [recs[i] for i in idx]
+
+
+def _geometry(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    model, z = ctx.model, ctx.sizes
+    n = int(z["geometry_n"])
+    domains = ("mixed",) + tuple(z["geometry_domains"])
+    nb = int(z["n_boot"])
+    specs = {d: _subpool(d, z["geometry_pool"], ctx.seed) for d in domains}
+    out = SectionOutput(settings={"n_prompts_per_domain": n, "domains": list(domains),
+                                  "pool_size": z["geometry_pool"] or "whole shipped pool", "layer": -1,
+                                  "site": "hook_v (per KV head)", "selection": "entropy quintiles",
+                                  "n_boot": nb, "n_null": z["geometry_n_null"]})
+    cmp = bl.compare_domains(model, specs, n=n, seed=ctx.seed, reference="mixed", n_boot=nb,
+                             n_null=int(z["geometry_n_null"]), n_perm=nb, progress=ctx.progress)
+    ctx.shared["geometry"] = cmp
+    ko = cmp.key_orthogonality
+    per_head = np.asarray(ko.per_head, dtype=float)
+    layer_mean = np.asarray(ko.layer_mean, dtype=float)
+    out.metrics.append(Metric(
+        "geometry.key_orthogonality", "key orthogonality: mean |cos| between W_K columns (all layers, KV heads)",
+        float(np.nanmean(per_head)), "cosine", None,
+        (ko.gaussian_baseline, "dimension-matched Gaussian √(2/(π·d_model))"),
+        note=f"paper convention √(2/(π·d_head)) = {float(ko.paper_baseline):.3f}; "
+             f"{int(np.sum(layer_mean < 0.20))}/{len(layer_mean)} layers below 0.20 (Paper A's threshold); "
+             f"layer means {np.nanmin(layer_mean):.3f}-{np.nanmax(layer_mean):.3f}; weights: {ko.processing}"))
+    for d in domains:
+        vm, af, ea = cmp.value_manifold[d], cmp.attention_focusing[d], cmp.entropy_alignment[d]
+        tag = f" [{d}, n = {vm.n_prompts}]"
+        out.metrics += [
+            Metric(f"geometry.{d}.pc1", "value manifold: PC1 explained variance" + tag, vm.pc1, "fraction",
+                   vm.pc1_ci, (vm.null_pc1, "i.i.d. Gaussian null, same n × d"),
+                   note=f"layer {vm.layer}, {vm.hook_name}, d = {vm.dim}; CI {vm.ci_method}"),
+            Metric(f"geometry.{d}.pc12", "value manifold: PC1+PC2 explained variance" + tag, vm.pc12, "fraction",
+                   vm.pc12_ci, (vm.null_pc12, "i.i.d. Gaussian null, same n × d")),
+            Metric(f"geometry.{d}.participation_ratio", "participation ratio (Σλ)²/Σλ²" + tag,
+                   vm.participation_ratio, "dimensions", vm.participation_ratio_ci,
+                   (vm.null_participation_ratio, "i.i.d. Gaussian null")),
+            Metric(f"geometry.{d}.alignment_spearman", "entropy alignment: Spearman ρ(PC1, next-token entropy)" + tag,
+                   ea.spearman, "correlation", ea.spearman_ci, (0.0, "no relation"),
+                   note=f"sign of PC1 arbitrary, compare |ρ|; permutation p = {float(ea.spearman_pvalue):.3g}"),
+        ]
+        if d == "mixed":
+            out.metrics.append(Metric(
+                "geometry.focusing_reduction", "attention focusing: entropy reduction, first → last layer" + tag,
+                af.reduction, "fraction", af.reduction_ci, None,
+                note=f"(H_first − H_last)/H_first of the final query row, per head then averaged; depth Spearman "
+                     f"{af.depth_spearman:.2f}; {af.n_rises} layers rise; uniform attention = "
+                     f"{af.uniform_entropy_bits:.2f} bits"))
+        else:
+            out.metrics.append(Metric(
+                f"geometry.{d}.pc12_diff", f"PC1+PC2 {d} − mixed (manifold collapse if > 0)", cmp.pc12_diff[d],
+                "fraction", cmp.pc12_diff_ci[d], (0.0, "no difference")))
+    import pandas as pd
+
+    out.tables["domains"] = cmp.to_dataframe()
+    out.tables["key_orthogonality"] = ko.to_dataframe()
+    for d in domains:
+        out.tables[f"{d}_attention_focusing"] = cmp.attention_focusing[d].to_dataframe()
+        out.tables[f"{d}_entropy_alignment"] = cmp.entropy_alignment[d].to_dataframe()
+    out.tables["prompts"] = pd.DataFrame([{"domain": d, "prompt": p, "kind": k, "quintile": int(q),
+                                           "entropy_bits": float(e)}
+                                          for d, sel in cmp.selections.items()
+                                          for p, k, q, e in zip(sel.prompts, sel.kinds, sel.quintile,
+                                                                sel.entropy_bits)])
+    out.figure("Geometry by domain: PC1, PC1+PC2 (Gaussian null), participation ratio, alignment, focusing",
+               cmp.plot)
+    out.figure("Value manifold on the mixed prompts (PC1 vs PC2)", cmp.value_manifold["mixed"].plot)
+    out.figure("Attention focusing by layer (mixed prompts)", cmp.attention_focusing["mixed"].plot)
+    out.figure("Entropy alignment: PC1 vs next-token entropy (mixed prompts)", cmp.entropy_alignment["mixed"].plot)
+    out.figure("Key orthogonality per layer and KV head", ko.plot)
+    out.details = {"key_orthogonality": {k: v for k, v in ko.to_dict().items()},
+                   "pc12_diff": cmp.pc12_diff, "pc12_diff_ci": cmp.pc12_diff_ci,
+                   "collapses": {d: cmp.collapses(d) for d in domains}}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- SULA
+_CTRL_LABEL = {"lexical_remap": "lexical remap", "shuffled_labels": "shuffled labels",
+               "evidence_removed": "evidence removed", "carriers_masked": "carriers masked"}
+
+
+def _row(table, k="all"):
+    rows = table[table["k"].astype(str) == str(k)]
+    return rows.iloc[0] if len(rows) else None
+
+
+def _geo_row(geometry, pair):
+    rows = geometry[geometry["pair"] == pair]
+    return rows.iloc[0] if len(rows) else None
+
+
+def _sula(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    model, z = ctx.model, ctx.sizes
+    out = SectionOutput(settings={"ks": list(z["sula_ks"]), "n_per_k": z["sula_n_per_k"], "p": 0.9,
+                                  "controls": list(z["sula_controls"]), "layer": -1, "n_boot": z["n_boot"]})
+    res = bl.sula.run_controls(model, controls=tuple(z["sula_controls"]), ks=tuple(z["sula_ks"]),
+                               n_per_k=int(z["sula_n_per_k"]), seed=ctx.seed, n_boot=int(z["n_boot"]),
+                               progress=ctx.progress)
+    main = res["main"]
+    ctx.shared["sula_prompts"] = main.prompts
+    ctx.shared["sula"] = main
+    allrow = _row(main.table)
+    L1, L2 = main.labels
+    n = len(main.prompts)
+    out.metrics += [
+        Metric("sula.mae_bits", "MAE of model vs Bayes label entropy", main.mae_bits, "bits", main.mae_bits_ci,
+               (allrow["mae_ignore_evidence_bits"], "evidence-blind predictor (always the prior)"),
+               note=f"{n} prompts, labels {L1!r}/{L2!r}, p = 0.9"),
+        Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation", main.pearson_ci,
+               (0.0, "no relation")),
+        Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits",
+               (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"])),
+        Metric("sula.ece", "expected calibration error of P(first label)", main.ece, "fraction",
+               (allrow["ece_ci_low"], allrow["ece_ci_high"])),
+        Metric("sula.brier", "Brier score of P(first label)", main.brier, "dimensionless",
+               (allrow["brier_ci_low"], allrow["brier_ci_high"]), (0.25, "always 0.5")),
+        Metric("sula.label_mass", "next-token probability mass on the two labels", main.label_mass, "fraction",
+               (allrow["label_mass_ci_low"], allrow["label_mass_ci_high"]),
+               note="low mass means the model mostly predicts something else than a label"),
+    ]
+    for key, pair, label in (("sula.rho_pc1_bayes", "pc1_vs_bayes_entropy", "ρ(PC1 of values, Bayes entropy)"),
+                             ("sula.rho_k_pc1", "k_vs_pc1", "ρ(k, PC1 of values)"),
+                             ("sula.rho_pc1_bayes_within_k", "pc1_vs_bayes_entropy_within_k",
+                              "ρ(PC1, Bayes entropy) within k (length confound removed)")):
+        g = _geo_row(main.geometry, pair)
+        if g is not None:
+            out.metrics.append(Metric(key, label, g["pearson"], "correlation",
+                                      (g["pearson_ci_low"], g["pearson_ci_high"]), (0.0, "no relation"),
+                                      note=f"Pearson; permutation p = {g['perm_pvalue']:.3g}; sign of PC1 arbitrary"))
+    for cond, r in res.results.items():
+        if cond == "main":
+            continue
+        row = _row(r.table)
+        out.metrics.append(Metric(
+            f"sula.control.{cond}.mae_bits", f"control '{_CTRL_LABEL.get(cond, cond)}': MAE vs its Bayes entropy",
+            r.mae_bits, "bits", r.mae_bits_ci,
+            (row["mae_ignore_evidence_bits"], "prior-only predictor"),
+            note=f"mean model entropy {row['h_model_mean_bits']:.3f} bits vs Bayes {row['h_bayes_mean_bits']:.3f} bits"))
+    out.tables["by_k"] = res.table
+    out.tables["geometry"] = res.geometry
+    out.tables["per_prompt"] = main.per_prompt()
+    out.figure("SULA: entropy vs k, PC1 vs k, reliability (main task and controls)", res.plot)
+    out.details["main"] = {k: v for k, v in main.to_dict().items()
+                           if k not in ("prompts", "model_p_first", "model_entropy_bits", "model_label_mass",
+                                        "bayes_p_first", "bayes_entropy_bits", "k", "hidden_label", "pc1")}
+    out.details["labels"] = res.labels
+    return out
+
+
+# --------------------------------------------------------------------------------------------- ablation
+def _pick(t, **eq):
+    sel = np.ones(len(t), dtype=bool)
+    for col, val in eq.items():
+        if val is None:
+            sel &= t[col].isna().to_numpy(dtype=bool)
+        else:
+            sel &= (t[col] == val).fillna(False).to_numpy(dtype=bool)
+    rows = t[sel]
+    return rows.iloc[0] if len(rows) else None
+
+
+def _ablation(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    from ..adapter import resolve_layer
+
+    model, z = ctx.model, ctx.sizes
+    prompts = ctx.shared["sula_prompts"]
+    n_layers = int(model.cfg.n_layers)
+    layer = z["ablation_layer"]
+    layer = n_layers // 2 if layer == "middle" else resolve_layer(model, int(layer))
+    seeds = tuple(z["ablation_random_seeds"])
+    out = SectionOutput(settings={"layer": layer, "site": "v", "lambda": 1.0, "standardize": "std",
+                                  "random_seeds": list(seeds), "n_prompts": len(prompts), "n_boot": z["n_boot"],
+                                  "correlation": "pearson"})
+    axis = bl.EntropyAxis(layer=layer, progress=ctx.progress).fit(model, prompts)
+    removal = axis.removal()
+    cmp = bl.compare_patched(model, prompts, {"axis removed": removal}, axis=axis, n_random_seeds=len(seeds),
+                             n_boot=max(int(z["n_boot"]), 10), seed=ctx.seed, progress=ctx.progress)
+    t = cmp.table
+    last = max(cmp.readout_layers)
+    rand = [c for c in cmp.conditions if c not in ("clean", "axis removed")]
+    rand = rand[0] if rand else None
+    clean_at = _pick(t, condition="clean", metric="axis_entropy_corr", readout_layer=layer, entropy="model")
+    if clean_at is not None:
+        out.metrics.append(Metric("ablation.corr_clean", f"clean: ρ(axis coordinate, model entropy) at layer {layer}",
+                                  clean_at["value"], "correlation",
+                                  (clean_at["value_ci_low"], clean_at["value_ci_high"]), (0.0, "no relation"),
+                                  note=f"axis = PC1 of hook_v at layer {layer} on {len(prompts)} SULA prompts"))
+    read = last if last != layer else layer
+    rem = _pick(t, condition="axis removed", metric="axis_entropy_corr", readout_layer=read, entropy="model")
+    rnd = _pick(t, condition=rand, metric="axis_entropy_corr", readout_layer=read, entropy="model") if rand else None
+    clean_read = _pick(t, condition="clean", metric="axis_entropy_corr", readout_layer=read, entropy="model")
+    if rem is not None:
+        out.metrics.append(Metric(
+            "ablation.corr_removed", f"axis removed at layer {layer}: ρ(axis coordinate, entropy) read at layer {read}",
+            rem["value"], "correlation", (rem["value_ci_low"], rem["value_ci_high"]),
+            (rnd["value"] if rnd is not None else None, f"random orthogonal direction removed ({len(seeds)} seeds)"),
+            note=(f"clean at layer {read}: {clean_read['value']:.3f}" if clean_read is not None else "")
+            + ("; the coordinate collapsed (degenerate, reported as 0)" if bool(rem["degenerate"]) else "")))
+    if rnd is not None:
+        out.metrics.append(Metric(
+            "ablation.delta_corr_random", f"random direction removed: change of ρ at layer {read}",
+            rnd["diff_from_clean"], "correlation", (rnd["diff_ci_low"], rnd["diff_ci_high"]), (0.0, "no change"),
+            note=f"mean over {len(seeds)} seeds; seed spread [{rnd['seed_diff_min']:.3g}, {rnd['seed_diff_max']:.3g}]"))
+    for metric, key, label, units in (("sula_mae_bits", "ablation.delta_mae_bits", "SULA MAE", "bits"),
+                                      ("sula_pearson", "ablation.delta_pearson", "SULA Pearson r", "correlation")):
+        r = _pick(t, condition="axis removed", metric=metric, readout_layer=None, entropy=None)
+        rr = _pick(t, condition=rand, metric=metric, readout_layer=None, entropy=None) if rand else None
+        if r is not None:
+            out.metrics.append(Metric(
+                key, f"axis removed: change of {label} (patched − clean)", r["diff_from_clean"], units,
+                (r["diff_ci_low"], r["diff_ci_high"]),
+                (rr["diff_from_clean"] if rr is not None else None, "random orthogonal direction removed"),
+                note=f"clean {r['value'] - r['diff_from_clean']:.3f}, patched {r['value']:.3f}; paired bootstrap"))
+    out.tables["comparison"] = t
+    out.figure("Entropy-axis ablation: correlation by readout layer, calibration change", cmp.plot)
+    out.details["comparison"] = {k: v for k, v in cmp.to_dict().items() if k != "table"}
+    out.details["axis"] = {"layer": layer, "hook_name": axis.hook_name_,
+                           "explained_variance_ratio": getattr(axis, "explained_variance_ratio_", None),
+                           "entropy_correlation": getattr(axis, "entropy_correlation_", None),
+                           "entropy_kind": getattr(axis, "entropy_kind_", None),
+                           "model_meta": getattr(axis, "model_meta_", None)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------- martingale
+def _martingale(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    mg = bl.martingale
+    model, z = ctx.model, ctx.sizes
+    nb = int(z["n_boot"])
+    out = SectionOutput(settings={"ns": list(z["martingale_ns"]), "n_seqs": z["martingale_n_seqs"],
+                                  "permutation": dict(z["martingale_permutation"]),
+                                  "compression": dict(z["martingale_compression"]), "n_boot": nb,
+                                  "template": repr(mg.DEFAULT_TEMPLATE)})
+    g = mg.gap(model, tuple(z["martingale_ns"]), n_seqs=int(z["martingale_n_seqs"]), seed=ctx.seed, n_boot=nb,
+               progress=ctx.progress)
+    f, fi = g.fit, g.fit_inv
+    out.metrics += [
+        Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats", f.A_ci,
+               (g.laplace_fit.A, "Laplace's rule (exact Bayes), same sequences"),
+               note=f"± {f.A_se:.3g} (s.e.); {len(g.per_n)} lengths × {g.n_seqs} balanced sequences"),
+        Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats", f.B_ci,
+               (g.laplace_fit.B, "Laplace's rule")),
+        Metric("martingale.adj_r2", "adjusted R² of A·log(n)/n + B", f.adj_r2, "dimensionless", None,
+               (fi.adj_r2, "adjusted R² of the A/n + B fit")),
+        Metric("martingale.symbol_mass", "probability mass on the '0'/'1' tokens", g.mean_symbol_mass, "fraction",
+               None, None, note="low mass means the model does not treat the prompt as a binary sequence"),
+    ]
+    p = dict(z["martingale_permutation"])
+    perm = mg.permutation_average(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **p)
+    out.metrics.append(Metric("martingale.permutation_slope", "log-log slope of SD vs number of orderings k",
+                              perm.slope, "dimensionless", perm.slope_ci, (-0.5, "theory (exchangeable average)"),
+                              note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings"))
+    c = dict(z["martingale_compression"])
+    comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)
+    end = comp.n_to_99
+    for who in ("model",):
+        rows = end[end["predictor"] == who]
+        if len(rows):
+            eff = float(rows["efficiency_at_end"].mean())
+            lap = end[end["predictor"] == "laplace"]["efficiency_at_end"].mean()
+            out.metrics.append(Metric("martingale.compression_efficiency",
+                                      f"compression efficiency H(θ)/CE after {comp.length} symbols (mean over θ)",
+                                      eff, "fraction", None, (lap, "Laplace's rule (Bayes)"),
+                                      note="≤ 1 in expectation; θ ∈ " + ", ".join(str(t) for t in c.get("thetas", []))))
+    out.tables["gap_per_n"] = g.per_n
+    out.tables["gap_fits"] = g.fits_table()
+    out.tables["permutation"] = perm.per_k
+    out.tables["compression_n_to_99"] = comp.n_to_99
+    out.tables["compression_curves"] = comp.curves
+    out.figure("Martingale gap Δ̂_n with fits", g.plot)
+    out.figure("Permutation averaging: SD across orderings vs k", perm.plot)
+    out.figure("Compression efficiency H(θ)/CE_n", comp.plot)
+    out.details["gap_comparison"] = g.comparison
+    out.details["permutation"] = {"slope": perm.slope, "slope_ci": perm.slope_ci,
+                                  "mean_abs_dev_from_laplace": perm.mean_abs_dev_from_laplace}
+    return out
+
+
+SECTIONS: Dict[str, Section] = {
+    s.name: s
+    for s in [
+        Section("geometry", "Geometry: value manifold, keys, focusing, alignment",
+                "Paper A §4.2/§5.1 on an entropy-stratified mixed prompt set and restricted domains.", _geometry),
+        Section("sula", "SULA: calibration against the analytic posterior",
+                "Paper A §4.3/§5.2: k labelled examples of two nonsense labels; the model's label entropy vs "
+                "the exact Bayes entropy, with controls.", _sula),
+        Section("ablation", "Entropy-axis ablation: does geometry break while calibration survives?",
+                "Paper A §6.2: remove the PC1 value direction (fit on SULA prompts) vs a random orthogonal "
+                "direction; geometry readout and calibration, clean vs patched.", _ablation),
+        Section("martingale", "Martingale diagnostics on binary sequences",
+                "Paper B eq. 27: the martingale gap Δ_n on balanced binary sequences, fit A·log(n)/n + B.",
+                _martingale),
+    ]
+}

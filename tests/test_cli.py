@@ -1,0 +1,136 @@
+"""The ``bayes-lens`` command: --help everywhere, one-line errors with exit status 2 on bad input.
+
+Bad input must be caught *before* the model is loaded (a wrong --out must not cost a model load),
+so these tests are fast. The end-to-end run of ``bayes-lens report --quick`` on SmolLM2 lives in
+tests/report/test_report_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bayes_lens.cli import build_parser, main
+
+COMMANDS = ["report", "geometry", "sula", "ablate", "martingale"]
+
+
+def _console_script():
+    exe = Path(sys.executable).parent / "bayes-lens"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "bayes_lens.cli"]
+
+
+def _run(*args, timeout=120):
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    return subprocess.run(_console_script() + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _one_line_error(proc, pattern: str):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("bayes-lens: error:")
+    assert pattern in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_console_script_help():
+    proc = _run("--help")
+    assert proc.returncode == 0
+    for cmd in COMMANDS + ["models", "info"]:
+        assert cmd in proc.stdout
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_every_analysis_command_has_help_and_shared_options(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--model", "--out", "--seed", "--quick", "--device"):
+        assert opt in out
+
+
+def test_parser_defaults():
+    args = build_parser().parse_args(["sula"])
+    assert (args.model, args.seed, args.quick, args.device, args.out) == ("default", 0, False, None, None)
+
+
+def test_unknown_model_subprocess():
+    _one_line_error(_run("report", "--model", "no-such-model", "--out", os.devnull + "-x"), "unknown model")
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["report", "--model", "/definitely/missing.gguf"], "not found"),
+    (["geometry", "--seed", "-3"], "non-negative integer"),
+    (["sula", "--seed", "abc"], "non-negative integer"),
+    (["report", "--sections", "geometry,bogus"], "unknown report section"),
+    (["martingale", "--device", "not-a-device"], "--device"),
+    (["ablate", "--device", "cuda:7"], "--device"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_one_line_exit_2(argv, pattern, tmp_path, capsys):
+    if argv[0] != "frobnicate":
+        argv = argv + ["--out", str(tmp_path / "out")]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bayes-lens: error:") and pattern in lines[0], err
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_unwritable_output_folder_fails_before_loading(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    proc = _run("report", "--quick", "--out", str(blocker / "sub"), timeout=60)
+    _one_line_error(proc, "not writable")
+    assert "loading model" not in proc.stderr  # failed before any model work
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into read-only folders")
+def test_read_only_output_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        _one_line_error(_run("sula", "--out", str(ro)), "not writable")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_models_command(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and ".gguf" in out
+
+
+def test_summary_table_formats_every_metric():
+    from bayes_lens.cli import summary_table
+
+    doc = {"summary": [
+        {"section": "sula", "key": "sula.mae_bits", "label": "MAE", "value": 0.4321, "units": "bits",
+         "ci": {"low": 0.4, "high": 0.5, "level": 0.95, "method": "m"}, "baseline": {"value": 0.6, "label": "prior"},
+         "references": []},
+        {"section": "geometry", "key": "geometry.mixed.pc1", "label": "PC1", "value": 0.25, "units": "fraction",
+         "ci": None, "baseline": None, "references": []},
+    ], "sections": {"sula": {"status": "ok"}, "martingale": {"status": "error", "error": {"message": "boom"}}}}
+    text = summary_table(doc)
+    assert "0.432 bits" in text and "[0.400, 0.500]" in text and "0.600 (prior)" in text
+    assert "25.0%" in text
+    assert "ERROR: boom" in text
+
+
+def test_windtunnel_commands_are_hooked_in(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["windtunnel", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "eval" in out
