@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import hashlib
 import importlib.metadata as _md
 import json
 import math
@@ -40,6 +39,7 @@ from .._results import jsonable
 from ..errors import InvalidInputError
 from ._atomic import Staging, check_writable, write_text
 from ._references import CAVEATS, REFERENCES
+from .._files import sha256_file
 
 __all__ = ["Metric", "SectionOutput", "Context", "Section", "run_report", "SCHEMA_VERSION"]
 
@@ -180,14 +180,6 @@ def model_identity(model, source: Optional[str]) -> dict:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _safe_name(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in s).strip("_") or "table"
 
@@ -306,8 +298,8 @@ def run_report(
         html = render_html(doc, [o.figures for o in outputs], [o.tables for o in outputs])
         write_text(staging.path / "report.html", html)
         for f in sorted(tables_dir.iterdir()):
-            doc["files"][f"tables/{f.name}"] = {"sha256": _sha256(f), "bytes": f.stat().st_size}
-        doc["files"]["report.html"] = {"sha256": _sha256(staging.path / "report.html"),
+            doc["files"][f"tables/{f.name}"] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+        doc["files"]["report.html"] = {"sha256": sha256_file(staging.path / "report.html"),
                                        "bytes": (staging.path / "report.html").stat().st_size}
         write_text(staging.path / "report.json", json.dumps(doc, indent=1, allow_nan=False))
         staging.commit(["tables", "report.html", "report.json"])

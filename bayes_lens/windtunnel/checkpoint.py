@@ -22,7 +22,6 @@ Example
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import torch
 from ..errors import CheckpointError, InvalidInputError
 from .model import ModelConfig
 from .tasks import task_from_dict
+from .._files import sha256_file
 
 __all__ = ["Checkpoint", "write_checkpoint", "read_checkpoint", "FORMAT"]
 
@@ -59,14 +59,6 @@ class Checkpoint:
     path: Optional[Path] = None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_checkpoint(path, ckpt: Checkpoint, *, optimizer: bool = True) -> Path:
     """Write ``ckpt`` into folder ``path`` (created if needed; files replaced atomically)."""
     from safetensors.torch import save_file
@@ -84,7 +76,7 @@ def write_checkpoint(path, ckpt: Checkpoint, *, optimizer: bool = True) -> Path:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
                   metadata={"format": FORMAT})
         os.replace(tmp, path / name)
-        hashes[name] = _sha256(path / name)
+        hashes[name] = sha256_file(path / name)
     config = {
         "format": FORMAT,
         "task": ckpt.task.to_dict(),
@@ -106,7 +98,7 @@ def write_checkpoint(path, ckpt: Checkpoint, *, optimizer: bool = True) -> Path:
 def _load_tensors(file: Path, expected_hash: Optional[str]) -> Dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    if expected_hash is not None and _sha256(file) != expected_hash:
+    if expected_hash is not None and sha256_file(file) != expected_hash:
         raise CheckpointError(
             f"{str(file)!r} does not match the SHA-256 recorded in config.json: the file is corrupted or "
             "was changed after saving. Restore it, or re-train (bl.windtunnel.train)."
