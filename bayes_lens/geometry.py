@@ -54,7 +54,7 @@ import torch
 from . import adapter
 from ._results import Result, plotly
 from .collect import Collection, collect
-from .errors import InvalidInputError, MissingHookError
+from .errors import BayesLensError, InvalidInputError, MissingHookError
 from .hooks import _check_finite, final_rows, last_index, pattern_entropy_bits
 from .metrics.keys import (
     gaussian_abs_cosine, mean_abs_offdiag_cosine, paper_abs_cosine_baseline, simulate_gaussian_abs_cosine,
@@ -515,8 +515,14 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
 
 
 def _key_stats(model, info) -> np.ndarray:
-    return np.stack([mean_abs_offdiag_cosine(adapter.key_weights(model, layer, info=info).numpy().astype(np.float64))
-                     for layer in range(info.n_layers)])
+    """[n_layers, n_kv_heads] mean off-diagonal |cos| (float64), one layer at a time to keep memory flat."""
+    rows = []
+    for layer in range(info.n_layers):
+        try:
+            rows.append(mean_abs_offdiag_cosine(adapter.key_weights(model, layer, info=info).numpy().astype(np.float64)))
+        except BayesLensError as exc:
+            raise type(exc)(f"layer {layer}: {exc}") from None
+    return np.stack(rows)
 
 
 def key_orthogonality(model, *, reference=None, n_sims: int = 200, seed: int = 0,

@@ -81,6 +81,23 @@ def test_processing_detects_folded_layer_norm():
     assert processed and "folded" in how
 
 
+@pytest.mark.skipif(not bl.adapter.has_hooked_transformer(), reason="HookedTransformer needs TL 3.x")
+def test_processing_detects_centred_writing_weights_on_a_large_vocabulary():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=8, d_vocab=10_001,
+                                  act_fn="gelu", normalization_type="LN", seed=0)
+    model = HookedTransformer(cfg)
+    assert processing(model) == (False, "raw weights")
+    with torch.no_grad():
+        model.embed.W_E -= model.embed.W_E.mean(-1, keepdim=True)  # what center_writing_weights does
+    processed, how = processing(model)
+    assert processed and how == "writing weights centred"
+    with torch.no_grad():
+        model.embed.W_E[0] += 1.0  # a (sampled) row off-centre: not centred
+    assert processing(model) == (False, "raw weights")
+
+
 def test_bridge_compatibility_mode_is_processed():
     model = tiny_model("bridge", gqa=True)
     model.enable_compatibility_mode(disable_warnings=True)

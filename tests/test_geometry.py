@@ -185,6 +185,24 @@ def test_key_orthogonality_brute_force_and_baselines(tiny):
     assert len(df) == info.n_layers * info.n_kv_heads and "mean_abs_cosine" in df
 
 
+def test_key_orthogonality_names_the_layer_with_bad_weights():
+    model = tiny_model("hooked" if bl.adapter.has_hooked_transformer() else "bridge", seed=1)
+    info = bl.adapter.model_info(model)
+    bad = info.n_layers - 1
+    w = bl.adapter.key_weights(model, bad).clone()
+    w[0, 0, 0] = float("nan")
+    real = bl.adapter.key_weights
+
+    def patched(m, layer, *, info=None):
+        return w if layer == bad else real(m, layer, info=info)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(bl.adapter, "key_weights", patched):
+        with pytest.raises(bl.NonFiniteError, match=f"layer {bad}:.*NaN"):
+            bl.key_orthogonality(model, n_sims=5)
+
+
 @pytest.mark.skipif(not bl.adapter.has_hooked_transformer(), reason="HookedTransformer needs TL 3.x")
 def test_orthonormal_keys_give_zero_and_processed_weights_warn():
     from transformer_lens import HookedTransformer, HookedTransformerConfig

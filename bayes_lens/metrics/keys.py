@@ -24,6 +24,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,12 +76,24 @@ def paper_abs_cosine_baseline(d_head: int) -> float:
 
 def simulate_gaussian_abs_cosine(d_model: int, d_head: int, *, n_sims: int = 200, seed: int = 0,
                                  chunk: int = 25) -> np.ndarray:
-    """[n_sims] draws of :func:`mean_abs_offdiag_cosine` for i.i.d. Gaussian d_model × d_head matrices."""
+    """[n_sims] draws of :func:`mean_abs_offdiag_cosine` for i.i.d. Gaussian d_model × d_head matrices.
+
+    The draws depend only on (d_model, d_head, n_sims, seed), so they are computed once per process
+    for each such tuple and a copy is returned (every layer of a model, and every model of the same
+    shape, shares them).
+    """
     if n_sims < 1:
         raise InvalidInputError(f"n_sims must be positive, got {n_sims}.")
+    if int(d_model) < 2 or int(d_head) < 2:
+        raise InvalidInputError(f"d_model and d_head must be at least 2, got {d_model} and {d_head}.")
+    return _simulate_cached(int(d_model), int(d_head), int(n_sims), int(seed), int(chunk)).copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _simulate_cached(d_model: int, d_head: int, n_sims: int, seed: int, chunk: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(0, n_sims, chunk):
         b = min(chunk, n_sims - i)
-        out.append(np.atleast_1d(mean_abs_offdiag_cosine(rng.standard_normal((b, int(d_model), int(d_head))))))
+        out.append(np.atleast_1d(mean_abs_offdiag_cosine(rng.standard_normal((b, d_model, d_head)))))
     return np.concatenate(out)

@@ -45,19 +45,26 @@ __all__ = [
 _REL_EPS = 1e-10
 
 
+_BLAS_CONTROLLER = None
+
+
 def _small_blas():
     """Limit BLAS/LAPACK to one thread for these small matrices.
 
     Multi-threaded OpenBLAS on a busy 2-core machine took ~1 s for one 64 × 192 SVD (1 ms on one
-    thread); the matrices here are far too small to gain from threads.
+    thread); the matrices here are far too small to gain from threads. The loaded BLAS libraries are
+    scanned once per process (a scan costs ~3 ms and a geometry run enters this ~60 times).
     """
+    global _BLAS_CONTROLLER
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - comes with scikit-learn
         import contextlib
 
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    if _BLAS_CONTROLLER is None:
+        _BLAS_CONTROLLER = ThreadpoolController()
+    return _BLAS_CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _check_matrix(x, min_rows: int = 3) -> np.ndarray:

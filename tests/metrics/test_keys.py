@@ -66,6 +66,22 @@ def test_monte_carlo_agrees_with_exact_formula():
     assert np.array_equal(sims, simulate_gaussian_abs_cosine(576, 64, n_sims=40, seed=0))
 
 
+def test_simulated_baseline_cache_is_exact_and_safe():
+    from bayes_lens.metrics.keys import _simulate_cached
+
+    first = simulate_gaussian_abs_cosine(96, 8, n_sims=30, seed=3)
+    # the cached draws equal an uncached computation with the same generator
+    rng = np.random.default_rng(3)
+    fresh = np.concatenate([mean_abs_offdiag_cosine(rng.standard_normal((b, 96, 8))) for b in (25, 5)])
+    np.testing.assert_array_equal(first, fresh)
+    np.testing.assert_array_equal(first, _simulate_cached.__wrapped__(96, 8, 30, 3, 25))
+    first[:] = -1.0  # a caller mutating its copy must not change the next caller's draws
+    np.testing.assert_array_equal(simulate_gaussian_abs_cosine(96, 8, n_sims=30, seed=3), fresh)
+    assert not np.array_equal(simulate_gaussian_abs_cosine(96, 8, n_sims=30, seed=4), fresh)
+    with pytest.raises(bl.InvalidInputError, match="at least 2"):
+        simulate_gaussian_abs_cosine(96, 1)
+
+
 def test_errors():
     with pytest.raises(bl.InvalidInputError):
         mean_abs_offdiag_cosine(np.ones((5, 1)))
