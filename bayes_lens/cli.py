@@ -238,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv_ = argv  # recorded by commands that write provenance (windtunnel train)
     try:
         return int(args.func(args) or 0)
     except BayesLensError as err:

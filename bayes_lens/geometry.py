@@ -42,6 +42,7 @@ Example
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 import warnings
@@ -801,3 +802,5 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+# help(), inspect.signature() and IDEs then show the function's parameters, not (*args, **kwargs)
+sys.modules[__name__].__signature__ = inspect.signature(geometry)

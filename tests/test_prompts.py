@@ -66,6 +66,15 @@ def test_pools_end_mid_thought():
             assert not r["text"].endswith((".", "!", "?")), r["text"]
 
 
+def test_pool_articles_agree_with_the_next_word():
+    """'a annelid' / 'A empiricist' were generator slips; 'a is' (a variable) and 'a utilitarian' are fine."""
+    import re
+
+    bad = re.compile(r"\b(?:[Aa] [aeio][a-z]{2,}|[Aa]n [b-df-hj-np-tv-z][a-z]+)")
+    slips = [m.group(0) for name in P.POOLS for r in _read(name) for m in bad.finditer(r["text"])]
+    assert slips == []
+
+
 def test_pool_files_are_small():
     for name in P.POOLS:
         path = resources.files("bayes_lens").joinpath("data", "prompts", f"{name}.jsonl")

@@ -39,6 +39,12 @@ N_MIXED_PER_KIND = 220
 N_DOMAIN = 240
 
 
+def _a(word: str, *, capital: bool = False) -> str:
+    """``word`` with its indefinite article: "an annelid", "a utilitarian" (a long u sounds like "you")."""
+    article = "an " if word[:1].lower() in "aeio" else "a "
+    return (article.capitalize() if capital else article) + word
+
+
 def _rng(name: str) -> random.Random:
     return random.Random(zlib.crc32(name.encode()))
 
@@ -190,17 +196,17 @@ def encyclopedic(rng: random.Random):
     if t == 1:
         n, sym, z, kind, state = rng.choice(ELEMENTS)
         s = rng.choice([
-            f"{n.capitalize()} is a chemical element with the symbol {sym} and atomic number {z}. It is classed as a {kind} and is a {state} at room temperature.",
-            f"With atomic number {z}, {n} is a {kind}; its chemical symbol is {sym}, and in pure form it is a {state} under ordinary conditions.",
+            f"{n.capitalize()} is a chemical element with the symbol {sym} and atomic number {z}. It is classed as {_a(kind)} and is {_a(state)} at room temperature.",
+            f"With atomic number {z}, {n} is {_a(kind)}; its chemical symbol is {sym}, and in pure form it is {_a(state)} under ordinary conditions.",
             f"The element {n}, symbol {sym}, has {z} protons in the nucleus of each of its atoms.",
         ])
         return _truncate_words(s, rng), "generated"
     if t == 2:
         a, cls, diet, hab = rng.choice(ANIMALS)
         s = rng.choice([
-            f"{a[0].upper() + a[1:]} is a {cls} found in {hab}. It is a {diet}, and its behaviour changes with the seasons.",
-            f"As a {diet}, {a} depends on {hab} for food and shelter, and populations fall when that habitat is lost.",
-            f"{a[0].upper() + a[1:]}, a {cls} of {hab}, has adapted to its surroundings in several remarkable ways.",
+            f"{a[0].upper() + a[1:]} is {_a(cls)} found in {hab}. It is {_a(diet)}, and its behaviour changes with the seasons.",
+            f"As {_a(diet)}, {a} depends on {hab} for food and shelter, and populations fall when that habitat is lost.",
+            f"{a[0].upper() + a[1:]}, {_a(cls)} of {hab}, has adapted to its surroundings in several remarkable ways.",
         ])
         return _truncate_words(s, rng), "generated"
     if t == 3:
@@ -764,7 +770,7 @@ def philosophy(rng: random.Random):
         s = rng.choice([
             f"On the {school} view, {c1} is nothing more than",
             f"According to the {school} account, what matters most for {c1} is",
-            f"A {school} would reply that {c1} cannot be understood without first explaining",
+            f"{_a(school, capital=True)} would reply that {c1} cannot be understood without first explaining",
         ])
         return s, "school_view"
     if t == 1:

@@ -37,6 +37,7 @@ Example
 from __future__ import annotations
 
 import json
+import inspect
 import sys
 import types
 import time
@@ -187,3 +188,5 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+# help(), inspect.signature() and IDEs then show the function's parameters, not (*args, **kwargs)
+sys.modules[__name__].__signature__ = inspect.signature(report)

@@ -20,9 +20,7 @@ import json
 import sys
 from typing import List, Optional
 
-from ..errors import BayesLensError
-
-__all__ = ["add_subparsers", "cli_main", "build_parser"]
+__all__ = ["add_subparsers", "cli_main"]
 
 
 def _task_from_args(args):
@@ -34,10 +32,8 @@ def _task_from_args(args):
 
 
 def _command_line(args) -> str:
-    own = getattr(args, "argv_", None)
-    if own is not None:
-        return "bayes-lens windtunnel train " + " ".join(own)
-    return "bayes-lens " + " ".join(sys.argv[1:])
+    own = getattr(args, "argv_", None)  # set by bayes_lens.cli.main
+    return "bayes-lens " + " ".join(sys.argv[1:] if own is None else own)
 
 
 def _cmd_train(args) -> int:
@@ -121,22 +117,11 @@ def add_subparsers(sub) -> argparse.ArgumentParser:
     return wt
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bayes-lens windtunnel", description=__doc__.splitlines()[0])
-    _fill(parser)
-    return parser
-
-
 def cli_main(argv: Optional[List[str]] = None) -> int:
-    """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv_ = argv[1:]
-    try:
-        return int(args.func(args) or 0)
-    except BayesLensError as err:
-        print(f"bayes-lens: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bayes-lens: interrupted", file=sys.stderr)
-        return 130
+    """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
+
+    The same as ``bayes_lens.cli.main(["windtunnel", *argv])``: one place handles errors and exit codes.
+    """
+    from ..cli import main
+
+    return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])

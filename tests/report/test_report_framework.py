@@ -172,6 +172,12 @@ def test_bl_report_is_callable_however_imported():
     import bayes_lens.report as rep_module
 
     assert callable(bl.report) and callable(rep_module)
+    import inspect
+
+    import bayes_lens.geometry as geo_module
+
+    assert list(inspect.signature(rep_module).parameters)[:2] == ["model", "out"]
+    assert list(inspect.signature(geo_module).parameters)[:2] == ["model", "prompts"]
 
 
 def test_schema_rejects_broken_documents(tiny_model, fake_sections, tmp_path):

@@ -182,6 +182,8 @@ def test_cli_train_and_eval(tmp_path, capsys):
                    "--d-head", "8", "--steps", "5", "--out", str(out), "--eval-n", "10", "--threads", "1"])
     assert rc == 0 and (out / "model.safetensors").is_file()
     assert "final MAE" in capsys.readouterr().out
+    recorded = json.loads((out / "config.json").read_text())["extra"]["command"]
+    assert recorded.startswith("bayes-lens windtunnel train --task bijection --V 4 ") and recorded.endswith("--threads 1")
     assert cli_main(["eval", "--checkpoint", str(out), "--n", "20"]) == 0
     assert "MAE" in capsys.readouterr().out
     assert cli_main(["eval", "--checkpoint", str(tmp_path / "nope"), "--n", "20"]) == 2
