@@ -9,7 +9,8 @@ Baselines (reported side by side, labelled):
   E|cos| = Γ(d/2) / (√π · Γ((d+1)/2)) ≈ √(2/(π d)) (0.0332 at d = 576) — d is d_model, the space
   the columns live in;
 * a simulated distribution of the statistic itself for i.i.d. Gaussian matrices of the same
-  d_model × d_head shape (:func:`simulate_gaussian_abs_cosine`);
+  d_model × d_head shape (:func:`simulate_gaussian_abs_cosine`, drawn exactly through the Wishart
+  Gram matrix WᵀW by the Bartlett decomposition);
 * the paper's convention √(2/(π · d_head)) (≈ 0.0997 at d_head = 64), labelled as such.
 
 Example
@@ -24,7 +25,6 @@ Example
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -78,22 +78,31 @@ def simulate_gaussian_abs_cosine(d_model: int, d_head: int, *, n_sims: int = 200
                                  chunk: int = 25) -> np.ndarray:
     """[n_sims] draws of :func:`mean_abs_offdiag_cosine` for i.i.d. Gaussian d_model × d_head matrices.
 
-    The draws depend only on (d_model, d_head, n_sims, seed), so they are computed once per process
-    for each such tuple and a copy is returned (every layer of a model, and every model of the same
-    shape, shares them).
+    The statistic depends on W only through its Gram matrix G = WᵀW ~ Wishart(d_model, I_{d_head}), so
+    when d_model ≥ d_head G is drawn exactly by the Bartlett decomposition G = L Lᵀ (L lower
+    triangular, L_ii² ~ χ²(d_model − i) for i = 0..d_head−1, L_ij ~ N(0, 1) below the diagonal) and
+    cos_ij = G_ij / √(G_ii G_jj). That needs d_head(d_head + 1)/2 random numbers per draw instead of
+    d_model · d_head (2,080 vs 36,864 for SmolLM2) — the same distribution at ~1/20 of the cost.
+    With d_model < d_head (a singular Wishart) the matrices are drawn directly.
     """
     if n_sims < 1:
         raise InvalidInputError(f"n_sims must be positive, got {n_sims}.")
-    if int(d_model) < 2 or int(d_head) < 2:
+    d, m = int(d_model), int(d_head)
+    if d < 2 or m < 2:
         raise InvalidInputError(f"d_model and d_head must be at least 2, got {d_model} and {d_head}.")
-    return _simulate_cached(int(d_model), int(d_head), int(n_sims), int(seed), int(chunk)).copy()
-
-
-@functools.lru_cache(maxsize=16)
-def _simulate_cached(d_model: int, d_head: int, n_sims: int, seed: int, chunk: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     out = []
-    for i in range(0, n_sims, chunk):
-        b = min(chunk, n_sims - i)
-        out.append(np.atleast_1d(mean_abs_offdiag_cosine(rng.standard_normal((b, d_model, d_head)))))
+    for start in range(0, int(n_sims), chunk):  # chunks keep the peak memory at a few MiB
+        b = min(chunk, int(n_sims) - start)
+        if d < m:
+            out.append(np.atleast_1d(mean_abs_offdiag_cosine(rng.standard_normal((b, d, m)))))
+            continue
+        low = np.tril(rng.standard_normal((b, m, m)), k=-1)
+        diag = np.arange(m)
+        low[:, diag, diag] = np.sqrt(rng.chisquare(d - diag, size=(b, m)))
+        with _small_blas():
+            gram = low @ np.swapaxes(low, 1, 2)
+        norm = np.sqrt(np.diagonal(gram, axis1=1, axis2=2))
+        cos = np.abs(gram / (norm[:, :, None] * norm[:, None, :]))
+        out.append((cos.sum(axis=(1, 2)) - np.trace(cos, axis1=1, axis2=2)) / (m * (m - 1)))
     return np.concatenate(out)
