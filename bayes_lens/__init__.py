@@ -2,7 +2,9 @@
 
 The public surface (see the README and docs/DESIGN.md "The public contract") is listed in
 ``__all__``. Heavy submodules are imported lazily on first attribute access, so
-``import bayes_lens`` stays fast and a missing optional extra only matters when it is used.
+``import bayes_lens`` stays fast and a missing optional extra only matters when it is used. Every
+public name has one meaning: no function shares its name with a module (the geometry metrics live in
+the private package ``bayes_lens._geometry``, the report writer in ``bayes_lens.reporting``).
 
 Example
 -------
@@ -39,11 +41,19 @@ _LAZY = {
     "collect": ("bayes_lens.collect", None),
     "hooks": ("bayes_lens.hooks", None),
     "hook_filter": ("bayes_lens.hooks", "hook_filter"),
-    "value_manifold": ("bayes_lens.geometry", "value_manifold"),
-    "key_orthogonality": ("bayes_lens.geometry", "key_orthogonality"),
-    "attention_focusing": ("bayes_lens.geometry", "attention_focusing"),
-    "entropy_alignment": ("bayes_lens.geometry", "entropy_alignment"),
-    "geometry": ("bayes_lens.geometry", "geometry"),
+    "hookpoints": ("bayes_lens.hookpoints", None),
+    "attach": ("bayes_lens.hookpoints", "attach"),
+    "value_manifold": ("bayes_lens._geometry", "value_manifold"),
+    "key_orthogonality": ("bayes_lens._geometry", "key_orthogonality"),
+    "attention_focusing": ("bayes_lens._geometry", "attention_focusing"),
+    "entropy_alignment": ("bayes_lens._geometry", "entropy_alignment"),
+    "geometry": ("bayes_lens._geometry", "geometry"),
+    "ValueManifold": ("bayes_lens._geometry", "ValueManifold"),
+    "KeyOrthogonality": ("bayes_lens._geometry", "KeyOrthogonality"),
+    "AttentionFocusing": ("bayes_lens._geometry", "AttentionFocusing"),
+    "EntropyAlignment": ("bayes_lens._geometry", "EntropyAlignment"),
+    "Geometry": ("bayes_lens._geometry", "Geometry"),
+    "Collection": ("bayes_lens.collect", "Collection"),
     "prompts": ("bayes_lens.prompts", None),
     "compare_domains": ("bayes_lens.domains", "compare_domains"),
     "sula": ("bayes_lens.sula", None),
@@ -53,7 +63,8 @@ _LAZY = {
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
     "windtunnel": ("bayes_lens.windtunnel", None),
-    "report": ("bayes_lens.report", "report"),
+    "reporting": ("bayes_lens.reporting", None),
+    "report": ("bayes_lens.reporting", "report"),
 }
 
 __all__ = [

@@ -14,10 +14,13 @@ __all__ = ["progress"]
 
 def progress(iterable: Iterable, *, desc: str, total: Optional[int] = None,
              enabled: Optional[bool] = None, unit: str = "it"):
-    """Wrap ``iterable`` in a tqdm bar unless disabled (argument or BAYES_LENS_PROGRESS=0)."""
-    if enabled is None:
-        enabled = os.environ.get("BAYES_LENS_PROGRESS", "1") not in ("0", "false", "False", "")
-    if not enabled:
+    """Wrap ``iterable`` in a tqdm bar unless disabled (argument or BAYES_LENS_PROGRESS=0).
+
+    ``BAYES_LENS_PROGRESS=0`` wins over ``enabled=True``: a default of ``progress=True`` in a
+    function's signature must not turn bars on in a run that switched them off globally.
+    """
+    env_off = os.environ.get("BAYES_LENS_PROGRESS", "1") in ("0", "false", "False", "")
+    if env_off or enabled is False:
         return iterable
     from tqdm.auto import tqdm
 

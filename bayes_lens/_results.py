@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from .errors import require_extra
 
-__all__ = ["Result", "jsonable", "plotly"]
+__all__ = ["Result", "Estimate", "jsonable", "plotly"]
 
 
 def jsonable(value: Any) -> Any:
@@ -69,6 +70,34 @@ class Result:
             return self.to_dataframe().to_html(max_rows=40)
         except Exception:  # noqa: BLE001 - display must never raise
             return repr(self)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A typed headline number: its value, interval (and the method that made it), and a null.
+
+    Returned by the accessors of results (e.g. ``PatchComparison.corr(condition, layer)``) so that a
+    number is looked up by meaning, not by a string query on a table; ``float(est)`` is the value.
+    """
+
+    value: float
+    ci: Tuple[float, float] = (float("nan"), float("nan"))
+    ci_method: str = "percentile bootstrap over prompts"
+    null: Optional[float] = None
+    null_interval: Optional[Tuple[float, float]] = None
+    n: Optional[int] = None
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def excludes(self, x: float = 0.0) -> bool:
+        """Whether the interval lies entirely on one side of ``x`` (the difference is resolved)."""
+        lo, hi = self.ci
+        return bool(math.isfinite(lo) and math.isfinite(hi) and (lo > x or hi < x))
+
+    def __repr__(self) -> str:
+        lo, hi = self.ci
+        return f"Estimate({self.value:.4g}, CI [{lo:.4g}, {hi:.4g}], {self.ci_method})"
 
 
 def plotly():

@@ -26,6 +26,8 @@ Example
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
@@ -49,6 +51,13 @@ __all__ = [
     "processing",
     "tokenize",
     "model_device",
+    "model_lock",
+    "check_model",
+    "hook_names",
+    "is_activation_cache",
+    "mask_from_tokens",
+    "cache_model",
+    "cache_has",
     "SITES",
 ]
 
@@ -103,7 +112,8 @@ def is_bridge(model) -> bool:
     return isinstance(model, TransformerBridge)
 
 
-def _check_model(model) -> None:
+def check_model(model) -> None:
+    """Raise InvalidInputError unless ``model`` is a TransformerLens model (has ``cfg`` and the hook API)."""
     if not isinstance(model, TLModel) or not hasattr(model, "cfg"):
         raise InvalidInputError(
             f"expected a TransformerLens model (HookedTransformer or TransformerBridge), got "
@@ -135,7 +145,7 @@ class ModelInfo:
 
 def model_info(model) -> ModelInfo:
     """Read layers, heads (query and key/value), widths and processing state from ``model``."""
-    _check_model(model)
+    check_model(model)
     cfg = model.cfg
     n_heads = int(cfg.n_heads)
     n_kv = getattr(cfg, "n_key_value_heads", None) or n_heads
@@ -197,7 +207,8 @@ def hook_name(model, layer: int, site: str) -> str:
     return SITES[site].format(layer=resolve_layer(model, layer))
 
 
-def _hook_names(model) -> set:
+def hook_names(model) -> set:
+    """Every hook name the model accepts (its ``hook_dict`` plus a bridge's legacy aliases)."""
     names = set(getattr(model, "hook_dict", {}).keys())
     if is_bridge(model):
         for reg in ("_hook_alias_registry",):
@@ -211,7 +222,7 @@ def _hook_names(model) -> set:
 
 def check_hooks(model, names: Iterable[str]) -> None:
     """Raise MissingHookError listing every name in ``names`` the model has no hook point for."""
-    have = _hook_names(model)
+    have = hook_names(model)
     missing = [n for n in names if n not in have]
     if missing:
         raise MissingHookError(
@@ -302,6 +313,25 @@ def _bridge_key_weight(model, layer: int, info: ModelInfo) -> Tensor:
     return w
 
 
+_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model) -> "threading.RLock":
+    """The re-entrant lock that serializes bayes_lens's forward passes (and patches) on ``model``.
+
+    Hooks in TransformerLens are global state of the model: a hook one thread adds fires on another
+    thread's forward pass. Every runner and patch context of bayes_lens holds this lock for the whole
+    time its hooks are attached, so two threads analysing one model take turns instead of mixing.
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = threading.RLock()
+            _LOCKS[model] = lock
+        return lock
+
+
 def model_device(model) -> torch.device:
     """The device of the model's parameters (CPU when it has none)."""
     try:
@@ -375,6 +405,41 @@ def tokenize(
             mask[i, width - len(seq):] = 1
     device = model_device(model)
     return tokens.to(device), mask.to(device)
+
+
+def mask_from_tokens(model, tokens: Tensor, padding_side: Optional[str] = None) -> Int[Tensor, "batch pos"]:
+    """The attention mask of padded ``tokens``: 0 on the run of pad tokens at the padded end, else 1.
+
+    The padded end is the tokenizer's ``padding_side`` (``model.to_tokens`` pads on the right), as
+    TransformerLens decides it; a leading BOS that shares the pad id stays real. Only the trailing
+    (right) or leading (left) run of pad ids counts as padding, so a pad id inside a prompt is kept.
+    """
+    tok = _tokenizer(model)
+    side = padding_side or getattr(tok, "padding_side", "right") or "right"
+    if side not in ("left", "right"):
+        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {side!r}.")
+    pad = tok.pad_token_id
+    tokens = torch.as_tensor(tokens)
+    if tokens.ndim != 2:
+        raise InvalidInputError(f"tokens must be [batch, pos], got shape {list(tokens.shape)}.")
+    mask = torch.ones_like(tokens, dtype=torch.long)
+    if pad is None:
+        return mask
+    real = tokens.ne(int(pad)).long()
+    if side == "right":
+        pad_run = real.flip(-1).cumsum(-1).flip(-1) == 0
+    else:
+        pad_run = real.cumsum(-1) == 0
+        bos = getattr(tok, "bos_token_id", None)
+        if bos is not None and int(bos) == int(pad) and bool(getattr(model.cfg, "default_prepend_bos", False)):
+            first_real = pad_run.sum(-1) - 1
+            rows = (first_real >= 0).nonzero().flatten()
+            pad_run[rows, first_real[rows]] = False
+    mask[pad_run] = 0
+    if not bool(mask.any(dim=1).all()):
+        bad = (~mask.bool().any(dim=1)).nonzero().flatten().tolist()
+        raise InvalidInputError(f"rows {bad} of the tokens are all pad tokens; pass attention_mask= instead.")
+    return mask
 
 
 def is_activation_cache(obj) -> bool:

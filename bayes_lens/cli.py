@@ -135,7 +135,7 @@ def _cmd_info(args) -> int:
 
 def summary_table(doc: dict) -> str:
     """The report's headline numbers as a plain-text table (printed at the end of every command)."""
-    from .report._html import format_ci, format_value
+    from .reporting._html import format_ci, format_value
 
     rows = [("section", "quantity", "value", "95% CI", "baseline")]
     for r in doc["summary"]:
@@ -162,14 +162,14 @@ def _unit(units: str) -> str:
 
 
 def _cmd_analysis(args) -> int:
-    from .report import _prepare, _run
+    from .reporting import prepare_report, run_model_report
 
     sections, _, _ = _ANALYSES[args.command]
     if args.command == "report" and args.sections:
         sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     out = args.out or _ANALYSES[args.command][1]
     # cheap checks first: a bad --out or --seed must not cost a model load
-    _prepare(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
+    prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)
@@ -185,9 +185,9 @@ def _cmd_analysis(args) -> int:
             print(f"bayes-lens: [{state['i']}/{len(names)}] {name}: {status} "
                   f"({time.perf_counter() - state['t']:.1f} s)", file=sys.stderr, flush=True)
 
-    doc = _run(model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress, sections=sections,
-               strict=args.strict, overrides=None, source=args.model, extra_timings={"model_load": load_s},
-               on_section=on_section)
+    doc = run_model_report(model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress,
+                           sections=sections, strict=args.strict, overrides=None, source=args.model,
+                           extra_timings={"model_load": load_s}, on_section=on_section)
     print(summary_table(doc))
     print(f"\nreport: {os.path.join(out, 'report.html')}  (data: {os.path.join(out, 'report.json')}, "
           f"tables: {os.path.join(out, 'tables')}/)  total {doc['timings_s']['total']:.0f} s")
@@ -207,6 +207,15 @@ def _add_windtunnel(sub) -> None:
     register = getattr(wt_cli, "add_subparsers", None)
     if callable(register):
         register(sub)
+
+
+def windtunnel_main(argv: Optional[List[str]] = None) -> int:
+    """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
+
+    The same as ``main(["windtunnel", *argv])``: one place handles errors and exit codes
+    (``python -m bayes_lens.windtunnel`` and ``bl.windtunnel.cli_main`` call it).
+    """
+    return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])
 
 
 def build_parser() -> argparse.ArgumentParser:

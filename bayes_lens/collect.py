@@ -1,124 +1,202 @@
-"""Batched, padded, mask-aware runs of prompts: the streaming counterpart of ``run_with_cache``.
+"""The one runner: batched, padded, mask-aware runs of prompts — the streaming ``run_with_cache``.
 
 METHODS.md §0: "final token" is the last *real* token of each prompt, and every read of a
-position or an attention row respects the attention mask. This module runs a list of prompts in
-batches (left or right padding), gives the model the attention mask (TransformerLens then derives
-rotary / absolute positions from it for left padding, on ``HookedTransformer`` and on
-``TransformerBridge``), and, through the metric hooks of :mod:`bayes_lens.hooks`, keeps only what
-the geometry metrics of Paper A §4.2 / §5.1 need:
+position or an attention row respects the attention mask. Every analysis of bayes_lens that runs
+the model goes through :func:`forward_batches` (one forward pass per batch, with the attention
+mask, under ``torch.inference_mode()``, hooks attached only for that pass and removed afterwards,
+also on error, while the model's lock is held so two threads never mix hooks). :func:`collect`
+keeps only what the metrics need, as a :class:`Collection`:
 
-* final-token ``hook_v`` per key/value head (value manifold, METHODS.md §1),
+* final-token ``hook_v`` per key/value head (value manifold, METHODS.md §1; Paper A §4.2),
 * final-token ``hook_resid_post`` (the paper script's variant),
-* per-head attention entropy of the final query row over valid keys (§3),
-* the full-vocabulary next-token entropy in bits at the final token (§4), and optional
-  log-probabilities of chosen tokens (SULA, §6).
+* per-head attention entropy of the final query row over valid keys (§3), or its mean over rows,
+* the full-vocabulary next-token entropy in bits at the final token (§4), and log-probabilities of
+  chosen tokens there (the SULA labels, §6).
 
-Everything runs under ``torch.inference_mode()``; hooks are attached with ``model.hooks(...)`` for
-each forward pass only, so they are removed on exit, also on error. A :class:`Collection` is
-mergeable: ``Collection.merge([a, b])`` of two shards equals one run over the concatenated prompts.
+The unembedding is computed only where it is read: a forward pre-hook on ``model.unembed`` hands it
+the final real token's residual of every row (``logits="final"``, the default), so on a 262k-token
+vocabulary the runner does not pay for logits at every position; ``logits="all"`` keeps the full
+``[batch, pos, vocab]`` (the martingale predictive reads every position).
+
+A :class:`Collection` is the common currency of the analyses: :func:`collect` makes one from a model
+and prompts, :meth:`Collection.from_cache` from what a user made with ``run_with_cache`` (an
+``ActivationCache``, a plain dict of tensors, or the ``(logits, cache)`` pair), and
+:meth:`Collection.merge` concatenates shards, so a run split into pieces equals one run.
 
 Example
 -------
 >>> import bayes_lens as bl                                               # doctest: +SKIP
->>> from bayes_lens.collect import collect
->>> col = collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)  # doctest: +SKIP
+>>> col = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)  # doctest: +SKIP
 >>> col.final_values[model.cfg.n_layers - 1].shape   # [2, n_kv_heads * d_head]   # doctest: +SKIP
->>> col.attn_entropy_bits.shape                       # [2, n_layers, n_heads]     # doctest: +SKIP
+>>> tokens, mask = bl.adapter.tokenize(model, prompts)                                        # doctest: +SKIP
+>>> logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
+>>> same = bl.collect.Collection.from_cache((logits, cache), attention_mask=mask, value_layers=[-1])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from . import adapter
-from ._progress import progress as _progress
-from .errors import InvalidInputError
-from .hooks import _batch_context, _check_finite, attention_entropy_hooks, final_token_hooks, last_index
+from ._progress import progress as progress_bar
+from .errors import InvalidInputError, MissingHookError
+from .hooks import (
+    attention_entropy_hooks,
+    check_finite,
+    final_rows,
+    final_token_hooks,
+    last_index,
+    pattern_entropy_bits,
+)
+from .hookpoints import HOOK_POINTS, attached_for
+from .metrics.stats import entropy_bits
 
-__all__ = ["Batch", "Collection", "forward_batches", "collect"]
+__all__ = ["Batch", "Collection", "forward_batches", "collect", "is_cache_like", "source_model", "check_prompts"]
 
-_LN2 = math.log(2.0)
+HookSource = Union[Sequence, Callable[["Batch"], Sequence]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Batch:
-    """One forward pass of :func:`forward_batches` (tensors on the model's device)."""
+    """One forward pass of :func:`forward_batches` (tensors on the model's device).
+
+    ``logits`` is ``[batch, vocab]`` at the final real token (``logits="final"``) or
+    ``[batch, pos, vocab]`` (``logits="all"``); it is ``None`` in the :class:`Batch` handed to a
+    per-batch hook factory (the pass has not run yet).
+    """
 
     indices: Int[Tensor, "batch"]
     tokens: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"]
     last_index: Int[Tensor, "batch"]
-    logits: Float[Tensor, "batch pos vocab"]
+    logits: Optional[Tensor] = None
 
     def final_logits(self) -> Float[Tensor, "batch vocab"]:
         """Logits at the final real token of every row."""
-        return self.logits[torch.arange(self.logits.shape[0], device=self.logits.device), self.last_index]
+        if self.logits is None:
+            raise InvalidInputError("this batch has not been run yet.")
+        if self.logits.ndim == 2:
+            return self.logits
+        return self.logits[torch.arange(self.logits.shape[0], device=self.logits.device),
+                           self.last_index.to(self.logits.device)]
 
 
-def _check_prompts(prompts) -> List[str]:
+def check_prompts(prompts) -> List[str]:
+    """The prompts as a list of strings, or a clear error for one string / an empty list."""
     if isinstance(prompts, str):
         raise InvalidInputError("prompts must be a list of strings, not one string; wrap it: [prompt].")
+    if prompts is None:
+        raise InvalidInputError("prompts are required with a model (a list of strings).")
     prompts = list(prompts)
     if not prompts:
         raise InvalidInputError("the prompt list is empty; pass at least one prompt.")
     return prompts
 
 
+def _final_only_prehook(last: Tensor):
+    """A forward pre-hook on the unembedding that keeps only each row's final real position."""
+
+    def pre(module, args):
+        x = args[0]
+        rows = x[torch.arange(x.shape[0], device=x.device), last.to(x.device)]
+        return (rows.unsqueeze(1),) + tuple(args[1:])
+
+    return pre
+
+
 def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padding_side: str = "right",
-                    fwd_hooks=(), progress: Optional[bool] = True, desc: str = "forward") -> Iterator[Batch]:
+                    fwd_hooks: HookSource = (), logits: str = "final", progress: Optional[bool] = None,
+                    desc: str = "forward", start_index: int = 0) -> Iterator[Batch]:
     """Run ``prompts`` through ``model`` in padded batches; yield a :class:`Batch` per forward pass.
 
-    Every prompt is tokenized first (so a bad or over-long prompt fails before any compute). Each
-    forward runs under ``torch.inference_mode()`` inside ``model.hooks(fwd_hooks=...)`` (removed
-    afterwards, also on error) with the attention mask, and with
-    :func:`bayes_lens.hooks.current_batch` set so metric hooks built without an explicit mask find
-    the batch's mask and the prompts' global indices.
+    ``fwd_hooks`` is a ``[(hook_name, fn)]`` list active in every pass, or a callable
+    ``batch -> [(hook_name, fn)]`` called once per batch (the mask, final positions and global
+    prompt indices of that batch are bound into the hooks it builds). Every prompt is tokenized first
+    (a bad or over-long prompt fails before any compute). ``logits``: ``"final"`` computes the
+    unembedding at the final real token only; ``"all"`` at every position. ``start_index`` is the
+    global index of the first prompt (for shards).
     """
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}.")
     if padding_side not in ("left", "right"):
         raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    fwd_hooks = list(fwd_hooks)
-    # tokenize every batch up front: a bad or over-long prompt fails before any compute
+    if logits not in ("final", "all"):
+        raise InvalidInputError(f"logits must be 'final' or 'all', got {logits!r}.")
+    static = None if callable(fwd_hooks) else list(fwd_hooks)
     starts = list(range(0, len(prompts), batch_size))
     batches = []
     for s in starts:
         try:
             batches.append(adapter.tokenize(model, prompts[s:s + batch_size], padding_side=padding_side))
         except InvalidInputError as err:  # name the global prompt index, not the in-batch one
-            raise type(err)(f"{err} (prompt numbers count from {s}, the start of this batch)") from err
-    for start, (tokens, mask) in _progress(list(zip(starts, batches)), desc=desc, total=len(starts),
-                                           enabled=progress, unit="batch"):
-        indices = torch.arange(start, start + tokens.shape[0])
-        with torch.inference_mode(), _batch_context(mask, indices):
-            with model.hooks(fwd_hooks=fwd_hooks):
-                logits = model(tokens, attention_mask=mask, return_type="logits")
-        yield Batch(indices=indices, tokens=tokens, attention_mask=mask, last_index=last_index(mask),
-                    logits=logits.float())
+            raise type(err)(f"{err} (prompt numbers count from {start_index + s}, the start of this batch)") from err
+    for start, (tokens, mask) in progress_bar(list(zip(starts, batches)), desc=desc, total=len(starts),
+                                              enabled=progress, unit="batch"):
+        indices = torch.arange(start_index + start, start_index + start + tokens.shape[0])
+        batch = Batch(indices=indices, tokens=tokens, attention_mask=mask, last_index=last_index(mask))
+        hooks = static if static is not None else list(fwd_hooks(batch))
+        with adapter.model_lock(model), torch.inference_mode():
+            handle = (model.unembed.register_forward_pre_hook(_final_only_prehook(batch.last_index))
+                      if logits == "final" else None)
+            try:
+                with attached_for(model, hooks), model.hooks(fwd_hooks=hooks):
+                    out = model(tokens, attention_mask=mask, return_type="logits")
+            finally:
+                if handle is not None:
+                    handle.remove()
+        out = out[:, 0] if logits == "final" else out
+        yield dataclasses.replace(batch, logits=out.float())
 
 
-@dataclass(frozen=True)
+# --------------------------------------------------------------------------------------------
+# The collection
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
 class Collection:
-    """What :func:`collect` kept of a run over ``n`` prompts (CPU tensors, prompt order)."""
+    """What :func:`collect` kept of a run over ``n`` prompts (CPU tensors, prompt order).
+
+    ``next_token_entropy_bits`` and ``token_logprobs`` are ``None`` when made from a cache without
+    logits (and without ``hook_next_token_entropy``); ``indices`` are the prompts' global numbers.
+    """
 
     final_values: Dict[int, Float[Tensor, "n kv_dim"]]
     final_resid: Dict[int, Float[Tensor, "n d_model"]]
     attn_entropy_bits: Optional[Float[Tensor, "n n_layers n_heads"]]
-    next_token_entropy_bits: Float[Tensor, "n"]
+    next_token_entropy_bits: Optional[Float[Tensor, "n"]]
     token_logprobs: Optional[Float[Tensor, "n n_tokens"]]
     n_tokens: Int[Tensor, "n"]
     attention_positions: str = "last"
+    indices: Optional[Int[Tensor, "n"]] = None
 
     @property
     def n_prompts(self) -> int:
         return int(self.n_tokens.shape[0])
+
+    def values(self, layer: int, site: str = "v") -> Tensor:
+        """Final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``, or MissingHookError."""
+        store = self.final_values if site == "v" else self.final_resid
+        if layer not in store:
+            what = "hook_v" if site == "v" else "hook_resid_post"
+            raise MissingHookError(f"this collection holds {what} rows at layers {sorted(store)}, not {layer}; "
+                                   f"collect with {'value_layers' if site == 'v' else 'resid_layers'}=[{layer}].")
+        return store[layer]
+
+    def require_entropy(self) -> Tensor:
+        if self.next_token_entropy_bits is None:
+            raise MissingHookError(
+                "the next-token entropy is missing: from a cache pass the logits too — the (logits, cache) pair "
+                "run_with_cache returns, or logits= — or cache 'hook_next_token_entropy' inside bl.attach(model).")
+        return self.next_token_entropy_bits
 
     @classmethod
     def merge(cls, parts: Sequence["Collection"]) -> "Collection":
@@ -131,34 +209,248 @@ class Collection:
             if (set(p.final_values) != set(first.final_values) or set(p.final_resid) != set(first.final_resid)
                     or (p.attn_entropy_bits is None) != (first.attn_entropy_bits is None)
                     or (p.token_logprobs is None) != (first.token_logprobs is None)
+                    or (p.next_token_entropy_bits is None) != (first.next_token_entropy_bits is None)
                     or p.attention_positions != first.attention_positions):
                 raise InvalidInputError("cannot merge collections made with different layers, fields or "
                                         "attention_positions; collect every shard with the same arguments.")
 
         def cat(get):
-            return torch.cat([get(p) for p in parts], dim=0)
+            return None if get(first) is None else torch.cat([get(p) for p in parts], dim=0)
 
+        idx = None
+        if all(p.indices is not None for p in parts):
+            idx = torch.cat([p.indices for p in parts])
         return cls(
             final_values={k: cat(lambda p, k=k: p.final_values[k]) for k in first.final_values},
             final_resid={k: cat(lambda p, k=k: p.final_resid[k]) for k in first.final_resid},
-            attn_entropy_bits=None if first.attn_entropy_bits is None else cat(lambda p: p.attn_entropy_bits),
+            attn_entropy_bits=cat(lambda p: p.attn_entropy_bits),
             next_token_entropy_bits=cat(lambda p: p.next_token_entropy_bits),
-            token_logprobs=None if first.token_logprobs is None else cat(lambda p: p.token_logprobs),
+            token_logprobs=cat(lambda p: p.token_logprobs),
             n_tokens=cat(lambda p: p.n_tokens),
             attention_positions=first.attention_positions,
+            indices=idx,
         )
+
+    @classmethod
+    def from_cache(cls, cache, *, model=None, logits=None, attention_mask=None, tokens=None,
+                   value_layers=(), resid_layers=(), attention: bool = False, attention_positions: str = "last",
+                   token_ids=None) -> "Collection":
+        """The same statistics :func:`collect` keeps, read from a cache the user made.
+
+        ``cache`` is what ``model.run_with_cache(...)`` returns — the ``(logits, cache)`` pair or the
+        ``ActivationCache`` alone (then pass ``logits=`` for next-token statistics) — or a plain dict
+        of tensors (``dict(cache.items())``; then pass ``model=``). Padding: pass the
+        ``attention_mask`` the tokens were run with, or the ``tokens`` themselves (pad positions are
+        read from the tokenizer's pad token and padding side, as TransformerLens does); a cache of
+        one prompt needs neither. A cache of several prompts with neither is refused: reading pad
+        positions as real tokens silently changes every number.
+        """
+        logits, cache = _split_pair(cache, logits)
+        model = _model_of(cache, model)
+        _check_batch_dim(cache)
+        if attention_positions not in ("last", "all"):
+            raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
+        v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
+        tok_ids = _token_ids(model, token_ids)
+        if logits is not None:
+            logits = torch.as_tensor(logits).detach()
+            if logits.ndim != 3:
+                raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
+        n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
+        mask = _cache_mask(model, n, pos, attention_mask, tokens)
+
+        def read(name: str, ndim: int) -> Tensor:
+            if not adapter.cache_has(cache, name):
+                raise _missing_hook(name)
+            t = cache[name].detach()
+            if t.ndim != ndim:
+                raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}; expected {ndim} dimensions "
+                                        "with a batch dimension (was it made with remove_batch_dim=True?).")
+            return t
+
+        finals_v = {layer: final_rows(read(adapter.hook_name(model, layer, "v"), 4), mask,
+                                      what=adapter.hook_name(model, layer, "v")) for layer in v_layers}
+        finals_r = {layer: final_rows(read(adapter.hook_name(model, layer, "resid_post"), 3), mask,
+                                      what=adapter.hook_name(model, layer, "resid_post")) for layer in r_layers}
+        attn = None
+        if attention:
+            per_layer = []
+            for layer in range(int(model.cfg.n_layers)):
+                ent_name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
+                if adapter.cache_has(cache, ent_name):
+                    per_layer.append(_reduce_row_entropy(read(ent_name, 3), mask, attention_positions))
+                else:
+                    name = adapter.hook_name(model, layer, "pattern")
+                    per_layer.append(pattern_entropy_bits(read(name, 4), mask, positions=attention_positions,
+                                                          what=name))
+            attn = torch.stack(per_layer, dim=1)
+        ent = lps = None
+        last = last_index(mask)
+        if logits is not None:
+            fl = logits[torch.arange(n, device=logits.device), last.to(logits.device)]
+            check_finite(fl, "the final-token logits")
+            ent, lps = _next_token_stats(fl, tok_ids)
+        else:
+            name = HOOK_POINTS["next_token_entropy"]
+            if adapter.cache_has(cache, name):
+                h = read(name, 2)
+                ent = h[torch.arange(n, device=h.device), last.to(h.device)].double().cpu()
+            if tok_ids is not None:
+                raise MissingHookError("token log-probabilities need the logits: pass the (logits, cache) pair "
+                                       "run_with_cache returns, or logits=.")
+        return cls(final_values=finals_v, final_resid=finals_r, attn_entropy_bits=attn,
+                   next_token_entropy_bits=ent, token_logprobs=lps, n_tokens=mask.sum(1).long().cpu(),
+                   attention_positions=attention_positions, indices=torch.arange(n))
+
+
+def is_cache_like(obj) -> bool:
+    """True for what ``run_with_cache`` returns or holds: an ActivationCache, a dict of tensors, or the
+    ``(logits, cache)`` pair."""
+    if adapter.is_activation_cache(obj) or isinstance(obj, Mapping):
+        return True
+    return (isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], Tensor)
+            and (adapter.is_activation_cache(obj[1]) or isinstance(obj[1], Mapping)))
+
+
+def source_model(source, model=None):
+    """The model behind ``source`` (itself, the model a cache records, or ``model=``), or None for a
+    Collection or a dict without ``model=``."""
+    if isinstance(source, Collection):
+        return model
+    if is_cache_like(source):
+        cache = source[1] if isinstance(source, tuple) else source
+        if model is not None:
+            return model
+        return adapter.cache_model(cache) if adapter.is_activation_cache(cache) else None
+    adapter.check_model(source)
+    return source
+
+
+def _split_pair(cache, logits):
+    if isinstance(cache, tuple) and len(cache) == 2 and isinstance(cache[0], Tensor):
+        if logits is not None:
+            raise InvalidInputError("pass the (logits, cache) pair or a cache with logits=, not both.")
+        return cache[0], cache[1]
+    if not (adapter.is_activation_cache(cache) or isinstance(cache, Mapping)):
+        raise InvalidInputError(
+            f"expected a TransformerLens cache (what model.run_with_cache returns), got {type(cache).__name__}.")
+    return logits, cache
+
+
+def _model_of(cache, model):
+    if model is not None:
+        adapter.check_model(model)
+        return model
+    if adapter.is_activation_cache(cache):
+        return adapter.cache_model(cache)
+    raise InvalidInputError("a plain dict of tensors does not record the model that made it; pass model=.")
+
+
+def _check_batch_dim(cache) -> None:
+    if adapter.is_activation_cache(cache) and not getattr(cache, "has_batch_dim", True):
+        raise InvalidInputError(
+            "this cache was made with remove_batch_dim=True, so positions would be read as prompts; make it "
+            "again without remove_batch_dim (the default keeps the batch dimension).")
+
+
+def _layers_of(model, spec) -> List[int]:
+    if isinstance(spec, (str, int)):
+        return adapter.resolve_layers(model, spec)
+    spec = list(spec)
+    return adapter.resolve_layers(model, spec) if spec else []
+
+
+def _token_ids(model, token_ids) -> Optional[Tensor]:
+    if token_ids is None:
+        return None
+    ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, Tensor) else token_ids,
+                          dtype=torch.long).flatten()
+    d_vocab = int(getattr(model.cfg, "d_vocab", 0) or 0)
+    if ids.numel() and (int(ids.min()) < 0 or (d_vocab and int(ids.max()) >= d_vocab)):
+        raise InvalidInputError(f"token_ids must lie in [0, {d_vocab}), got {ids.tolist()}.")
+    return ids
+
+
+def _missing_hook(name: str) -> MissingHookError:
+    return MissingHookError(
+        f"the cache has no {name!r}; make it with model.run_with_cache(tokens, names_filter=bl.hook_filter(...)) "
+        "including that hook (e.g. sites=('v', 'pattern', 'resid_post'); bayes_lens's own hook points such as "
+        "'pattern_entropy' need bl.attach(model)).")
+
+
+def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
+    """(n prompts, n positions) of the cache; a requested hook that is missing is named in the error."""
+    needed = ([adapter.hook_name(model, layer, "v") for layer in v_layers]
+              + [adapter.hook_name(model, layer, "resid_post") for layer in r_layers])
+    if attention:
+        ent0 = HOOK_POINTS["pattern_entropy"].format(layer=0)
+        needed.append(ent0 if adapter.cache_has(cache, ent0) else adapter.hook_name(model, 0, "pattern"))
+    for name in needed:
+        if not adapter.cache_has(cache, name):
+            raise _missing_hook(name)
+    if logits is not None:
+        return int(logits.shape[0]), int(logits.shape[1])
+    for name in needed + [HOOK_POINTS["next_token_entropy"]]:
+        if adapter.cache_has(cache, name):
+            t = cache[name]
+            if t.ndim < 2:
+                raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}: no batch dimension (was "
+                                        "it made with remove_batch_dim=True?). Make the cache without it.")
+            return int(t.shape[0]), int(t.shape[-1] if ("pattern" in name and t.ndim >= 3) else t.shape[1])
+    raise MissingHookError("the cache holds none of the activations asked for; make it with "
+                           "names_filter=bl.hook_filter(...) covering them.")
+
+
+def _cache_mask(model, n: int, pos: int, attention_mask, tokens) -> Tensor:
+    if attention_mask is not None:
+        mask = torch.as_tensor(attention_mask).long()
+        if tuple(mask.shape) != (n, pos):
+            raise InvalidInputError(f"attention_mask has shape {list(mask.shape)} but the cache holds "
+                                    f"[batch={n}, pos={pos}]; pass the mask of the tokens that produced it.")
+        return mask.cpu()
+    if tokens is not None:
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tuple(tokens.shape) != (n, pos):
+            raise InvalidInputError(f"tokens have shape {list(tokens.shape)} but the cache holds [batch={n}, "
+                                    f"pos={pos}]; pass the tokens that produced it.")
+        return adapter.mask_from_tokens(model, tokens).cpu()
+    if n > 1:
+        raise InvalidInputError(
+            f"the cache holds {n} prompts but no attention_mask or tokens were given, so pad positions cannot be "
+            "told from real tokens (model.to_tokens pads on the right; reading pads as tokens silently changes "
+            "every number). Pass tokens=<the tokens you ran> or attention_mask=<their mask>.")
+    return torch.ones(n, pos, dtype=torch.long)
+
+
+def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
+    """[b, h] from ``hook_pattern_entropy`` [b, h, q]: the final real query row, or the mean over real rows."""
+    ent = ent.double().cpu()
+    mask = mask.bool().cpu()
+    if ent.shape[-1] != mask.shape[1] or ent.shape[0] != mask.shape[0]:
+        raise InvalidInputError(f"hook_pattern_entropy has shape {list(ent.shape)} but the mask is {list(mask.shape)}.")
+    if positions == "last":
+        last = last_index(mask)
+        out = ent[torch.arange(ent.shape[0]), :, last]
+    else:
+        q = mask[:, None, :].double()
+        out = (torch.where(mask[:, None, :], ent, torch.zeros((), dtype=ent.dtype)) * q).sum(-1) / q.sum(-1).clamp_min(1.0)
+    check_finite(out, "hook_pattern_entropy")
+    return out
 
 
 def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
     logp = torch.log_softmax(final_logits.double(), dim=-1)
-    ent = -(logp.exp() * logp).sum(-1) / _LN2
-    lp = None if token_ids is None else logp[:, token_ids].float()
+    ent = entropy_bits(final_logits, from_logits=True)
+    lp = None if token_ids is None else logp[:, token_ids.to(logp.device)].float()
     return ent.cpu(), (None if lp is None else lp.cpu())
 
 
 def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), attention: bool = False,
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
-            padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = True) -> Collection:
+            padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
+            desc: str = "collect", start_index: int = 0) -> Collection:
     """Run ``prompts`` once and keep the final-token statistics the metrics need.
 
     Parameters
@@ -173,44 +465,40 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         Token ids whose full-vocabulary log-probabilities at the final token to keep.
     fwd_hooks:
         Extra ``[(hook_name, fn)]`` run before the metric hooks (e.g. patches: metrics then read the
-        patched activations).
+        patched activations), or a per-batch factory (see :func:`forward_batches`).
+    desc, progress:
+        The progress bar's label (name what runs: ``"geometry: collect 75 prompts"``) and switch.
     """
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     info = adapter.model_info(model)
-
-    def layers_of(spec):
-        if isinstance(spec, str) or isinstance(spec, int):
-            return adapter.resolve_layers(model, spec)
-        spec = list(spec)
-        return adapter.resolve_layers(model, spec) if spec else []
-
-    v_layers, r_layers = layers_of(value_layers), layers_of(resid_layers)
+    v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
     if attention_positions not in ("last", "all"):
         raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
-    tok_ids = None
-    if token_ids is not None:
-        tok_ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, Tensor) else token_ids,
-                                  dtype=torch.long).flatten()
-        if tok_ids.numel() and (int(tok_ids.min()) < 0 or (info.d_vocab and int(tok_ids.max()) >= info.d_vocab)):
-            raise InvalidInputError(f"token_ids must lie in [0, {info.d_vocab}), got {tok_ids.tolist()}.")
+    tok_ids = _token_ids(model, token_ids)
 
     v_store: Dict[int, List[Tensor]] = {}
     r_store: Dict[int, List[Tensor]] = {}
     a_store: Dict[int, List[Tensor]] = {}
-    hooks = list(fwd_hooks)
-    if v_layers:
-        hooks += final_token_hooks(model, v_layers, "v", out=v_store)
-    if r_layers:
-        hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store)
-    if attention:
-        hooks += attention_entropy_hooks(model, "all", out=a_store, positions=attention_positions)
+    user = fwd_hooks
+
+    def hooks_for(batch: Batch):
+        mask, idx = batch.attention_mask, batch.indices
+        hooks = list(user(batch)) if callable(user) else list(user)
+        if v_layers:
+            hooks += final_token_hooks(model, v_layers, "v", out=v_store, attention_mask=mask, indices=idx)
+        if r_layers:
+            hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store, attention_mask=mask, indices=idx)
+        if attention:
+            hooks += attention_entropy_hooks(model, "all", out=a_store, positions=attention_positions,
+                                             attention_mask=mask, indices=idx)
+        return hooks
 
     ents, lps, ntoks = [], [], []
     for batch in forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
-                                 fwd_hooks=hooks, progress=progress, desc="collect"):
+                                 fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index):
         fl = batch.final_logits()
-        _check_finite(fl, "the final-token logits", batch.indices)
-        ent, lp = _next_token_stats(fl, None if tok_ids is None else tok_ids.to(fl.device))
+        check_finite(fl, "the final-token logits", batch.indices)
+        ent, lp = _next_token_stats(fl, tok_ids)
         ents.append(ent)
         if lp is not None:
             lps.append(lp)
@@ -238,4 +526,5 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         token_logprobs=torch.cat(lps) if tok_ids is not None else None,
         n_tokens=torch.cat(ntoks),
         attention_positions=attention_positions,
+        indices=torch.arange(start_index, start_index + len(prompts)),
     )

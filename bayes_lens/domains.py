@@ -21,7 +21,7 @@ to 73.6% (mathematics) on Llama-3.2-1B, and 99.7% → 99.9% on Pythia-410M (METH
 The interval of a difference follows ``ci_method`` like the per-domain intervals (default
 ``"recentered"``: the percentile interval of the bootstrap differences shifted so that its median
 sits on the observed difference; ``"percentile"`` is the plain one). See
-:func:`bayes_lens.geometry.value_manifold` for why resampling prompts biases PC1 upwards when n < d.
+:func:`bayes_lens.value_manifold` for why resampling prompts biases PC1 upwards when n < d.
 
 Example
 -------
@@ -68,7 +68,7 @@ class DomainComparison(Result):
     seed: int
     model_name: str
     selections: Dict[str, object]          # domain -> bayes_lens.prompts.Selection
-    value_manifold: Dict[str, object]      # domain -> bayes_lens.geometry.ValueManifold
+    value_manifold: Dict[str, object]      # domain -> bayes_lens.ValueManifold
     attention_focusing: Dict[str, object]  # domain -> AttentionFocusing
     entropy_alignment: Dict[str, object]   # domain -> EntropyAlignment
     key_orthogonality: object              # KeyOrthogonality (weights only: the same for every domain)
@@ -182,15 +182,11 @@ def _domain_specs(domains) -> Dict[str, object]:
 
 
 def _diff_ci(boot_d: np.ndarray, boot_r: np.ndarray, est: float, ci_method: str) -> CI:
-    diff = boot_d - boot_r
-    diff = diff[np.isfinite(diff)]
-    if diff.size == 0:
-        return float("nan"), float("nan")
-    lo, hi = np.quantile(diff, [0.025, 0.975])
-    if ci_method == "percentile":
-        return float(lo), float(hi)
-    med = float(np.median(diff))
-    return float(est + lo - med), float(est + hi - med)
+    """Interval of a domain difference from independent bootstraps, by the value manifold's method."""
+    from ._geometry._manifold import pca_intervals
+
+    (ci,), _ = pca_intervals((boot_d - boot_r)[:, None], (est,), ci_method)
+    return ci
 
 
 def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] = ("mixed", "math", "code", "philosophy"),
@@ -207,7 +203,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
     ``balance_kinds=None`` balances kinds for the mixed pool only.
     """
     from .collect import collect
-    from .geometry import _CI_METHODS, attention_focusing, entropy_alignment, key_orthogonality, value_manifold
+    from ._geometry import CI_METHODS, attention_focusing, entropy_alignment, key_orthogonality, value_manifold
     from .metrics.pca import bootstrap_pca_stats
     from .metrics.stats import as_numpy
     from .prompts import select
@@ -217,8 +213,8 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
         reference = "mixed" if "mixed" in specs else next(iter(specs))
     if reference not in specs:
         raise InvalidInputError(f"reference {reference!r} is not one of the domains {list(specs)}.")
-    if ci_method not in _CI_METHODS:
-        raise InvalidInputError(f"ci_method must be one of {_CI_METHODS}, got {ci_method!r}.")
+    if ci_method not in CI_METHODS:
+        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if site not in ("v", "resid_post"):
         raise InvalidInputError(f"site must be 'v' (hook_v, the default) or 'resid_post', got {site!r}.")
     layer = adapter.resolve_layer(model, layer)

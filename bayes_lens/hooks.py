@@ -15,9 +15,9 @@ so nothing of size [batch, pos, ...] outlives the forward pass:
 * :func:`hook_filter` — a ``names_filter`` for ``run_with_cache`` keeping just the hooks the
   geometry metrics read, for users who prefer to make a cache themselves.
 
-"Final real token" and "valid key" come from the attention mask: the explicit ``attention_mask``
-given to a builder, else the batch that :func:`bayes_lens.collect.forward_batches` is running,
-else (no padding) every position is real. Padded keys are removed from a pattern row and the row is
+"Final real token" and "valid key" come from the attention mask given to a builder (the runner,
+:func:`bayes_lens.collect.forward_batches`, builds the hooks once per batch with that batch's mask
+and its prompts' global indices); without a mask every position is real. Padded keys are removed from a pattern row and the row is
 renormalized over the valid keys (METHODS.md §0: an entropy including pad keys is wrong).
 
 The reductions are also exposed as plain functions (:func:`final_rows`,
@@ -37,11 +37,7 @@ Example
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import math
 import re
-from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -50,6 +46,7 @@ from torch import Tensor
 
 from . import adapter
 from .errors import InvalidInputError, NonFiniteError
+from .metrics.stats import entropy_bits
 
 __all__ = [
     "final_token_hooks",
@@ -58,63 +55,23 @@ __all__ = [
     "final_rows",
     "last_index",
     "pattern_entropy_bits",
-    "BatchContext",
-    "current_batch",
+    "check_finite",
 ]
 
 HookList = List[Tuple[str, Callable]]
-_LN2 = math.log(2.0)
 
 
-# --------------------------------------------------------------------------------------------
-# The batch in flight (set by collect.forward_batches; read by metric hooks without a mask)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BatchContext:
-    """The batch a forward pass is running: its attention mask and the prompts' global indices."""
-
-    attention_mask: Int[Tensor, "batch pos"]
-    indices: Int[Tensor, "batch"]
-
-
-_CURRENT: contextvars.ContextVar[Optional[BatchContext]] = contextvars.ContextVar(
-    "bayes_lens_current_batch", default=None
-)
-
-
-def current_batch() -> Optional[BatchContext]:
-    """The :class:`BatchContext` of the forward pass that ``collect.forward_batches`` is running."""
-    return _CURRENT.get()
-
-
-@contextlib.contextmanager
-def _batch_context(attention_mask: Tensor, indices: Tensor) -> Iterator[BatchContext]:
-    ctx = BatchContext(attention_mask=attention_mask, indices=indices)
-    token = _CURRENT.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _CURRENT.reset(token)
-
-
-def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
-    """The [batch, pos] mask for ``act`` (explicit > batch in flight > all ones) and global indices."""
+def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
+    """The [batch, pos] mask for ``act``: the one given (checked against its shape), else all ones."""
     batch, pos = act.shape[0], act.shape[1]
-    indices = None
     if attention_mask is None:
-        ctx = _CURRENT.get()
-        if ctx is not None:
-            attention_mask, indices = ctx.attention_mask, ctx.indices
-    if attention_mask is None:
-        return torch.ones(batch, pos, dtype=torch.long, device=act.device), None
+        return torch.ones(batch, pos, dtype=torch.long, device=act.device)
     if attention_mask.ndim != 2 or attention_mask.shape[0] != batch or attention_mask.shape[1] != pos:
         raise InvalidInputError(
             f"attention_mask has shape {list(attention_mask.shape)} but the activations are "
             f"[batch={batch}, pos={pos}, ...]; pass the mask of the tokens that produced them."
         )
-    return attention_mask.to(act.device), indices
+    return attention_mask.to(act.device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,7 +89,8 @@ def last_index(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch"]
     return (pos - 1 - mask.flip(1).long().argmax(dim=1)).long()
 
 
-def _check_finite(x: Tensor, what: str, indices: Optional[Tensor]) -> None:
+def check_finite(x: Tensor, what: str, indices: Optional[Tensor] = None) -> None:
+    """Raise NonFiniteError naming the prompts (global ``indices`` when given) whose rows of ``x`` hold NaN/inf."""
     finite = torch.isfinite(x).reshape(x.shape[0], -1).all(dim=1)
     if not bool(finite.all()):
         rows = (~finite).nonzero().flatten()
@@ -145,25 +103,27 @@ def _check_finite(x: Tensor, what: str, indices: Optional[Tensor]) -> None:
 
 
 def final_rows(act: Tensor, attention_mask: Optional[Tensor] = None, *, what: str = "activation",
-               _indices: Optional[Tensor] = None) -> Float[Tensor, "batch d"]:
+               indices: Optional[Tensor] = None) -> Float[Tensor, "batch d"]:
     """``act[b, last_b]`` flattened over trailing dims, float32 on the CPU.
 
     ``act`` is ``[batch, pos, ...]`` (e.g. ``hook_v`` ``[batch, pos, n_kv_heads, d_head]`` →
-    ``[batch, n_kv_heads·d_head]``). Raises NonFiniteError on NaN/inf in the rows read.
+    ``[batch, n_kv_heads·d_head]``). Raises NonFiniteError on NaN/inf in the rows read, naming the
+    prompts by ``indices`` (their global numbers) when given. ``attention_mask=None``: every position
+    is real.
     """
     if act.ndim < 3:
         raise InvalidInputError(f"{what}: expected [batch, pos, ...], got shape {list(act.shape)}.")
-    mask, indices = _mask_for(act, attention_mask)
+    mask = _mask_for(act, attention_mask)
     idx = last_index(mask).to(act.device)
     rows = act[torch.arange(act.shape[0], device=act.device), idx]
     rows = rows.reshape(rows.shape[0], -1).detach().float()
-    _check_finite(rows, what, indices if _indices is None else _indices)
+    check_finite(rows, what, indices)
     return rows.cpu()
 
 
 def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
                          *, positions: str = "last", what: str = "hook_pattern",
-                         _indices: Optional[Tensor] = None) -> Float[Tensor, "batch head"]:
+                         indices: Optional[Tensor] = None) -> Float[Tensor, "batch head"]:
     """Entropy in bits of attention rows over the valid keys, per head (float64 on the CPU).
 
     ``positions="last"``: the final real query row. ``positions="all"``: the mean over every real
@@ -177,8 +137,7 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     if n_q != n_k:
         raise InvalidInputError(f"{what}: query and key lengths differ ({n_q} vs {n_k}); key-value "
                                 "caching is not supported here.")
-    mask, indices = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)
-    mask = mask.bool()
+    mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask).bool()
     # "all": only real query rows over real keys (a pad query row may be NaN on some backends)
     keys = (mask[:, None, None, :] & mask[:, None, :, None]) if positions == "all" else mask[:, None, :]
     if positions == "last":
@@ -187,11 +146,9 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     else:
         p = pattern
     p = torch.where(keys, p.double(), torch.zeros((), dtype=torch.float64, device=p.device))
-    _check_finite(p, what, indices if _indices is None else _indices)
+    check_finite(p, what, indices)
     total = p.sum(-1, keepdim=True)
-    p = p / total.clamp_min(1e-300)
-    logp = torch.where(p > 0, torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
-    h = -(p * logp).sum(-1) / _LN2  # [b, h] or [b, h, q]
+    h = entropy_bits(p / total.clamp_min(1e-300))  # [b, h] or [b, h, q]
     if positions == "all":
         q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
         h = (h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)
@@ -208,7 +165,8 @@ def _layers(model, layers) -> List[int]:
 
 
 def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: str = "v", *,
-                      out: Dict[int, List[Tensor]], attention_mask: Optional[Tensor] = None) -> HookList:
+                      out: Dict[int, List[Tensor]], attention_mask: Optional[Tensor] = None,
+                      indices: Optional[Tensor] = None) -> HookList:
     """Hooks that append the final-real-token activation of ``site`` at each layer to ``out[layer]``.
 
     ``site="v"`` reads ``hook_v`` per key/value head (never repeated query-head copies) and stores
@@ -222,7 +180,7 @@ def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: 
         name = adapter.hook_name(model, layer, site)
 
         def fn(act, hook=None, _layer=layer, _name=name):
-            out.setdefault(_layer, []).append(final_rows(act, attention_mask, what=_name))
+            out.setdefault(_layer, []).append(final_rows(act, attention_mask, what=_name, indices=indices))
             return None
 
         hooks.append((name, fn))
@@ -232,7 +190,7 @@ def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: 
 
 def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all", *,
                             out: Dict[int, List[Tensor]], positions: str = "last",
-                            attention_mask: Optional[Tensor] = None) -> HookList:
+                            attention_mask: Optional[Tensor] = None, indices: Optional[Tensor] = None) -> HookList:
     """Hooks on ``hook_pattern`` appending per-head attention entropies ``[batch, n_heads]`` (bits).
 
     Reads ``hook_pattern`` (post-softmax), never ``hook_attn_scores`` (post-softmax on some bridges).
@@ -248,7 +206,7 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
 
         def fn(pattern, hook=None, _layer=layer, _name=name):
             out.setdefault(_layer, []).append(
-                pattern_entropy_bits(pattern, attention_mask, positions=positions, what=_name))
+                pattern_entropy_bits(pattern, attention_mask, positions=positions, what=_name, indices=indices))
             return None
 
         hooks.append((name, fn))
@@ -258,24 +216,34 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
 
 def hook_filter(model=None, *, layers: Union[int, Sequence[int], str] = "all",
                 sites: Sequence[str] = ("v", "pattern")) -> Callable[[str], bool]:
-    """A ``names_filter`` for ``run_with_cache`` keeping the hooks the geometry metrics read.
+    """A ``names_filter`` for ``run_with_cache`` keeping the hooks the analyses read.
 
-    By default ``hook_v`` and ``hook_pattern`` of every layer (value manifold, attention focusing);
-    add ``"resid_post"`` to ``sites`` for ``value_manifold(..., site="resid_post")``. With a
-    ``model`` and ``layers`` the filter keeps only those layers (negative indices resolved).
+    ``sites`` are short names of TransformerLens hooks (:data:`bayes_lens.adapter.SITES`: ``"v"``,
+    ``"pattern"``, ``"resid_post"``, ...) and of bayes_lens's own hook points
+    (:data:`bayes_lens.hookpoints.HOOK_POINTS`: ``"v_axis"``, ``"resid_post_axis"``,
+    ``"pattern_entropy"``, ``"next_token_entropy"``; present inside ``bl.attach(model)``). By default
+    ``hook_v`` and ``hook_pattern`` of every layer (value manifold, attention focusing, SULA, the
+    axis). With a ``model`` and ``layers`` the filter keeps only those layers (negative indices
+    resolved).
 
     >>> f = hook_filter()
     >>> f("blocks.3.attn.hook_v"), f("blocks.3.attn.hook_pattern"), f("blocks.3.hook_resid_pre")
     (True, True, False)
+    >>> hook_filter(sites=("v", "v_axis", "next_token_entropy"))("blocks.2.attn.hook_v_axis")
+    True
     """
+    from .hookpoints import HOOK_POINTS
+
+    if isinstance(sites, str):
+        raise InvalidInputError(f"sites must be a list of site names, not one string; wrap it: [{sites!r}].")
+    known = {**adapter.SITES, **HOOK_POINTS}
     for s in sites:
-        if s not in adapter.SITES:
-            raise InvalidInputError(f"unknown site {s!r}; expected some of {sorted(adapter.SITES)}.")
+        if s not in known:
+            raise InvalidInputError(f"unknown site {s!r}; expected some of {sorted(known)}.")
     if model is not None:
-        names = {adapter.hook_name(model, layer, s) for layer in _layers(model, layers) for s in sites}
+        names = {known[s].format(layer=layer) for layer in _layers(model, layers) for s in sites}
         return lambda name: name in names
     if layers != "all":
         raise InvalidInputError("pass the model to hook_filter(model, layers=...) to select layers.")
-    pats = [re.compile("^" + re.escape(adapter.SITES[s]).replace(re.escape("{layer}"), r"\d+") + "$")
-            for s in sites]
+    pats = [re.compile("^" + re.escape(known[s]).replace(re.escape("{layer}"), r"\d+") + "$") for s in sites]
     return lambda name: any(p.match(name) for p in pats)

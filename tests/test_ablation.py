@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bayes_lens as bl
-from bayes_lens.ablation import EntropyAxis, Patch, _corr_rows, _Part, _pc1, compare_patched
+from bayes_lens.ablation import EntropyAxis, Patch, PatchPart as _Part, compare_patched
+from bayes_lens.ablation._axis import axis_from_pca as _pc1
 from bayes_lens.adapter import hook_name, model_info, tokenize
 from bayes_lens.models.tiny import tiny_model
 
@@ -42,7 +43,8 @@ def _read(model, tokens, mask, name, fwd_hooks=()):
     def rd(act, hook=None):
         store["act"] = act.detach().clone()
 
-    with torch.inference_mode(), model.hooks(fwd_hooks=list(fwd_hooks) + [(name, rd)]):
+    # bl.patched attaches the axis coordinate hook points a removal / shift acts on
+    with torch.inference_mode(), bl.patched(model, fwd_hooks), model.hooks(fwd_hooks=[(name, rd)]):
         logits = model(tokens, attention_mask=mask)
     return logits, store["act"]
 
@@ -94,19 +96,6 @@ def test_pc1_std_maps_back_to_standardized_score():
     assert evr == pytest.approx(pca.explained_variance_ratio_[0], rel=1e-8)
 
 
-def test_corr_rows_matches_scipy():
-    from scipy.stats import pearsonr, spearmanr
-
-    rng = np.random.default_rng(2)
-    x, y = rng.normal(size=(5, 30)), rng.normal(size=(5, 30))
-    y[:, :10] = x[:, :10]
-    y[2] = np.round(y[2])  # ties for spearman
-    for i in range(5):
-        assert _corr_rows(x, y, "pearson")[i] == pytest.approx(pearsonr(x[i], y[i])[0], abs=1e-12)
-        assert _corr_rows(x, y, "spearman")[i] == pytest.approx(spearmanr(x[i], y[i])[0], abs=1e-12)
-    assert np.isnan(_corr_rows(np.ones((1, 5)), y[:1, :5], "pearson")[0])
-
-
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 5), st.integers(2, 8), st.integers(0, 10_000),
        st.floats(-3, 3, allow_nan=False))
@@ -156,14 +145,15 @@ def test_multi_layer_removal_one_pair_per_layer_and_run_with_hooks(tiny):
     toks, mask = tokenize(tiny, TEXTS[:4])
     axis = _random_axis(tiny, layers=(0, 1))
     patch = axis.removal()
-    assert len(patch) == 2 and [n for n, _ in patch] == [hook_name(tiny, k, "v") for k in (0, 1)]
+    # removal is zero-ablation of the axis coordinate hook point, one pair per layer
+    assert len(patch) == 2 and [n for n, _ in patch] == [f"blocks.{k}.attn.hook_v_axis" for k in (0, 1)]
     reads = {}
 
     def rd(act, hook=None):
         reads[hook.name] = _flat(act).detach().double()
 
     hooks = list(patch) + [(hook_name(tiny, k, "v"), rd) for k in (0, 1)]
-    with torch.inference_mode():
+    with torch.inference_mode(), bl.attach(tiny, axis=axis, entropies=False):
         tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=hooks)
     assert len(reads) == 2
     for k, name in zip((0, 1), sorted(reads)):
@@ -366,7 +356,7 @@ def test_bad_inputs_raise_clear_errors(tiny):
     # the raw hook fn also refuses a mismatched activation at run time
     toks, mask = tokenize(tiny, ["the cat"])
     with pytest.raises(bl.InvalidInputError, match="dimension"):
-        with tiny.hooks(fwd_hooks=list(foreign.removal())), torch.inference_mode():
+        with tiny.hooks(fwd_hooks=list(foreign.keep_only())), torch.inference_mode():
             tiny(toks, attention_mask=mask)
     assert _n_hooks(tiny) == n_before
     with pytest.raises(bl.InvalidInputError, match="pair"):
@@ -525,7 +515,7 @@ def test_sula_fit_and_compare_match_sula_evaluate(tiny):
 
 
 def test_conditions_group_random_controls_over_seeds(tiny):
-    from bayes_lens.ablation import _conditions
+    from bayes_lens.ablation._compare import _conditions
 
     axis = _random_axis(tiny, layers=(0, 1))
     conds = _conditions([axis.removal(), axis.random_control(0), axis.keep_only(layers=1)], 3)

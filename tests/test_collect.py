@@ -93,7 +93,7 @@ def test_merge_of_shards_equals_one_run(tiny):
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_forward_batches_fields(tiny, side):
-    batches = list(forward_batches(tiny, PROMPTS, batch_size=2, padding_side=side, progress=False))
+    batches = list(forward_batches(tiny, PROMPTS, batch_size=2, padding_side=side, progress=False, logits="all"))
     assert [b.indices.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
     for b in batches:
         assert isinstance(b, Batch) and b.logits.dtype == torch.float32
@@ -105,6 +105,11 @@ def test_forward_batches_fields(tiny, side):
     # the final logits of a padded row equal the prompt's unpadded logits
     _, ref = _alone(tiny, PROMPTS[1])
     torch.testing.assert_close(batches[0].final_logits()[1], ref.float(), atol=1e-4, rtol=1e-4)
+    # logits="final" (the default) computes the unembedding at the final real token only: same numbers
+    final = list(forward_batches(tiny, PROMPTS, batch_size=2, padding_side=side, progress=False))
+    for f, b in zip(final, batches):
+        assert f.logits.shape == (b.tokens.shape[0], b.logits.shape[-1])
+        torch.testing.assert_close(f.final_logits(), b.final_logits(), atol=1e-5, rtol=1e-5)
 
 
 def test_bad_input_errors(tiny):
@@ -129,14 +134,16 @@ def test_bad_input_errors(tiny):
 def test_non_finite_activations_raise_and_hooks_are_removed(tiny):
     name = hook_name(tiny, -1, "v")
 
-    def poison(v, hook=None):  # NaN in the second row of the second batch only: prompt 3
-        if bl.hooks.current_batch().indices.tolist() == [2, 3]:
-            v = v.clone()
-            v[1] = float("nan")
-        return v
+    def poison_for(batch):  # NaN in the second row of the second batch only: prompt 3
+        def poison(v, hook=None):
+            if batch.indices.tolist() == [2, 3]:
+                v = v.clone()
+                v[1] = float("nan")
+            return v
+        return [(name, poison)]
 
     with pytest.raises(bl.NonFiniteError, match=r"prompt\(s\) \[3\]"):
-        collect(tiny, PROMPTS, value_layers=[-1], fwd_hooks=[(name, poison)], batch_size=2, progress=False)
+        collect(tiny, PROMPTS, value_layers=[-1], fwd_hooks=poison_for, batch_size=2, progress=False)
     # the poison hook was removed on the error: the same run without it is clean
     col = collect(tiny, PROMPTS, value_layers=[-1], batch_size=2, progress=False)
     assert torch.isfinite(col.final_values[tiny.cfg.n_layers - 1]).all()

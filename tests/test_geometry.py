@@ -91,7 +91,7 @@ def test_attention_focusing_matches_scipy(tiny):
 
 
 def test_depth_spearman_against_scipy():
-    from bayes_lens.geometry import _focusing_from
+    from bayes_lens._geometry._focusing import focusing_from_entropies as _focusing_from
 
     rng = np.random.default_rng(0)
     ent = rng.random((12, 6, 4)) + np.linspace(3, 1, 6)[None, :, None]
@@ -141,8 +141,9 @@ def test_cache_errors(tiny):
     _, cache = tiny.run_with_cache(toks, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern"))
     with pytest.raises(bl.MissingHookError, match="hook_filter"):
         bl.value_manifold(cache, attention_mask=mask, **FAST)
-    with pytest.raises(bl.InvalidInputError, match="logits"):
-        bl.entropy_alignment(cache, attention_mask=mask, **FAST)
+    _, full = tiny.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+    with pytest.raises(bl.MissingHookError, match="logits"):
+        bl.entropy_alignment(full, attention_mask=mask, **FAST)
     with pytest.raises(bl.InvalidInputError, match="attention_mask"):
         bl.attention_focusing(cache, attention_mask=mask[:, :-1], **FAST)
     with pytest.raises(bl.InvalidInputError, match="either"):
@@ -329,20 +330,3 @@ def test_smol_hooked_and_bridge_agree(smol, smol_bridge, smol_geometry):
         pytest.skip("only one model kind on TransformerLens 4.x")
     b = bl.geometry(smol_bridge, SMOL_PROMPTS, n_boot=200, n_null=50, n_perm=100, progress=False)
     _assert_same_geometry(smol_geometry, b)
-
-
-def test_vectorized_correlation_inference_equals_stats_functions():
-    """The vectorized CI/p-value path reproduces metrics.stats' loop implementations exactly."""
-    from bayes_lens.geometry import _corr_inference
-    from bayes_lens.metrics.stats import bootstrap_ci, pearson, permutation_pvalue, spearman
-
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=25)
-    y = 0.4 * x + rng.normal(size=25)
-    y[3] = y[4]  # a tie
-    for rank, fn in ((True, spearman), (False, pearson)):
-        r, ci, p = _corr_inference(x, y, rank=rank, n_boot=300, n_perm=300, seed=7)
-        assert r == pytest.approx(fn(x, y), abs=1e-12)
-        np.testing.assert_allclose(ci, bootstrap_ci(fn, x, y, n_boot=300, seed=7), atol=1e-12)
-        assert p == pytest.approx(permutation_pvalue(x, y, fn, n_perm=300, seed=7), abs=1e-12)
-    assert spearman(x, y) == pytest.approx(spearmanr(x, y)[0], abs=1e-12)

@@ -347,3 +347,20 @@ def test_results_plot_and_tabulate():
         df = res.to_dataframe()
         assert len(df) > 0
         json.dumps(res.to_dict())
+
+
+def test_predictive_from_logits_equals_streaming(tiny):
+    """Logits a user computed (run_with_cache on the rendered prompts) give the runner's predictive."""
+    from bayes_lens.martingale import DEFAULT_TEMPLATE, predictive, predictive_from_logits
+
+    seqs = np.random.default_rng(0).integers(0, 2, size=(4, 9))
+    stream, mass = predictive(tiny, seqs, return_mass=True, batch_size=4)
+    texts = [DEFAULT_TEMPLATE.render(s) for s in seqs]
+    toks, mask = bl.adapter.tokenize(tiny, texts)
+    with torch.inference_mode():
+        logits, _ = tiny.run_with_cache(toks, attention_mask=mask, names_filter=lambda n: False)
+    got, got_mass = predictive_from_logits(tiny, seqs, logits, toks, return_mass=True)
+    assert torch.allclose(got, stream, atol=1e-6, equal_nan=True)
+    assert torch.allclose(got_mass, mass, atol=1e-6, equal_nan=True)
+    with pytest.raises(bl.InvalidInputError, match="n_seq"):
+        predictive_from_logits(tiny, seqs[:2], logits, toks)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from scipy.stats import binom
 
 import bayes_lens as bl
+from bayes_lens.metrics.stats import child_rngs
 from bayes_lens.metrics import bootstrap_ci
 from bayes_lens.models.tiny import tiny_tokenizer
 
@@ -182,7 +183,7 @@ def test_single_token_labels_on_the_tiny_tokenizer(tok):
     with pytest.raises(bl.TokenizationError, match="'tuv' is not a single token"):
         sula.make_prompts(tok, labels=("tuv", "dax"))
     # all eight paper candidates: exactly the six the tiny tokenizer keeps whole come first
-    chosen = sula._choose_labels(tok, 6)
+    chosen = sula._task.choose_labels(tok, 6)
     assert chosen == ("dax", "lug", "mip", "zorb", "wug", "kep")
     # brute force: every candidate and CVC word that encodes to one token with its leading space
     import itertools
@@ -190,9 +191,9 @@ def test_single_token_labels_on_the_tiny_tokenizer(tok):
     cvc = ["".join(t) for t in itertools.product("bcdfghjklmnprstvwz", "aeiou", "bcdfghjklmnprstvwz")]
     valid = {w for w in sula.CANDIDATE_LABELS + tuple(cvc) if len(tok.encode(" " + w)) == 1}
     assert {"cat", "dog", "lam", "bir"} <= valid  # whole words and BPE prefixes (' lam' of ' lamp')
-    assert set(sula._choose_labels(tok, len(valid))) == valid
+    assert set(sula._task.choose_labels(tok, len(valid))) == valid
     with pytest.raises(bl.TokenizationError, match="found only"):
-        sula._choose_labels(tok, len(valid) + 1)
+        sula._task.choose_labels(tok, len(valid) + 1)
     for bad in [("dax", "dax"), ("dax",), "dax", ("dax", " lug"), ("dax", "")]:
         with pytest.raises(bl.InvalidInputError):
             sula.make_prompts(tok, labels=bad)
@@ -285,7 +286,9 @@ def test_evaluate_against_unbatched_reference(tiny):
         assert row["mae_bits"] == pytest.approx(np.abs(hm[sel] - hb[sel]).mean())
         assert row["brier"] == pytest.approx(np.mean((pm[sel] - y[sel]) ** 2))
         assert row["label_mass"] == pytest.approx(res.model_label_mass.numpy()[sel].mean())
-        lo, hi = bootstrap_ci(lambda a, b: np.abs(a - b).mean(), hm[sel], hb[sel], n_boot=200, seed=3 + gi)
+        # each k group bootstraps with its own child stream of the seed (independent random streams)
+        stream = child_rngs(3, len(res.table) + 3)[gi]
+        lo, hi = bootstrap_ci(lambda a, b: np.abs(a - b).mean(), hm[sel], hb[sel], n_boot=200, seed=stream)
         assert (row["mae_bits_ci_low"], row["mae_bits_ci_high"]) == pytest.approx((lo, hi))
         assert row["mae_ignore_evidence_bits"] == pytest.approx(np.abs(1 - hb[sel]).mean())
     assert res.mae_bits == pytest.approx(np.abs(hm - hb).mean())

@@ -7,7 +7,8 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
 2406.00793) test it by predictive resampling. This package measures:
 
 * :func:`predictive` — P(next = 1 | prefix) at every prefix, one forward pass per sequence, rendered
-  by a :class:`BernoulliTemplate` (default ``"Sequence: 0 1 1 0"``);
+  by a :class:`BernoulliTemplate` (default ``"Sequence: 0 1 1 0"``); :func:`predictive_from_logits`
+  reads the same from logits a user computed (e.g. with ``run_with_cache``);
 * :func:`gap` — Paper B's Δ̂_n (eq. 27) over balanced sequences with WLS fits of A·log n/n + B and
   A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
 * :func:`positional_spectrum` — the per-position gap, its FFT, dominant periods, a harmonic fit;
@@ -36,13 +37,14 @@ from ._fit import GapFit, compare_fits, fit_gap
 from ._gap import GapResult, balanced_sequences, gap, laplace_expected_gap, martingale_gap
 from ._permutation import PermutationResult, permutation_average
 from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, beta_bernoulli, clipped_mle, krichevsky_trofimov,
-                       laplace, predictive)
+                       laplace, predictive, predictive_from_logits)
 from ._spectrum import SpectrumResult, positional_spectrum
 
 __all__ = [
     "BernoulliTemplate",
     "DEFAULT_TEMPLATE",
     "predictive",
+    "predictive_from_logits",
     "beta_bernoulli",
     "laplace",
     "krichevsky_trofimov",

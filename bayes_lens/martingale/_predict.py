@@ -262,15 +262,11 @@ def _bos_prepended(model) -> bool:
 
 # ----------------------------------------------------------------------------- predictive
 
-def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
-                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
-    from ..collect import forward_batches
-
+def _layouts(model, seqs: np.ndarray, template: BernoulliTemplate):
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         raise InvalidInputError("the model has no tokenizer; attach one (model.set_tokenizer(...)).")
     t0, t1 = _symbol_token_ids(tok, template)
-    n, L = seqs.shape
     texts, layouts = [], []
     for seq in seqs:
         ids, positions, sym = _layout(tok, template, seq)
@@ -278,31 +274,73 @@ def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, b
             raise TokenizationError("symbol tokens differ between sequences; use a template with a separator.")
         texts.append(template.render(seq))
         layouts.append((ids, positions))
+    return texts, layouts, (t0, t1)
+
+
+def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos: bool) -> None:
+    """Fill row ``i`` of ``p1``/``mass`` from one prompt's tokens and logits ``[pos, vocab]``."""
+    t0, t1 = symbols
+    offset = 1 if bos and len(toks) > len(ids) and toks[1: len(ids) + 1] == ids else 0
+    if toks[offset: offset + len(ids)] != ids:
+        raise TokenizationError(
+            "the model tokenized a Bernoulli prompt differently from its tokenizer's offsets; "
+            "this template cannot be located reliably - try another separator."
+        )
+    read = positions + offset - 1
+    valid = read >= 0
+    if not valid.any():
+        return
+    lg = logits_row[torch.as_tensor(read[valid], device=logits_row.device)].double()
+    lse = torch.logsumexp(lg, dim=-1)
+    l0, l1 = lg[:, t0], lg[:, t1]
+    p1[i, valid] = torch.sigmoid(l1 - l0).cpu().numpy()
+    mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).cpu().numpy()
+
+
+def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
+                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+    from ..collect import forward_batches
+
+    texts, layouts, symbols = _layouts(model, seqs, template)
     bos = _bos_prepended(model)
+    n, L = seqs.shape
     p1 = np.full((n, L), np.nan)
     mass = np.full((n, L), np.nan)
-    for batch in forward_batches(model, texts, batch_size=batch_size, padding_side="right",
+    # the predictive reads every symbol position, so the runner keeps the logits of every position
+    for batch in forward_batches(model, texts, batch_size=batch_size, padding_side="right", logits="all",
                                  progress=progress, desc=desc):
-        logits = batch.logits
         for row, i in enumerate(batch.indices.tolist()):
             ids, positions = layouts[i]
-            toks = batch.tokens[row].tolist()
-            offset = 1 if bos and len(toks) > len(ids) and toks[1: len(ids) + 1] == ids else 0
-            if toks[offset: offset + len(ids)] != ids:
-                raise TokenizationError(
-                    "the model tokenized a Bernoulli prompt differently from its tokenizer's offsets; "
-                    "this template cannot be located reliably - try another separator."
-                )
-            read = positions + offset - 1
-            valid = read >= 0
-            if not valid.any():
-                continue
-            lg = logits[row, torch.as_tensor(read[valid], device=logits.device)].double()
-            lse = torch.logsumexp(lg, dim=-1)
-            l0, l1 = lg[:, t0], lg[:, t1]
-            p1[i, valid] = torch.sigmoid(l1 - l0).cpu().numpy()
-            mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).cpu().numpy()
+            _read_predictive(p1, mass, i, ids, positions, batch.tokens[row].tolist(), batch.logits[row], symbols,
+                             bos)
     return p1, mass
+
+
+def predictive_from_logits(model, sequences, logits, tokens, *, template: Optional[BernoulliTemplate] = None,
+                           return_mass: bool = False):
+    """:func:`predictive` from logits you computed: no forward pass.
+
+    ``logits`` ``[n_seq, pos, vocab]`` and ``tokens`` ``[n_seq, pos]`` are those of the rendered
+    prompts (``template.render(seq)`` for each sequence, e.g. ``bl.adapter.tokenize(model, texts)`` and
+    ``model.run_with_cache(tokens, attention_mask=mask)``; padding on the right). ``model`` gives the
+    tokenizer (symbol token ids, positions). Same result as :func:`predictive` on the same rows.
+    """
+    template = template or DEFAULT_TEMPLATE
+    seqs = _as_sequences(sequences)
+    logits = torch.as_tensor(logits).detach()
+    tokens = torch.as_tensor(tokens)
+    if logits.ndim != 3 or tokens.ndim != 2 or logits.shape[:2] != tokens.shape or tokens.shape[0] != seqs.shape[0]:
+        raise InvalidInputError(
+            f"logits {list(logits.shape)} and tokens {list(tokens.shape)} must be [n_seq, pos, vocab] and "
+            f"[n_seq, pos] for the {seqs.shape[0]} sequences.")
+    _, layouts, symbols = _layouts(model, seqs, template)
+    bos = _bos_prepended(model)
+    p1 = np.full(seqs.shape, np.nan)
+    mass = np.full(seqs.shape, np.nan)
+    for i, (ids, positions) in enumerate(layouts):
+        _read_predictive(p1, mass, i, ids, positions, tokens[i].tolist(), logits[i], symbols, bos)
+    p, m = torch.from_numpy(p1), torch.from_numpy(mass)
+    return (p, m) if return_mass else p
 
 
 def _predict(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,

@@ -1,11 +1,25 @@
-"""Core statistics shared by every analysis: entropies in bits, correlations, bootstrap and permutation.
+"""The one statistics kernel every analysis uses: entropies, correlations, bootstrap, permutations.
 
-* ``entropy_bits(p)``: H(p) = -Σ p log₂ p over the last axis, with 0·log 0 = 0.
-* ``pearson`` / ``spearman``: correlation coefficients (NaN when an input is constant).
-* ``bootstrap_ci(stat, *arrays, n_boot=1000, seed=0, level=0.95)``: percentile bootstrap over
-  the first axis of the arrays, resampled jointly (rows = prompts), as METHODS.md §0 prescribes.
-* ``permutation_pvalue(x, y, stat, n_perm=1000, seed=0)``: two-sided p-value of |stat(x, y)|
-  against random permutations of y, with the +1 correction (never exactly 0).
+METHODS.md §0 "Uncertainty": every headline scalar comes with a 95% bootstrap interval over
+prompts (resampled jointly, seeded) and, where it has one, a permutation p-value. Each statistic
+is written once, here, in a batched form (rows of a ``[B, n]`` array are independent samples, so a
+bootstrap or a permutation null is one call), and tested once against scipy:
+
+* :func:`entropy_bits` — H(p) = −Σ p log₂ p over an axis (0·log 0 = 0), from probabilities or logits,
+  for torch tensors (float64 inside) and numpy arrays;
+* :func:`pearson_rows` / :func:`spearman_rows` — the correlation of matching rows (NaN for a
+  numerically constant row); :func:`pearson` / :func:`spearman` for two 1-D samples;
+* :func:`slope_rows` — the least-squares slope of y on x, row by row;
+* :func:`bootstrap_indices` — the ``[n_boot, n]`` resampling index matrix (one per analysis, so paired
+  statistics share resamples);
+* :func:`percentile_interval`, :func:`basic_interval` — intervals from bootstrap replicates
+  (percentile: [q_α/2, q_1−α/2]; basic: [2θ̂ − q_1−α/2, 2θ̂ − q_α/2]);
+* :func:`permutation_pvalue_rows` — two-sided p-value of |r(x, y)| against random permutations of y,
+  with the +1 correction (never exactly 0);
+* :func:`correlation_inference` — r with its bootstrap interval and permutation p-value, the bootstrap
+  and the permutations drawn from *independent* child streams of one seed
+  (``np.random.SeedSequence(seed).spawn(2)``);
+* :func:`bootstrap_ci` / :func:`permutation_pvalue` — the same for an arbitrary Python statistic.
 
 Example
 -------
@@ -21,109 +35,262 @@ True
 
 from __future__ import annotations
 
-from typing import Callable, Tuple
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from ..errors import InvalidInputError
 
-__all__ = ["entropy_bits", "pearson", "spearman", "bootstrap_ci", "permutation_pvalue", "as_numpy"]
+__all__ = [
+    "as_numpy",
+    "entropy_bits",
+    "pearson",
+    "spearman",
+    "pearson_rows",
+    "spearman_rows",
+    "rank_rows",
+    "slope_rows",
+    "bootstrap_indices",
+    "percentile_interval",
+    "basic_interval",
+    "permutation_pvalue_rows",
+    "CorrelationInference",
+    "correlation_inference",
+    "bootstrap_ci",
+    "permutation_pvalue",
+    "child_rngs",
+]
+
+_LN2 = math.log(2.0)
+Interval = Tuple[float, float]
 
 
 def as_numpy(x) -> np.ndarray:
-    """A float64 numpy array from a tensor, array or sequence."""
+    """A float64 numpy array from a tensor (also one that requires grad), an array or a sequence."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().double().numpy()
     return np.asarray(x, dtype=np.float64)
 
 
+# --------------------------------------------------------------------------------------------
+# entropy
+# --------------------------------------------------------------------------------------------
+
+
 def entropy_bits(p, axis: int = -1, *, from_logits: bool = False):
     """Shannon entropy in bits along ``axis`` (probabilities, or logits with ``from_logits=True``).
 
-    Works on torch tensors (returns a tensor, computed in float64) and on numpy arrays.
+    H = −Σ_j p_j log₂ p_j with 0·log 0 = 0. Works on torch tensors (returns a float64 tensor on the
+    input's device) and on numpy arrays (returns float64).
+
+    >>> float(entropy_bits(np.array([0.5, 0.5])))
+    1.0
     """
     if isinstance(p, torch.Tensor):
-        x = p.double()
+        x = p.detach().double()
         if from_logits:
             logp = torch.log_softmax(x, dim=axis)
-            return -(logp.exp() * logp).sum(axis) / np.log(2.0)
-        logp = torch.where(x > 0, torch.log2(x.clamp_min(1e-300)), torch.zeros_like(x))
-        return -(x * logp).sum(axis)
+            return -(logp.exp() * logp).sum(axis) / _LN2
+        logp = torch.where(x > 0, torch.log(x.clamp_min(1e-300)), torch.zeros_like(x))
+        return -(x * logp).sum(axis) / _LN2
     x = np.asarray(p, dtype=np.float64)
     if from_logits:
         x = x - x.max(axis=axis, keepdims=True)
         logp = x - np.log(np.exp(x).sum(axis=axis, keepdims=True))
-        return -(np.exp(logp) * logp).sum(axis) / np.log(2.0)
+        return -(np.exp(logp) * logp).sum(axis) / _LN2
     with np.errstate(divide="ignore", invalid="ignore"):
-        logp = np.where(x > 0, np.log2(np.where(x > 0, x, 1.0)), 0.0)
-    return -(x * logp).sum(axis)
+        logp = np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), 0.0)
+    return -(x * logp).sum(axis) / _LN2
+
+
+# --------------------------------------------------------------------------------------------
+# correlations, slopes
+# --------------------------------------------------------------------------------------------
+
+
+def rank_rows(x: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share their mean rank), as scipy's ``rankdata``."""
+    from scipy.stats import rankdata
+
+    return rankdata(x, axis=-1)
+
+
+def pearson_rows(x, y) -> np.ndarray:
+    """Pearson correlation of matching rows of ``x`` and ``y`` (``[..., n]``, broadcast).
+
+    NaN where a row is (numerically) constant: the centred norm must exceed 1e-12 of the raw norm,
+    so a row of equal floats that differ only by rounding is constant, not a correlation of noise.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    xc = x - x.mean(-1, keepdims=True)
+    yc = y - y.mean(-1, keepdims=True)
+    num = (xc * yc).sum(-1)
+    den = np.sqrt((xc * xc).sum(-1) * (yc * yc).sum(-1))
+    scale = np.sqrt((x * x).sum(-1) * (y * y).sum(-1)) + 1e-300
+    ok = den > 1e-12 * scale
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, num / np.where(ok, den, 1.0), np.nan)
+
+
+def spearman_rows(x, y) -> np.ndarray:
+    """Spearman rank correlation of matching rows (average ranks for ties; NaN for a constant row)."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    return pearson_rows(rank_rows(x), rank_rows(y))
+
+
+def _pair(x, y) -> Tuple[np.ndarray, np.ndarray]:
+    x, y = as_numpy(x).ravel(), as_numpy(y).ravel()
+    if x.shape != y.shape:
+        raise InvalidInputError(f"x and y must have the same length, got {x.size} and {y.size}.")
+    return x, y
 
 
 def pearson(x, y) -> float:
     """Pearson correlation of two 1-D samples (NaN if either is constant)."""
-    x, y = as_numpy(x).ravel(), as_numpy(y).ravel()
-    if x.shape != y.shape:
-        raise InvalidInputError(f"x and y must have the same length, got {x.size} and {y.size}.")
-    xc, yc = x - x.mean(), y - y.mean()
-    den = np.sqrt((xc * xc).sum() * (yc * yc).sum())
-    return float((xc * yc).sum() / den) if den > 0 else float("nan")
-
-
-def _rank(a: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return rankdata(a, axis=-1)
+    x, y = _pair(x, y)
+    return float(pearson_rows(x, y))
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation (average ranks for ties; NaN if either is constant)."""
-    x, y = as_numpy(x).ravel(), as_numpy(y).ravel()
-    if x.shape != y.shape:
-        raise InvalidInputError(f"x and y must have the same length, got {x.size} and {y.size}.")
-    return pearson(_rank(x), _rank(y))
+    """Spearman rank correlation of two 1-D samples (average ranks for ties; NaN if either is constant)."""
+    x, y = _pair(x, y)
+    return float(spearman_rows(x, y))
 
 
-def bootstrap_ci(
-    stat: Callable[..., float],
-    *arrays,
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> Tuple[float, float]:
+def slope_rows(x, y) -> np.ndarray:
+    """Least-squares slope of y on x for matching rows (NaN where x is constant)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    xc = x - x.mean(-1, keepdims=True)
+    den = (xc * xc).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (xc * (y - y.mean(-1, keepdims=True))).sum(-1) / np.where(den > 0, den, 1.0),
+                        np.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# bootstrap and permutation
+# --------------------------------------------------------------------------------------------
+
+
+def _rng(seed_or_rng) -> np.random.Generator:
+    if isinstance(seed_or_rng, np.random.Generator):
+        return seed_or_rng
+    return np.random.default_rng(seed_or_rng)
+
+
+def child_rngs(seed, n: int) -> Tuple[np.random.Generator, ...]:
+    """``n`` independent generators spawned from one seed (``np.random.SeedSequence(seed).spawn(n)``).
+
+    Use one per random purpose (bootstrap, permutations, data) so that changing the number of draws
+    of one never changes the others, and no two share a stream.
+    """
+    return tuple(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n))
+
+
+def bootstrap_indices(n: int, n_boot: int, seed_or_rng=0) -> np.ndarray:
+    """``[n_boot, n]`` row indices drawn with replacement: one bootstrap resample per row."""
+    return _rng(seed_or_rng).integers(0, n, size=(n_boot, n))
+
+
+def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5) -> Interval:
+    """Percentile interval [q_α/2, q_1−α/2] of bootstrap replicates, NaN replicates dropped.
+
+    (NaN, NaN) when fewer than ``min_finite`` of the replicates are finite.
+    """
+    reps = np.asarray(reps, dtype=np.float64).ravel()
+    fin = reps[np.isfinite(reps)]
+    if fin.size == 0 or fin.size < min_finite * reps.size:
+        return float("nan"), float("nan")
+    a = (1 - level) / 2
+    lo, hi = np.quantile(fin, [a, 1 - a])
+    return float(lo), float(hi)
+
+
+def basic_interval(estimate: float, reps, level: float = 0.95, *, min_finite: float = 0.5) -> Interval:
+    """Basic (reverse-percentile) bootstrap interval [2θ̂ − q_1−α/2, 2θ̂ − q_α/2]."""
+    lo, hi = percentile_interval(reps, level, min_finite=min_finite)
+    return 2 * estimate - hi, 2 * estimate - lo
+
+
+def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_or_rng=0,
+                            rank: bool = False) -> float:
+    """Two-sided permutation p-value of a correlation: (#{|r(x, π y)| ≥ |r|} + 1) / (n_perm + 1).
+
+    ``rank=True`` for Spearman (ranks commute with permutations, so they are taken once).
+    NaN when ``observed`` is NaN or there are fewer than 3 samples.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if not np.isfinite(observed) or x.size < 3:
+        return float("nan")
+    if rank:
+        x, y = rank_rows(x), rank_rows(y)
+    rng = _rng(seed_or_rng)
+    perms = np.argsort(rng.random((n_perm, y.size)), axis=1)
+    null = pearson_rows(np.broadcast_to(x, perms.shape), y[perms])
+    null = np.where(np.isfinite(null), np.abs(null), 0.0)
+    return float((np.sum(null >= abs(observed) - 1e-12) + 1) / (n_perm + 1))
+
+
+@dataclass(frozen=True)
+class CorrelationInference:
+    """A correlation with its 95% percentile bootstrap interval and permutation p-value."""
+
+    value: float
+    ci: Interval
+    pvalue: float
+    method: str  # "pearson" | "spearman"
+
+
+def correlation_inference(x, y, *, method: str = "spearman", n_boot: int = 1000, n_perm: int = 1000,
+                          seed: int = 0, level: float = 0.95) -> CorrelationInference:
+    """r(x, y) (Pearson or Spearman), its percentile bootstrap interval over the pairs, and a
+    two-sided permutation p-value; bootstrap and permutations use independent child streams of
+    ``seed`` (:func:`child_rngs`)."""
+    if method not in ("pearson", "spearman"):
+        raise InvalidInputError(f"method must be 'pearson' or 'spearman', got {method!r}.")
+    x, y = _pair(x, y)
+    corr = spearman_rows if method == "spearman" else pearson_rows
+    r = float(corr(x, y))
+    boot_rng, perm_rng = child_rngs(seed, 2)
+    idx = bootstrap_indices(x.size, n_boot, boot_rng)
+    ci = percentile_interval(corr(x[idx], y[idx]), level)
+    p = permutation_pvalue_rows(x, y, r, n_perm=n_perm, seed_or_rng=perm_rng, rank=method == "spearman")
+    return CorrelationInference(value=r, ci=ci, pvalue=p, method=method)
+
+
+def bootstrap_ci(stat: Callable[..., float], *arrays, n_boot: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> Interval:
     """Percentile bootstrap interval of ``stat(*arrays)``, resampling rows of all arrays jointly.
 
-    NaN replicates (e.g. a resample with a constant column) are dropped; if more than half are NaN
-    the interval is (NaN, NaN).
+    For a Python statistic (one call per resample); the analyses use the batched row forms above.
+    NaN replicates are dropped; if more than half are NaN the interval is (NaN, NaN).
     """
     if not arrays:
         raise InvalidInputError("bootstrap_ci needs at least one array.")
+    if not 0 < level < 1:
+        raise InvalidInputError(f"level must be in (0, 1), got {level}.")
     arrs = [a if isinstance(a, np.ndarray) else as_numpy(a) for a in arrays]
     n = len(arrs[0])
     if any(len(a) != n for a in arrs):
         raise InvalidInputError("all arrays passed to bootstrap_ci must have the same number of rows.")
     if n < 2:
         return float("nan"), float("nan")
-    if not 0 < level < 1:
-        raise InvalidInputError(f"level must be in (0, 1), got {level}.")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
+    idx = bootstrap_indices(n, n_boot, seed)
     reps = np.array([stat(*[a[i] for a in arrs]) for i in idx], dtype=np.float64)
-    reps = reps[np.isfinite(reps)]
-    if reps.size < n_boot / 2:
-        return float("nan"), float("nan")
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(reps, [alpha, 1 - alpha])
-    return float(lo), float(hi)
+    return percentile_interval(reps, level)
 
 
 def permutation_pvalue(x, y, stat: Callable[[np.ndarray, np.ndarray], float] = spearman, *,
-                       n_perm: int = 1000, seed: int = 0) -> float:
-    """Two-sided permutation p-value of ``stat(x, y)``: P(|stat(x, perm(y))| >= |stat(x, y)|)."""
-    x, y = as_numpy(x).ravel(), as_numpy(y).ravel()
+                       n_perm: int = 1000, seed: Union[int, np.random.Generator] = 0) -> float:
+    """Two-sided permutation p-value of an arbitrary ``stat(x, y)``: P(|stat(x, π y)| ≥ |stat(x, y)|)."""
+    x, y = _pair(x, y)
     observed = abs(stat(x, y))
     if not np.isfinite(observed):
         return float("nan")
-    rng = np.random.default_rng(seed)
-    count = sum(abs(stat(x, rng.permutation(y))) >= observed - 1e-12 for _ in range(n_perm))
+    rng = _rng(seed)
+    count = sum(abs(stat(x, y[np.argsort(rng.random(y.size))])) >= observed - 1e-12 for _ in range(n_perm))
     return float((count + 1) / (n_perm + 1))
+

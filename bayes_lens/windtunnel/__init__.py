@@ -99,11 +99,15 @@ def untrained(name="bijection", seed: int = 0, kind: str = "auto", *, device=Non
 
 def __getattr__(name):  # compare needs the geometry suite; import it on first use
     if name in ("compare", "WindTunnelComparison"):
-        from . import comparison as _c
+        from . import comparison
 
-        return getattr(_c, name)
-    if name in ("cli_main", "add_subparsers"):
-        from . import cli as _cli
+        return getattr(comparison, name)
+    if name == "cli_main":
+        from ..cli import windtunnel_main
 
-        return getattr(_cli, name)
+        return windtunnel_main
+    if name == "add_subparsers":
+        from .cli import add_subparsers
+
+        return add_subparsers
     raise AttributeError(f"module 'bayes_lens.windtunnel' has no attribute {name!r}")

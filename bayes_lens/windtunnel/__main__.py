@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import cli_main
+from ..cli import windtunnel_main
 
-sys.exit(cli_main())
+sys.exit(windtunnel_main())

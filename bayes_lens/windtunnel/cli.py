@@ -3,7 +3,8 @@
 ``train`` trains a model on a task (METHODS.md §11) and writes a checkpoint folder (safetensors +
 JSON); ``eval`` prints Paper I's entropy error (bits) of a shipped or trained checkpoint against the
 exact posterior, per position. The lead CLI registers these with :func:`add_subparsers`;
-:func:`cli_main` runs them standalone (``python -m bayes_lens.windtunnel ...``).
+:func:`bayes_lens.cli.windtunnel_main` runs them standalone (``python -m bayes_lens.windtunnel ...``);
+this module never imports :mod:`bayes_lens.cli` (no import cycle).
 
 Example
 -------
@@ -20,7 +21,7 @@ import json
 import sys
 from typing import List, Optional
 
-__all__ = ["add_subparsers", "cli_main"]
+__all__ = ["add_subparsers"]
 
 
 def _task_from_args(args):
@@ -115,13 +116,3 @@ def add_subparsers(sub) -> argparse.ArgumentParser:
     wt = sub.add_parser("windtunnel", help="train / evaluate wind-tunnel models (tasks with exact posteriors)")
     _fill(wt)
     return wt
-
-
-def cli_main(argv: Optional[List[str]] = None) -> int:
-    """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
-
-    The same as ``bayes_lens.cli.main(["windtunnel", *argv])``: one place handles errors and exit codes.
-    """
-    from ..cli import main
-
-    return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])

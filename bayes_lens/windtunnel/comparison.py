@@ -99,7 +99,7 @@ def compare(trained, untrained=None, task=None, *, n: int = 200, seed: int = 0, 
     checkpoint (``"bijection"``, ``"hmm"``): then ``task`` comes from it and ``untrained`` defaults
     to a same-shape random model (seed ``seed``). ``n`` prompts (stratified over positions, seeded).
     """
-    from ..geometry import geometry
+    from .._geometry import geometry
     from ..metrics.stats import bootstrap_ci, pearson, permutation_pvalue, spearman
     from . import load, untrained as make_untrained
     from .evaluate import evaluate

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bayes_lens.errors import InvalidInputError
-from bayes_lens.report import _atomic
-from bayes_lens.report._atomic import STAGING_PREFIX, Staging, check_writable, write_bytes, write_text
+from bayes_lens.reporting import _atomic
+from bayes_lens.reporting._atomic import STAGING_PREFIX, Staging, check_writable, write_bytes, write_text
 
 
 def _snapshot(folder):

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayes_lens.report import validate
-from bayes_lens.report._browser import find_chromium, render
+from bayes_lens.reporting import validate
+from browser import find_chromium, render
 
 pytestmark = pytest.mark.real
 

@@ -19,8 +19,8 @@ import pytest
 
 import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError
-from bayes_lens.report import _sections, validate
-from bayes_lens.report._core import Metric, Section, SectionOutput
+from bayes_lens.reporting import _sections, validate
+from bayes_lens.reporting._core import Metric, Section, SectionOutput
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_html_is_self_contained(tiny_model, fake_sections, tmp_path):
     assert "analysis exploded on purpose" in html
     import html as htmllib
 
-    from bayes_lens.report._references import CAVEATS
+    from bayes_lens.reporting._references import CAVEATS
 
     for caveat in CAVEATS:
         assert htmllib.escape(caveat, quote=True) in html
@@ -168,16 +168,20 @@ def test_bad_input_fails_before_running(tiny_model, fake_sections, tmp_path):
     assert ran == [] and not (tmp_path / "report.json").exists()
 
 
-def test_bl_report_is_callable_however_imported():
-    import bayes_lens.report as rep_module
-
-    assert callable(bl.report) and callable(rep_module)
+def test_public_names_have_one_meaning_however_imported():
+    """No public function shares its name with a module: importing the packages first changes nothing."""
     import inspect
+    import types
 
-    import bayes_lens.geometry as geo_module
+    import bayes_lens._geometry  # noqa: F401
+    import bayes_lens.reporting  # noqa: F401
 
-    assert list(inspect.signature(rep_module).parameters)[:2] == ["model", "out"]
-    assert list(inspect.signature(geo_module).parameters)[:2] == ["model", "prompts"]
+    for name in ("report", "geometry", "value_manifold", "attach", "compare_patched"):
+        obj = getattr(bl, name)
+        assert inspect.isfunction(obj), name
+        assert not isinstance(obj, types.ModuleType)
+    assert list(inspect.signature(bl.report).parameters)[:2] == ["model", "out"]
+    assert list(inspect.signature(bl.geometry).parameters)[:2] == ["model_or_cache", "prompts"]
 
 
 def test_schema_rejects_broken_documents(tiny_model, fake_sections, tmp_path):
@@ -193,11 +197,11 @@ def test_schema_rejects_broken_documents(tiny_model, fake_sections, tmp_path):
         validate(broken)
 
 
-@pytest.mark.skipif(__import__("bayes_lens.report._browser", fromlist=["x"]).find_chromium() is None,
+@pytest.mark.skipif(__import__("browser").find_chromium() is None,
                     reason="chromium is not installed (apt-get install -y chromium)")
 def test_browser_check_sees_rendering_and_its_failures(tiny_model, fake_sections, tmp_path):
     """The offline Chromium check passes a good page and catches a script error or a missing plotly.js."""
-    from bayes_lens.report._browser import render
+    from browser import render
 
     out = tmp_path / "r"
     bl.report(tiny_model, out, sections=["geometry"], progress=False)

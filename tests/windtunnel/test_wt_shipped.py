@@ -51,7 +51,6 @@ def test_shipped_kinds_agree(name):
 
 
 def test_compare_trained_vs_untrained():
-    pytest.importorskip("bayes_lens.geometry")
     cmp = bl.windtunnel.compare("bijection", n=60, seed=0, n_boot=100, n_null=20, n_perm=100, eval_n=200,
                                 progress=False)
     t = cmp.table.set_index("metric")

@@ -1,6 +1,6 @@
 """Gallery images of a report, rendered by our own code in headless Chromium (no kaleido needed).
 
-``python -m bayes_lens.report._gallery REPORT_DIR OUT_DIR`` writes ``report_first_screen.png`` (the
+``python tools/make_gallery.py REPORT_DIR OUT_DIR`` writes ``report_first_screen.png`` (the
 first 1280 x 900 pixels of report.html) and one PNG per figure (``report.html?only=<figure id>``),
 named after the section and figure index. Used for README's gallery (docs/gallery/).
 """
@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ._browser import find_chromium, screenshot
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "report"))
+from browser import find_chromium, screenshot  # noqa: E402  (the headless-Chromium helper of the tests)
 
 __all__ = ["make_gallery"]
 

@@ -179,10 +179,12 @@ def _sula(ctx: Context) -> SectionOutput:
                (0.0, "no relation")),
         Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits",
                (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"])),
-        Metric("sula.ece", "expected calibration error of P(first label)", main.ece, "fraction",
-               (allrow["ece_ci_low"], allrow["ece_ci_high"])),
+        Metric("sula.ece", "expected calibration error of P(first label) (that fixed class, not top-label)",
+               main.ece, "fraction", (allrow["ece_ci_low"], allrow["ece_ci_high"]),
+               (main.bayes_ece, "the exact posterior's own ECE on these prompts (the Bayes floor)")),
         Metric("sula.brier", "Brier score of P(first label)", main.brier, "dimensionless",
-               (allrow["brier_ci_low"], allrow["brier_ci_high"]), (0.25, "always 0.5")),
+               (allrow["brier_ci_low"], allrow["brier_ci_high"]),
+               (main.bayes_brier, "the exact posterior's own Brier score (the Bayes floor; 0.25 = always ½)")),
         Metric("sula.label_mass", "next-token probability mass on the two labels", main.label_mass, "fraction",
                (allrow["label_mass_ci_low"], allrow["label_mass_ci_high"]),
                note="low mass means the model mostly predicts something else than a label"),
@@ -217,15 +219,7 @@ def _sula(ctx: Context) -> SectionOutput:
 
 
 # --------------------------------------------------------------------------------------------- ablation
-def _pick(t, **eq):
-    sel = np.ones(len(t), dtype=bool)
-    for col, val in eq.items():
-        if val is None:
-            sel &= t[col].isna().to_numpy(dtype=bool)
-        else:
-            sel &= (t[col] == val).fillna(False).to_numpy(dtype=bool)
-    rows = t[sel]
-    return rows.iloc[0] if len(rows) else None
+_REMOVED = "axis removed"
 
 
 def _ablation(ctx: Context) -> SectionOutput:
@@ -242,49 +236,46 @@ def _ablation(ctx: Context) -> SectionOutput:
                                   "random_seeds": list(seeds), "n_prompts": len(prompts), "n_boot": z["n_boot"],
                                   "correlation": "pearson"})
     axis = bl.EntropyAxis(layer=layer, progress=ctx.progress).fit(model, prompts)
-    removal = axis.removal()
-    cmp = bl.compare_patched(model, prompts, {"axis removed": removal}, axis=axis, n_random_seeds=len(seeds),
+    cmp = bl.compare_patched(model, prompts, {_REMOVED: axis.removal()}, axis=axis, n_random_seeds=len(seeds),
                              n_boot=max(int(z["n_boot"]), 10), seed=ctx.seed, progress=ctx.progress)
-    t = cmp.table
-    last = max(cmp.readout_layers)
-    rand = [c for c in cmp.conditions if c not in ("clean", "axis removed")]
-    rand = rand[0] if rand else None
-    clean_at = _pick(t, condition="clean", metric="axis_entropy_corr", readout_layer=layer, entropy="model")
-    if clean_at is not None:
-        out.metrics.append(Metric("ablation.corr_clean", f"clean: ρ(axis coordinate, model entropy) at layer {layer}",
-                                  clean_at["value"], "correlation",
-                                  (clean_at["value_ci_low"], clean_at["value_ci_high"]), (0.0, "no relation"),
-                                  note=f"axis = PC1 of hook_v at layer {layer} on {len(prompts)} SULA prompts"))
-    read = last if last != layer else layer
-    rem = _pick(t, condition="axis removed", metric="axis_entropy_corr", readout_layer=read, entropy="model")
-    rnd = _pick(t, condition=rand, metric="axis_entropy_corr", readout_layer=read, entropy="model") if rand else None
-    clean_read = _pick(t, condition="clean", metric="axis_entropy_corr", readout_layer=read, entropy="model")
-    if rem is not None:
-        out.metrics.append(Metric(
-            "ablation.corr_removed", f"axis removed at layer {layer}: ρ(axis coordinate, entropy) read at layer {read}",
-            rem["value"], "correlation", (rem["value_ci_low"], rem["value_ci_high"]),
-            (rnd["value"] if rnd is not None else None, f"random orthogonal direction removed ({len(seeds)} seeds)"),
-            note=(f"clean at layer {read}: {clean_read['value']:.3f}" if clean_read is not None else "")
-            + ("; the coordinate collapsed (degenerate, reported as 0)" if bool(rem["degenerate"]) else "")))
-    if rnd is not None:
+    rand = next((c for c in cmp.conditions if c not in ("clean", _REMOVED)), None)
+    read = max(cmp.readout_layers)
+    clean_at = cmp.corr("clean", layer)
+    out.metrics.append(Metric("ablation.corr_clean", f"clean: ρ(axis coordinate, model entropy) at layer {layer}",
+                              clean_at.value, "correlation", clean_at.ci, (0.0, "no relation"),
+                              note=f"axis = PC1 of hook_v at layer {layer} on {len(prompts)} SULA prompts"))
+    rem, clean_read = cmp.corr(_REMOVED, read), cmp.corr("clean", read)
+    rnd = cmp.corr(rand, read) if rand else None
+    degenerate = bool(cmp.table[(cmp.table["condition"] == _REMOVED) & (cmp.table["metric"] == "axis_entropy_corr")
+                                & (cmp.table["readout_layer"] == read)]["degenerate"].any())
+    out.metrics.append(Metric(
+        "ablation.corr_removed", f"axis removed at layer {layer}: ρ(axis coordinate, entropy) read at layer {read}",
+        rem.value, "correlation", rem.ci,
+        (rnd.value if rnd is not None else None, f"random orthogonal direction removed ({len(seeds)} seeds)"),
+        note=f"clean at layer {read}: {clean_read.value:.3f}"
+        + ("; the coordinate collapsed (degenerate, reported as 0)" if degenerate else "")))
+    if rand:
+        d = cmp.corr_delta(rand, read)
+        t = cmp.table
+        row = t[(t["condition"] == rand) & (t["metric"] == "axis_entropy_corr") & (t["readout_layer"] == read)
+                & (t["entropy"] == "model")].iloc[0]
         out.metrics.append(Metric(
             "ablation.delta_corr_random", f"random direction removed: change of ρ at layer {read}",
-            rnd["diff_from_clean"], "correlation", (rnd["diff_ci_low"], rnd["diff_ci_high"]), (0.0, "no change"),
-            note=f"mean over {len(seeds)} seeds; seed spread [{rnd['seed_diff_min']:.3g}, {rnd['seed_diff_max']:.3g}]"))
-    for metric, key, label, units in (("sula_mae_bits", "ablation.delta_mae_bits", "SULA MAE", "bits"),
-                                      ("sula_pearson", "ablation.delta_pearson", "SULA Pearson r", "correlation")):
-        r = _pick(t, condition="axis removed", metric=metric, readout_layer=None, entropy=None)
-        rr = _pick(t, condition=rand, metric=metric, readout_layer=None, entropy=None) if rand else None
-        if r is not None:
-            out.metrics.append(Metric(
-                key, f"axis removed: change of {label} (patched − clean)", r["diff_from_clean"], units,
-                (r["diff_ci_low"], r["diff_ci_high"]),
-                (rr["diff_from_clean"] if rr is not None else None, "random orthogonal direction removed"),
-                note=f"clean {r['value'] - r['diff_from_clean']:.3f}, patched {r['value']:.3f}; paired bootstrap"))
-    out.tables["comparison"] = t
+            d.value, "correlation", d.ci, (0.0, "no change"),
+            note=f"mean over {len(seeds)} seeds; seed spread [{row['seed_diff_min']:.3g}, {row['seed_diff_max']:.3g}]"))
+    for metric, key, label, units in (("mae", "ablation.delta_mae_bits", "SULA MAE", "bits"),
+                                      ("corr", "ablation.delta_pearson", "SULA Pearson r", "correlation")):
+        d = cmp.calibration_delta(_REMOVED, metric)
+        v = cmp.calibration_value(_REMOVED, metric)
+        dr = cmp.calibration_delta(rand, metric) if rand else None
+        out.metrics.append(Metric(
+            key, f"axis removed: change of {label} (patched − clean)", d.value, units, d.ci,
+            (dr.value if dr is not None else None, "random orthogonal direction removed"),
+            note=f"clean {v.value - d.value:.3f}, patched {v.value:.3f}; paired bootstrap"))
+    out.tables["comparison"] = cmp.table
     out.figure("Entropy-axis ablation: correlation by readout layer, calibration change", cmp.plot)
     out.details["comparison"] = {k: v for k, v in cmp.to_dict().items() if k != "table"}
-    out.details["axis"] = {"layer": layer, "hook_name": axis.hook_name_,
+    out.details["axis"] = {"layer": layer, "hook_name": axis.hook_name_, "coordinate_hook_name": axis.coord_hook_name_,
                            "explained_variance_ratio": getattr(axis, "explained_variance_ratio_", None),
                            "entropy_correlation": getattr(axis, "entropy_correlation_", None),
                            "entropy_kind": getattr(axis, "entropy_kind_", None),

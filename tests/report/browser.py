@@ -8,7 +8,7 @@ screen. Both need a ``chromium`` (or ``chromium-browser`` / ``google-chrome``) e
 
 Example
 -------
->>> from bayes_lens.report._browser import find_chromium, render   # doctest: +SKIP
+>>> from browser import find_chromium, render   # doctest: +SKIP
 >>> render("report/report.html")["rendered"]                       # doctest: +SKIP
 7
 """

@@ -17,7 +17,7 @@
    sequences and its fit A·log(n)/n + B.
 
 and writes ``out/report.json`` (schema: ``docs/report_schema.md``, JSON Schema
-``bayes_lens/report/report.schema.json``), ``out/tables/*.csv`` and one self-contained
+``bayes_lens/reporting/report.schema.json``), ``out/tables/*.csv`` and one self-contained
 ``out/report.html`` (plotly.js inline; opens with no network). Files are swapped in atomically:
 an interrupted run leaves an existing report untouched.
 
@@ -37,9 +37,6 @@ Example
 from __future__ import annotations
 
 import json
-import inspect
-import sys
-import types
 import time
 from functools import lru_cache
 from importlib import resources
@@ -49,7 +46,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 from ..errors import InvalidInputError
 from ._core import SCHEMA_VERSION, Metric, SectionOutput, check_sections, run_report
 
-__all__ = ["report", "sizes", "SECTIONS", "SCHEMA_VERSION", "schema", "validate", "Metric", "SectionOutput"]
+__all__ = ["report", "prepare_report", "run_model_report", "sizes", "SECTIONS", "SCHEMA_VERSION", "schema", "validate", "Metric", "SectionOutput"]
 
 
 def sizes(quick: bool) -> Dict[str, Any]:
@@ -136,11 +133,11 @@ def report(
     dict
         The report document, as written to ``report.json``.
     """
-    return _run(model, out, quick=quick, seed=seed, progress=progress, sections=sections, strict=strict,
+    return run_model_report(model, out, quick=quick, seed=seed, progress=progress, sections=sections, strict=strict,
                 overrides=overrides)
 
 
-def _prepare(out, *, seed, sections, quick, overrides):
+def prepare_report(out, *, seed, sections, quick, overrides):
     """Check the cheap inputs (seed, sections, output folder, sizes) before any model work."""
     from ..errors import require_extra
     from ._atomic import check_writable
@@ -158,9 +155,10 @@ def _prepare(out, *, seed, sections, quick, overrides):
     return chosen, the_sizes
 
 
-def _run(model, out, *, quick, seed, progress, sections, strict, overrides, source=None,
-         extra_timings=None, on_section=None) -> dict:
-    chosen, the_sizes = _prepare(out, seed=seed, sections=sections, quick=quick, overrides=overrides)
+def run_model_report(model, out, *, quick, seed, progress, sections, strict, overrides, source=None,
+                     extra_timings=None, on_section=None) -> dict:
+    """:func:`report` with the CLI's extras: the model's source label, timings, a per-section callback."""
+    chosen, the_sizes = prepare_report(out, seed=seed, sections=sections, quick=quick, overrides=overrides)
     extra = dict(extra_timings or {})
     if isinstance(model, (str, Path)):
         from ..models import load_model
@@ -176,17 +174,3 @@ def _run(model, out, *, quick, seed, progress, sections, strict, overrides, sour
     return run_report(model, out, sections=chosen, quick=quick, seed=seed, progress=progress,
                       sizes=the_sizes, strict=strict, source=source, extra_timings=extra,
                       on_section=on_section)
-
-
-class _CallableModule(types.ModuleType):
-    """``bl.report`` is wired lazily to the function :func:`report`, but importing any submodule
-    (``bayes_lens.report._core``) binds the *package* to ``bayes_lens.report`` first. Making the
-    package callable keeps ``bl.report(model, out)`` working either way."""
-
-    def __call__(self, *args, **kwargs):
-        return report(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-# help(), inspect.signature() and IDEs then show the function's parameters, not (*args, **kwargs)
-sys.modules[__name__].__signature__ = inspect.signature(report)

@@ -4,7 +4,7 @@ A report is a list of *sections* (geometry, SULA, ablation, martingale). Each se
 ``run(ctx) -> SectionOutput`` that calls the public analyses and returns headline :class:`Metric`
 records (value, units, 95% CI, random baseline, the papers' numbers), DataFrames (written as CSV)
 and plotly figures. :func:`run_report` runs them in order, times them, and writes everything
-through :class:`~bayes_lens.report._atomic.Staging` so that an existing report is only ever
+through :class:`~bayes_lens.reporting._atomic.Staging` so that an existing report is only ever
 replaced by a complete one.
 
 Failure policy (documented in docs/report_schema.md): *bad input fails loudly* - a non-model, an

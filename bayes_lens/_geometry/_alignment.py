@@ -1,0 +1,119 @@
+"""Entropy alignment: does the value manifold's PC1 track the model's next-token entropy?
+
+Paper A ("Geometric Scaling of Bayesian Inference in LLMs", arXiv 2512.23752) §5.1, METHODS.md §4:
+the Spearman (and Pearson) correlation of the per-prompt PC1 coordinate of the value manifold
+(standardized PCA of final-token values, METHODS.md §1) with the model's full-vocabulary next-token
+entropy in bits, with a 95% percentile bootstrap interval and a permutation p-value (independent
+random streams, :func:`bayes_lens.metrics.stats.correlation_inference`). The sign of a principal
+component is arbitrary, so ρ and |ρ| are both reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from .. import adapter
+from .._results import Result, plotly
+from ..errors import InvalidInputError
+from ..metrics.pca import pca
+from ..metrics.stats import as_numpy, correlation_inference
+from ._sources import check_site, resolve_layer, source_collection, source_model
+
+__all__ = ["EntropyAlignment", "entropy_alignment", "alignment_from"]
+
+CI = Tuple[float, float]
+
+
+@dataclass(frozen=True, eq=False)
+class EntropyAlignment(Result):
+    """Correlation of the per-prompt PC1 coordinate with next-token entropy (METHODS.md §4)."""
+
+    spearman: float
+    spearman_ci: CI
+    spearman_pvalue: float
+    pearson: float
+    pearson_ci: CI
+    pearson_pvalue: float
+    layer: int
+    site: str
+    n_prompts: int
+    pc1_coords: torch.Tensor  # [n]
+    entropy_bits: torch.Tensor  # [n] next-token entropy (full vocabulary)
+
+    @property
+    def abs_spearman(self) -> float:
+        return abs(self.spearman)
+
+    @property
+    def abs_pearson(self) -> float:
+        return abs(self.pearson)
+
+    def to_dataframe(self):
+        import pandas as pd
+
+        rows = [dict(metric="entropy_alignment", layer=self.layer, site=self.site, statistic=name, value=v,
+                     abs_value=abs(v), ci_low=ci[0], ci_high=ci[1], permutation_pvalue=p, n_prompts=self.n_prompts)
+                for name, v, ci, p in (("spearman_rho", self.spearman, self.spearman_ci, self.spearman_pvalue),
+                                       ("pearson_r", self.pearson, self.pearson_ci, self.pearson_pvalue))]
+        return pd.DataFrame(rows)
+
+    def plot(self):
+        go = plotly()
+        fig = go.Figure()
+        fig.add_scatter(x=self.pc1_coords.tolist(), y=self.entropy_bits.tolist(), mode="markers")
+        fig.update_layout(title=f"PC1 vs next-token entropy: Spearman ρ = {self.spearman:+.2f}",
+                          xaxis_title=f"PC1 coordinate (layer {self.layer}, {self.site})",
+                          yaxis_title="next-token entropy (bits)")
+        return fig
+
+
+
+
+def alignment_from(coords: np.ndarray, ent: np.ndarray, *, layer, site, seed, n_boot, n_perm) -> EntropyAlignment:
+    """Spearman and Pearson inference of PC1 coordinates ``coords`` [n] against entropies ``ent`` [n]."""
+    coords, ent = as_numpy(coords).ravel(), as_numpy(ent).ravel()
+    if coords.shape[0] < 3:
+        raise InvalidInputError(f"entropy alignment needs at least 3 prompts, got {coords.shape[0]}.")
+    if coords.shape != ent.shape:
+        raise InvalidInputError(f"{coords.shape[0]} activation rows but {ent.shape[0]} entropies.")
+    rho = correlation_inference(coords, ent, method="spearman", n_boot=n_boot, n_perm=n_perm, seed=seed)
+    r = correlation_inference(coords, ent, method="pearson", n_boot=n_boot, n_perm=n_perm, seed=seed)
+    return EntropyAlignment(
+        spearman=rho.value, spearman_ci=rho.ci, spearman_pvalue=rho.pvalue, pearson=r.value, pearson_ci=r.ci,
+        pearson_pvalue=r.pvalue, layer=layer, site=site, n_prompts=coords.shape[0],
+        pc1_coords=torch.from_numpy(coords.copy()), entropy_bits=torch.from_numpy(ent.copy()),
+    )
+
+
+def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
+                      tokens=None, logits=None, model=None, seed: int = 0, n_boot: int = 1000, n_perm: int = 1000,
+                      batch_size: int = 16, padding_side: str = "right",
+                      progress: Optional[bool] = None) -> EntropyAlignment:
+    """Spearman/Pearson of the per-prompt PC1 coordinate with next-token entropy (METHODS.md §4).
+
+    PC1 is that of the standardized PCA of :func:`bayes_lens.value_manifold` at ``layer``/``site``.
+    From a cache pass the ``(logits, cache)`` pair ``run_with_cache`` returns (or ``logits=``), and
+    the ``tokens`` (or ``attention_mask``) when padded.
+
+    Example
+    -------
+    >>> ea = bl.entropy_alignment(model, prompts)                       # doctest: +SKIP
+    >>> ea.spearman, ea.spearman_ci, ea.spearman_pvalue                 # doctest: +SKIP
+    """
+    s = check_site(site)
+    m = source_model(model_or_cache, model)
+    layers = [adapter.resolve_layer(m, layer)] if m is not None else ()
+    col, m = source_collection(model_or_cache, prompts, layers=layers, site=s, attention_mask=attention_mask,
+                               tokens=tokens, logits=logits, model=model, batch_size=batch_size,
+                               padding_side=padding_side, progress=progress, desc="entropy_alignment: collect")
+    layer = resolve_layer(col, m, layer, s)
+    x = as_numpy(col.values(layer, s))
+    ent = as_numpy(col.require_entropy())
+    if x.shape[0] < 3:
+        raise InvalidInputError(f"entropy alignment needs at least 3 prompts, got {x.shape[0]}.")
+    coords = pca(x, n_components=1).coords[:, 0]
+    return alignment_from(coords, ent, layer=layer, site=s, seed=seed, n_boot=n_boot, n_perm=n_perm)

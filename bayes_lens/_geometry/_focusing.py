@@ -1,0 +1,152 @@
+"""Attention focusing: the entropy of attention rows, per layer and head, falling with depth.
+
+Paper A ("Geometric Scaling of Bayesian Inference in LLMs", arXiv 2512.23752) §4.2, §4.5,
+METHODS.md §3: per layer and head, the entropy (bits) H = −Σ_j α_j log₂ α_j of the final query row
+of ``hook_pattern`` over the valid keys, computed inside the hook; per head first, then averaged over
+heads, then over prompts (bootstrap CIs). Reports the reduction (H_first − H_last)/H_first (Paper A's
+pass threshold > 30%), monotonicity (Spearman of depth vs entropy; the number of layers where
+entropy rises), and the same row entropy under uniform attention as a no-focusing reference;
+``positions="all"`` averages over every real query row (Paper A §4.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from .._results import Result, plotly
+from ..errors import InvalidInputError, MissingHookError
+from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
+from ._sources import source_collection
+
+__all__ = ["AttentionFocusing", "attention_focusing", "focusing_from_entropies", "uniform_entropy_bits"]
+
+CI = Tuple[float, float]
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionFocusing(Result):
+    """Attention entropy (bits) per layer and head over prompts (METHODS.md §3)."""
+
+    layer_entropy_bits: torch.Tensor  # [n_layers]: mean over prompts of the per-prompt head mean
+    layer_entropy_ci: torch.Tensor  # [n_layers, 2]
+    head_entropy_bits: torch.Tensor  # [n_layers, n_heads]
+    reduction: float  # (H_first − H_last) / H_first
+    reduction_ci: CI
+    depth_spearman: float  # Spearman(layer index, layer entropy): negative = focusing with depth
+    depth_spearman_ci: CI
+    n_rises: int  # layers whose entropy exceeds the previous layer's
+    uniform_entropy_bits: float  # the same row entropy under uniform attention (a no-focusing null)
+    positions: str = "last"
+    n_prompts: int = 0
+    paper_threshold: float = 0.30
+
+    @property
+    def monotone(self) -> bool:
+        return self.n_rises == 0
+
+    def to_dataframe(self):
+        """One row per (layer, head) plus one per layer (head = 'mean') with CIs."""
+        import pandas as pd
+
+        rows = []
+        for layer in range(self.head_entropy_bits.shape[0]):
+            rows.append(dict(metric="attention_focusing", layer=layer, head="mean",
+                             entropy_bits=float(self.layer_entropy_bits[layer]),
+                             ci_low=float(self.layer_entropy_ci[layer, 0]),
+                             ci_high=float(self.layer_entropy_ci[layer, 1]), positions=self.positions))
+            for head in range(self.head_entropy_bits.shape[1]):
+                rows.append(dict(metric="attention_focusing", layer=layer, head=str(head),
+                                 entropy_bits=float(self.head_entropy_bits[layer, head]),
+                                 ci_low=None, ci_high=None, positions=self.positions))
+        return pd.DataFrame(rows)
+
+    def plot(self):
+        go = plotly()
+        x = list(range(len(self.layer_entropy_bits)))
+        fig = go.Figure()
+        fig.add_scatter(x=x, y=self.layer_entropy_ci[:, 1].tolist(), mode="lines", line_width=0, showlegend=False)
+        fig.add_scatter(x=x, y=self.layer_entropy_ci[:, 0].tolist(), mode="lines", line_width=0, fill="tonexty",
+                        name="95% CI")
+        fig.add_scatter(x=x, y=self.layer_entropy_bits.tolist(), mode="lines+markers", name="mean over heads")
+        fig.add_hline(y=self.uniform_entropy_bits, line_dash="dash", annotation_text="uniform attention")
+        fig.update_layout(title=f"Attention focusing: reduction {self.reduction:.1%}", xaxis_title="layer",
+                          yaxis_title="attention entropy (bits)")
+        return fig
+
+
+
+
+def _depth_spearman(curves: np.ndarray) -> np.ndarray:
+    """Spearman of (layer index, entropy) per row of ``curves`` [..., n_layers]."""
+    depth = np.arange(curves.shape[-1], dtype=np.float64)
+    return spearman_rows(np.broadcast_to(depth, curves.shape), curves)
+
+
+def focusing_from_entropies(ent: np.ndarray, *, uniform: float, positions: str, seed: int,
+                            n_boot: int) -> AttentionFocusing:
+    """Focusing statistics from ``ent`` [n, n_layers, n_heads] per-prompt per-head entropies (bits)."""
+    n = ent.shape[0]
+    if n < 1:
+        raise InvalidInputError("attention focusing needs at least one prompt.")
+    per_prompt = ent.mean(axis=2)  # per head first, then the head mean: [n, L]
+    curve = per_prompt.mean(axis=0)
+
+    def reduction(c):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (c[..., 0] - c[..., -1]) / c[..., 0]
+
+    idx = bootstrap_indices(n, n_boot, seed)
+    boot = per_prompt[idx].mean(axis=1)  # [B, L]
+    lo, hi = np.quantile(boot, [0.025, 0.975], axis=0) if n > 1 else (np.full_like(curve, np.nan),) * 2
+    nan_ci = (float("nan"), float("nan"))
+    return AttentionFocusing(
+        layer_entropy_bits=torch.from_numpy(curve.copy()),
+        layer_entropy_ci=torch.from_numpy(np.stack([lo, hi], axis=1)),
+        head_entropy_bits=torch.from_numpy(ent.mean(axis=0)),
+        reduction=float(reduction(curve)), reduction_ci=percentile_interval(reduction(boot), min_finite=0.0) if n > 1 else nan_ci,
+        depth_spearman=float(_depth_spearman(curve)),
+        depth_spearman_ci=percentile_interval(_depth_spearman(boot), min_finite=0.0) if n > 1 else nan_ci,
+        n_rises=int((np.diff(curve) > 0).sum()), uniform_entropy_bits=uniform, positions=positions, n_prompts=n,
+    )
+
+
+def uniform_entropy_bits(n_tokens: np.ndarray, positions: str) -> float:
+    """Mean entropy (bits) of the same attention rows under uniform attention over the keys they see."""
+    n_tokens = np.asarray(n_tokens, dtype=np.float64)
+    if positions == "last":
+        return float(np.log2(n_tokens).mean())
+    return float(np.mean([np.log2(np.arange(1, int(t) + 1)).mean() for t in n_tokens]))
+
+
+def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
+                       model=None, seed: int = 0, n_boot: int = 1000, batch_size: int = 16,
+                       padding_side: str = "right", progress: Optional[bool] = None) -> AttentionFocusing:
+    """Per-layer, per-head attention entropy of the final query row over valid keys (METHODS.md §3).
+
+    ``positions="all"`` averages over every real query row (Paper A §4.5). From a cache, every
+    layer's ``hook_pattern`` (``names_filter=bl.hook_filter()``) or, inside ``bl.attach(model)``, the
+    much smaller ``hook_pattern_entropy`` must be present; pass the ``tokens`` (or
+    ``attention_mask``) of a padded batch.
+
+    Example
+    -------
+    >>> af = bl.attention_focusing(model, prompts)                      # doctest: +SKIP
+    >>> af.reduction, af.reduction_ci, af.layer_entropy_bits            # doctest: +SKIP
+    """
+    if positions not in ("last", "all"):
+        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    col, _ = source_collection(model_or_cache, prompts, attention=True, positions=positions,
+                               attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
+                               padding_side=padding_side, progress=progress, desc="attention_focusing: collect",
+                               min_prompts=1)
+    if col.attn_entropy_bits is None:
+        raise MissingHookError("the Collection was made without attention=True.")
+    if col.attention_positions != positions:
+        raise InvalidInputError(f"the Collection holds positions={col.attention_positions!r} entropies.")
+    return focusing_from_entropies(as_numpy(col.attn_entropy_bits),
+                                   uniform=uniform_entropy_bits(col.n_tokens.numpy(), positions),
+                                   positions=positions, seed=seed, n_boot=n_boot)

@@ -1,0 +1,92 @@
+"""Where the geometry metrics read from: a model with prompts, a user's cache, or a Collection.
+
+Every metric of Paper A §4.2/§5.1 (METHODS.md §1–§4) reads final-token rows, attention entropies and
+next-token entropies. Whatever the user passes is turned into one
+:class:`bayes_lens.collect.Collection` here — by the runner (:func:`bayes_lens.collect.collect`) for a
+model and prompts, by :meth:`~bayes_lens.collect.Collection.from_cache` for a cache — so the
+statistics have exactly one code path and give the same numbers from every source.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .. import adapter
+from ..collect import Collection, check_prompts, collect, is_cache_like, source_model
+from ..errors import InvalidInputError
+
+__all__ = ["SITES", "check_site", "source_model", "source_collection", "resolve_layer", "need_prompts",
+           "expand_kv_heads"]
+
+#: accepted spellings of the value-manifold sites
+SITES = {"v": "v", "hook_v": "v", "resid_post": "resid_post"}
+
+
+def check_site(site: str) -> str:
+    if site not in SITES:
+        raise InvalidInputError(f"site must be 'v' (hook_v, the default) or 'resid_post', got {site!r}.")
+    return SITES[site]
+
+
+def need_prompts(prompts, minimum: int = 3) -> list:
+    prompts = check_prompts(prompts)
+    if len(prompts) < minimum:
+        raise InvalidInputError(f"PCA across prompts needs at least {minimum} prompts, got {len(prompts)}; "
+                                "pass more prompts.")
+    return prompts
+
+
+def source_collection(source, prompts=None, *, layers: Sequence[int] = (), site: str = "v",
+                      attention: bool = False, positions: str = "last", attention_mask=None, tokens=None,
+                      logits=None, model=None, batch_size: int = 16, padding_side: str = "right",
+                      progress: Optional[bool] = None, desc: str = "collect", min_prompts: int = 3):
+    """(Collection, model or None) from a model + prompts, a cache (pair, ActivationCache, dict) or a
+    Collection, holding final-token rows of ``site`` at ``layers`` and, with ``attention``, entropies."""
+    if isinstance(source, Collection):
+        if prompts is not None:
+            raise InvalidInputError("pass either a model with prompts, or a Collection without prompts.")
+        return source, model
+    if is_cache_like(source):
+        if prompts is not None:
+            raise InvalidInputError("pass either a model with prompts, or a cache without prompts.")
+        col = Collection.from_cache(
+            source, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
+            value_layers=layers if site == "v" else (), resid_layers=layers if site != "v" else (),
+            attention=attention, attention_positions=positions)
+        return col, source_model(source, model)
+    adapter.check_model(source)
+    if prompts is None:
+        raise InvalidInputError("prompts are required with a model (or pass a cache made with run_with_cache).")
+    prompts = need_prompts(prompts, min_prompts)
+    col = collect(source, prompts, value_layers=list(layers) if site == "v" else (),
+                  resid_layers=list(layers) if site != "v" else (), attention=attention, attention_positions=positions,
+                  batch_size=batch_size, padding_side=padding_side, progress=progress,
+                  desc=f"{desc} {len(prompts)} prompts")
+    return col, source
+
+
+def resolve_layer(source, model, layer: int, site: str) -> int:
+    """The layer index a metric reads: resolved against the model, or (a Collection without a model)
+    the one layer it holds."""
+    if model is not None:
+        return adapter.resolve_layer(model, layer)
+    store = source.final_values if site == "v" else source.final_resid
+    keys = sorted(store)
+    if layer in store:
+        return layer
+    if layer == -1 and len(keys) == 1:
+        return keys[0]
+    raise InvalidInputError(f"with a Collection pass a non-negative layer index it holds: {keys}.")
+
+
+def expand_kv_heads(x: np.ndarray, model, expand_kv: bool) -> np.ndarray:
+    """Repeat KV heads to the query-head layout (``expand_kv=True``), as grouped-query attention does."""
+    if not expand_kv:
+        return x
+    if model is None:
+        raise InvalidInputError("expand_kv=True needs the model (or a cache that records it).")
+    info = adapter.model_info(model)
+    rep = info.n_heads // info.n_kv_heads
+    return np.repeat(x.reshape(x.shape[0], info.n_kv_heads, info.d_head), rep, axis=1).reshape(x.shape[0], -1)

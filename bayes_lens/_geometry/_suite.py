@@ -1,0 +1,106 @@
+"""The geometry suite: value manifold, key orthogonality, focusing and alignment from one pass.
+
+Paper A ("Geometric Scaling of Bayesian Inference in LLMs", arXiv 2512.23752) §4.2 and §5.1,
+METHODS.md §1–§4. One batched forward pass keeps only the final-token rows at ``layer`` and the
+per-head attention entropies (the unembedding only at the final token); each statistic is that of
+its own module (:mod:`._manifold`, :mod:`._keys`, :mod:`._focusing`, :mod:`._alignment`), so
+``bl.geometry(...)`` and the four single metrics give the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import adapter
+from .._results import Result, plotly
+from ..errors import InvalidInputError
+from ..metrics.stats import as_numpy
+from ._alignment import EntropyAlignment, alignment_from
+from ._focusing import AttentionFocusing, focusing_from_entropies, uniform_entropy_bits
+from ._keys import KeyOrthogonality, key_orthogonality
+from ._manifold import CI_METHODS, ValueManifold, manifold_from_samples
+from ._sources import check_site, expand_kv_heads, source_collection, source_model
+
+__all__ = ["Geometry", "geometry"]
+
+
+@dataclass(frozen=True, eq=False)
+class Geometry(Result):
+    """All four geometry measurements of one model on one prompt set."""
+
+    value_manifold: ValueManifold
+    key_orthogonality: KeyOrthogonality
+    attention_focusing: AttentionFocusing
+    entropy_alignment: EntropyAlignment
+
+    def to_dataframe(self):
+        """The four long tables stacked (column ``metric`` says which)."""
+        import pandas as pd
+
+        return pd.concat([self.value_manifold.to_dataframe(), self.key_orthogonality.to_dataframe(),
+                          self.attention_focusing.to_dataframe(), self.entropy_alignment.to_dataframe()],
+                         ignore_index=True, sort=False)
+
+    def plot(self):
+        """A 2 × 2 figure: value-manifold spectrum, key orthogonality, focusing curve, alignment."""
+        plotly()
+        from plotly.subplots import make_subplots
+
+        fig = make_subplots(rows=2, cols=2, subplot_titles=("value manifold", "key orthogonality",
+                                                            "attention focusing", "entropy alignment"))
+        for (r, c), part in zip(((1, 1), (1, 2), (2, 1), (2, 2)),
+                                (self.value_manifold, self.key_orthogonality, self.attention_focusing,
+                                 self.entropy_alignment)):
+            for trace in part.plot().data:
+                fig.add_trace(trace, row=r, col=c)
+        fig.update_layout(showlegend=False, title="Bayesian geometry")
+        return fig
+
+
+
+
+def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
+             reference=None, attention_mask=None, tokens=None, model=None, seed: int = 0, n_boot: int = 1000,
+             n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False, ci_method: str = "recentered",
+             batch_size: int = 16, padding_side: str = "right", on_processed: str = "warn",
+             progress: Optional[bool] = None) -> Geometry:
+    """Value manifold, key orthogonality, attention focusing and entropy alignment in one pass.
+
+    ``model_or_cache``: a model with ``prompts`` (one batched forward pass keeps the final-token
+    rows at ``layer`` and the per-head attention entropies), or what ``run_with_cache`` returned
+    (the ``(logits, cache)`` pair, with ``hook_v`` and ``hook_pattern``; key orthogonality then reads
+    the weights of the model the cache records, or ``model=``). The statistics follow METHODS.md
+    §1–§4; see each metric's function for its parameters.
+
+    Example
+    -------
+    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=75))          # doctest: +SKIP
+    >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
+    """
+    s = check_site(site)
+    if positions not in ("last", "all"):
+        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    if ci_method not in CI_METHODS:
+        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
+    if expand_kv and s != "v":
+        raise InvalidInputError("expand_kv applies to site='v' only.")
+    m = source_model(model_or_cache, model)
+    if m is None:
+        raise InvalidInputError("geometry() needs the model (key orthogonality reads its weights): pass a model "
+                                "with prompts, a cache that records its model, or model=.")
+    layer = adapter.resolve_layer(m, layer)
+    keys = key_orthogonality(m, reference=reference, seed=seed, on_processed=on_processed)
+    col, _ = source_collection(model_or_cache, prompts, layers=[layer], site=s, attention=True, positions=positions,
+                               attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
+                               padding_side=padding_side, progress=progress, desc="geometry: collect")
+    x = expand_kv_heads(as_numpy(col.values(layer, s)), m, expand_kv)
+    vm = manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
+                               n_boot=n_boot, n_null=n_null, n_components=10, expand_kv=expand_kv,
+                               ci_method=ci_method)
+    focusing = focusing_from_entropies(as_numpy(col.attn_entropy_bits),
+                                       uniform=uniform_entropy_bits(col.n_tokens.numpy(), positions),
+                                       positions=positions, seed=seed, n_boot=n_boot)
+    align = alignment_from(vm.coords[:, 0].numpy(), as_numpy(col.require_entropy()), layer=layer, site=s,
+                           seed=seed, n_boot=n_boot, n_perm=n_perm)
+    return Geometry(value_manifold=vm, key_orthogonality=keys, attention_focusing=focusing, entropy_alignment=align)

@@ -1,0 +1,674 @@
+"""The entropy axis (Paper A §4.5; METHODS.md §7): an sklearn-style estimator, and its patches.
+
+At layer ℓ, the axis u is PC1 of the final-token value vectors (``hook_v`` flattened over the
+key/value heads, the paper's site; or ``hook_resid_post``) across prompts, signed so that its
+coordinate correlates non-negatively with the model's entropy (or the Bayes entropy of SULA prompts).
+``standardize="std"`` (default) takes PC1 w of the z-scored values (as the value-manifold metric,
+METHODS.md §1) and maps it back to raw activations, u = (w/σ)/‖w/σ‖; ``"raw"`` takes PC1 of the raw
+centred values. ``fit`` takes a model and prompts, a user's cache, or arrays; its patches
+(``removal``, ``shift``, ``keep_only``, ``random_control``) are :class:`~bayes_lens.ablation.Patch`
+objects. Saved axes carry a SHA-256 per tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import adapter
+from ..collect import Collection, collect, is_cache_like, source_model
+from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
+from ..hookpoints import axis_hook_name
+from ..metrics.calibration import binary_entropy_bits
+from ..metrics.pca import pca
+from ..metrics.stats import pearson
+from ._common import (
+    SIGN_BY, SITES, STANDARDIZE, check_site, finite_float, library_versions, model_meta, prompt_data, site_dim,
+    unit_vector,
+)
+from ._patch import Patch, PatchPart
+
+__all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "axis_from_pca", "check_loaded"]
+
+_FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_META_KEY = "bayes_lens_entropy_axis"
+
+
+def _tensor_sha256(t: Tensor) -> str:
+    """SHA-256 of a tensor's dtype, shape and bytes (row-major)."""
+    a = t.detach().cpu().contiguous().numpy()
+    h = hashlib.sha256(f"{a.dtype.str}{list(a.shape)}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class AxisData:
+    """What an axis is fitted on and read with: final-token activations per layer, entropies.
+
+    ``values`` maps layer → ``[n, dim]`` float64; ``model_entropy`` is the model's entropy over the
+    two SULA labels (renormalized) for SULA items, else its full next-token entropy (bits);
+    ``bayes_entropy`` is the items' exact posterior entropy (None for plain strings).
+    """
+
+    values: Dict[int, np.ndarray]
+    model_entropy: np.ndarray
+    bayes_entropy: Optional[np.ndarray]
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.model_entropy.shape[0])
+
+
+def collect_axis_data(source, prompts, *, layers: Sequence[int], site: str = "v", model=None, attention_mask=None,
+                      tokens=None, logits=None, fwd_hooks=(), batch_size: int = 16, progress: Optional[bool] = None,
+                      desc: str = "axis: collect") -> AxisData:
+    """Final-token activations at ``layers`` and the entropies, from a model (one forward pass over
+    ``prompts``, with ``fwd_hooks`` active) or from a cache made on them (the ``(logits, cache)`` pair).
+
+    ``prompts`` are SULA items (the entropy is over the two labels) or plain strings (full next-token
+    entropy); from a cache of plain strings ``prompts`` may be None.
+    """
+    from ..sula import label_posterior, label_token_ids
+
+    check_site(site)
+    texts, bayes = prompt_data(prompts) if prompts is not None else (None, None)
+    m = source_model(source, model)
+    label_ids = None
+    if bayes is not None:
+        label_ids = list(label_token_ids(m, prompts[0].labels))
+    kw = dict(value_layers=list(layers) if site == "v" else (), resid_layers=list(layers) if site != "v" else (),
+              token_ids=label_ids)
+    if isinstance(source, Collection):
+        col = source
+    elif is_cache_like(source):
+        col = Collection.from_cache(source, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
+                                    **kw)
+    else:
+        if texts is None:
+            raise InvalidInputError("prompts are required with a model.")
+        col = collect(source, texts, fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress,
+                      desc=f"{desc} {len(texts)} prompts", **kw)
+    if texts is not None and col.n_prompts != len(texts):
+        raise InvalidInputError(f"the cache holds {col.n_prompts} prompts but {len(texts)} were given.")
+    if bayes is not None:
+        p_first, _ = label_posterior(col.token_logprobs)
+        h = binary_entropy_bits(p_first)
+    else:
+        h = col.require_entropy().double().numpy()
+    values = {layer: col.values(layer, site).double().numpy() for layer in layers}
+    return AxisData(values=values, model_entropy=np.asarray(h, dtype=np.float64), bayes_entropy=bayes)
+
+
+def axis_from_pca(x: np.ndarray, standardize: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(u raw-space unit vector, mean, per-coordinate scale, explained-variance ratio of PC1).
+
+    ``x`` is [n, d] float64. "raw": PC1 of centred x. "std": PC1 w of z-scored x (zero-variance
+    coordinates dropped, :func:`bayes_lens.metrics.pca.pca`), mapped back u ∝ w / σ. The
+    explained-variance ratio is in the space where the PCA was run.
+    """
+    fit = pca(x, 1, standardized=(standardize == "std"))
+    w = fit.components[0]
+    if standardize == "std":
+        u = np.zeros(x.shape[1])
+        u[fit.kept] = w / fit.scale[fit.kept]
+        scale = fit.scale
+    else:
+        u = w
+        scale = np.ones(x.shape[1])
+    return u / np.linalg.norm(u), fit.mean, scale, float(fit.explained_variance_ratio[0])
+
+
+
+
+class EntropyAxis:
+    """The entropy axis of Paper A §4.5 (METHODS.md §7), scikit-learn style.
+
+    Parameters (stored as given; no work in ``__init__``)
+    ----------
+    layer:
+        An int (negative counts from the end) or a list of ints: one axis per layer, fitted on the
+        same prompts; patches then act on all of them (pass ``layers=`` to a patch builder for a subset).
+    site:
+        ``"v"`` (default, the paper: ``hook_v`` at the final real token, flattened over the
+        key/value heads) or ``"resid_post"``.
+    standardize:
+        ``"std"`` (default): PC1 of the z-scored values mapped back to raw activations
+        (u ∝ w / σ, renormalized), so v·u is an affine function of the standardized PC1 score used
+        by the geometry metrics; ``"raw"``: PC1 of the raw centred values.
+    sign_by:
+        ``"model"`` (default): sign u so the coordinate correlates non-negatively with the model's
+        entropy (for SULA prompt sets the entropy over the two labels, renormalized; for plain
+        strings the full next-token entropy); ``"bayes"``: with the Bayes entropy of SULA items.
+    batch_size, progress:
+        Passed to :func:`bayes_lens.collect.collect`.
+
+    Fitted attributes
+    -----------------
+    ``layers_`` (tuple), ``axes_`` / ``means_`` / ``scales_`` (layer → tensor), ``sigma_`` (layer →
+    std of the clean coordinate), ``explained_variance_ratio_``, ``entropy_correlation_`` (layer →
+    Pearson of the coordinate with the signing entropy), ``hook_names_``, ``site_``,
+    ``entropy_kind_`` (``"labels"``, ``"next_token"`` or ``"bayes"``), ``model_meta_``
+    (model name, kind, shape, ``processed`` / ``processing``), ``versions_``, ``n_prompts_``.
+    For a single-layer axis also ``layer_``, ``axis_`` and ``hook_name_``.
+    """
+
+    def __init__(self, layer: Union[int, Sequence[int]] = -1, site: str = "v", *, standardize: str = "std",
+                 sign_by: str = "model", batch_size: int = 16, progress: Optional[bool] = True):
+        self.layer = layer
+        self.site = site
+        self.standardize = standardize
+        self.sign_by = sign_by
+        self.batch_size = batch_size
+        self.progress = progress
+
+    # --- parameters ---
+    def get_params(self) -> dict:
+        return {"layer": self.layer, "site": self.site, "standardize": self.standardize,
+                "sign_by": self.sign_by, "batch_size": self.batch_size, "progress": self.progress}
+
+    def _check_params(self) -> None:
+        check_site(self.site)
+        if self.standardize not in STANDARDIZE:
+            raise InvalidInputError(f"standardize must be one of {STANDARDIZE}, got {self.standardize!r}.")
+        if self.sign_by not in SIGN_BY:
+            raise InvalidInputError(f"sign_by must be one of {SIGN_BY}, got {self.sign_by!r}.")
+
+    # --- fitting ---
+    def _layers(self, model) -> List[int]:
+        layer = self.layer
+        if isinstance(layer, Tensor) and layer.numel() == 1:
+            layer = int(layer)
+        n = None if model is None else int(model.cfg.n_layers)
+        single = isinstance(layer, numbers.Integral) and not isinstance(layer, bool)
+        if not single and (isinstance(layer, (str, bytes)) or not hasattr(layer, "__iter__")):
+            raise LayerIndexError(f"layer must be an int or a list of ints, got {layer!r}.")
+        layers = [int(layer)] if single else list(layer)
+        if n is None:
+            if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0 for x in layers):
+                raise LayerIndexError(f"fitting on arrays without model= needs non-negative layer indices, got "
+                                      f"{self.layer!r}; pass model= to resolve negative ones.")
+            return sorted({int(x) for x in layers})
+        return [adapter.resolve_layer(n, layers[0])] if single else adapter.resolve_layers(model, layers)
+
+    def fit(self, X, y=None, *, model=None, attention_mask=None, tokens=None, logits=None) -> "EntropyAxis":
+        """Fit the axis; returns self. Three forms, one estimator:
+
+        * ``fit(model, prompts)`` — run SULA items or plain strings through ``model`` (one pass);
+        * ``fit(cache, prompts)`` — the same from what ``run_with_cache`` returned on those prompts
+          (the ``(logits, cache)`` pair holding ``hook_v`` at the axis layers; ``tokens`` or
+          ``attention_mask`` for a padded batch);
+        * ``fit(values, entropy)`` — arrays: final-token activations ``[n, dim]`` (a single-layer
+          axis) or ``{layer: [n, dim]}``, and the signing entropy ``[n]`` (bits); ``model=`` resolves
+          negative layers and records the model's metadata (weight processing, shape).
+
+        The signing entropy of the first two forms is the model's entropy over the two SULA labels (or
+        the full next-token entropy for strings), or the Bayes entropy with ``sign_by="bayes"``.
+        :func:`collect_axis_data` returns the arrays the first two forms fit on.
+        """
+        self._check_params()
+        if isinstance(X, (dict, np.ndarray, Tensor)):
+            if y is None:
+                raise InvalidInputError("fit(values, entropy) needs the signing entropy [n] as the second argument.")
+            self._fit_values(X, y, model)
+            self.entropy_kind_ = "given"
+            return self
+        m = source_model(X, model)
+        if m is None:
+            raise InvalidInputError("a plain dict cache does not record its model; pass model=.")
+        layers = self._layers(m)
+        data = collect_axis_data(X, y, layers=layers, site=self.site, model=model, attention_mask=attention_mask,
+                                 tokens=tokens, logits=logits, batch_size=self.batch_size, progress=self.progress)
+        if data.n_prompts < 3:
+            raise InvalidInputError(f"fitting an axis needs at least 3 prompts, got {data.n_prompts}.")
+        if self.sign_by == "bayes" and data.bayes_entropy is None:
+            raise InvalidInputError("sign_by='bayes' needs SULA items (with .bayes_entropy_bits), e.g. "
+                                    "bl.sula.make_prompts(model); plain strings only allow sign_by='model'.")
+        h_sign = data.bayes_entropy if self.sign_by == "bayes" else data.model_entropy
+        self._fit_arrays(m, {layer: torch.from_numpy(data.values[layer]) for layer in layers}, h_sign)
+        self.entropy_kind_ = ("bayes" if self.sign_by == "bayes" else
+                              ("labels" if data.bayes_entropy is not None else "next_token"))
+        return self
+
+    def _fit_values(self, X, y, model) -> None:
+        if isinstance(X, dict):
+            if model is not None:
+                values = {adapter.resolve_layer(model, k): v for k, v in X.items()}
+            else:
+                values = {int(k): v for k, v in X.items()}
+                if any(k < 0 for k in values):
+                    raise LayerIndexError("negative layer keys need model= to resolve them.")
+        else:
+            layers = self._layers(model)
+            if len(layers) != 1:
+                raise InvalidInputError(f"one array of values fits a single-layer axis; this axis has layers {layers}: "
+                                        "pass {layer: values} for each.")
+            values = {layers[0]: X}
+        values = {k: torch.as_tensor(v).detach() for k, v in values.items()}
+        for k, v in values.items():
+            if v.ndim != 2:
+                raise InvalidInputError(f"values at layer {k} must be [n_prompts, dim], got shape {list(v.shape)}.")
+        entropy = np.asarray(torch.as_tensor(y).detach().double().cpu().numpy() if isinstance(y, Tensor) else y,
+                             dtype=np.float64).ravel()
+        n = {int(v.shape[0]) for v in values.values()}
+        if len(n) != 1 or entropy.shape[0] not in n:
+            raise InvalidInputError(f"values have {sorted(n)} rows but the entropy has {entropy.shape[0]}; pass one "
+                                    "entropy per prompt.")
+        if entropy.shape[0] < 3:
+            raise InvalidInputError(f"fitting an axis needs at least 3 prompts, got {entropy.shape[0]}.")
+        self._fit_arrays(model, values, entropy)
+
+    def _fit_arrays(self, model, values: Dict[int, Tensor], entropy: np.ndarray) -> None:
+        """Fit from final-token activations (layer → [n, dim]) and the signing entropy [n]."""
+        dim = int(next(iter(values.values())).shape[1])
+        meta = model_meta(model, self.site) if model is not None else {
+            "model_name": None, "model_kind": None, "n_layers": None, "n_kv_heads": None, "d_head": None,
+            "d_model": None, "dim": dim, "processed": None, "processing": "unknown (fitted on arrays)"}
+        axes, means, scales, sigma, evr, corr = {}, {}, {}, {}, {}, {}
+        for layer, x in values.items():
+            x = x.detach().cpu().double().numpy()
+            if not np.all(np.isfinite(x)):
+                raise NonFiniteError(f"the activations at layer {layer} contain NaN or infinity.")
+            if x.shape[1] != meta["dim"]:
+                raise InvalidInputError(f"activations at layer {layer} have dimension {x.shape[1]}, expected "
+                                        f"{meta['dim']} for site {self.site!r}.")
+            u, mean, scale, ratio = axis_from_pca(x, self.standardize)
+            coord = (x - mean) @ u
+            r = pearson(coord, entropy)
+            if math.isfinite(r) and r < 0:
+                u, coord, r = -u, -coord, -r
+            if not math.isfinite(r):
+                warnings.warn(f"the signing entropy or the coordinate at layer {layer} is constant; the axis "
+                              "sign is arbitrary.", UserWarning, stacklevel=3)
+            axes[layer] = torch.tensor(u, dtype=torch.float32)
+            means[layer] = torch.tensor(mean, dtype=torch.float32)
+            scales[layer] = torch.tensor(scale, dtype=torch.float32)
+            sigma[layer] = float(coord.std(ddof=1))
+            evr[layer] = ratio
+            corr[layer] = float(r)
+        self._set_fitted(model, meta, axes, means, scales, sigma, evr, corr, n_prompts=len(entropy))
+
+    def _set_fitted(self, model, meta, axes, means, scales, sigma, evr, corr, *, n_prompts, versions=None):
+        layers = tuple(sorted(axes))
+        self.layers_ = layers
+        self.site_ = self.site
+        self.axes_ = {k: axes[k] for k in layers}
+        self.means_ = {k: means[k] for k in layers}
+        self.scales_ = {k: scales[k] for k in layers}
+        self.sigma_ = {k: sigma[k] for k in layers}
+        self.explained_variance_ratio_ = {k: evr[k] for k in layers}
+        self.entropy_correlation_ = {k: corr[k] for k in layers}
+        self.hook_names_ = {k: adapter.SITES[self.site].format(layer=k) for k in layers}
+        self.coord_hook_names_ = {k: axis_hook_name(self.site, k) for k in layers}
+        if model is not None:
+            adapter.check_hooks(model, list(self.hook_names_.values()))
+        self.model_meta_ = dict(meta)
+        self.versions_ = dict(versions) if versions is not None else library_versions()
+        self.n_prompts_ = int(n_prompts)
+
+    @classmethod
+    def from_directions(cls, model, directions, *, site: str = "v", sigma=None,
+                        means=None) -> "EntropyAxis":
+        """An axis from directions you already have: ``{layer: vector}`` (vectors are normalized).
+
+        ``sigma`` (a number or ``{layer: number}``) is the coordinate's standard deviation that
+        :meth:`shift` scales by; without it ``shift`` refuses. Useful for hypothesis-driven
+        directions and for tests.
+        """
+        check_site(site)
+        if not isinstance(directions, dict) or not directions:
+            raise InvalidInputError("directions must be a non-empty dict {layer: vector}.")
+        meta = model_meta(model, site)
+        axis = cls(layer=sorted(adapter.resolve_layer(model, k) for k in directions), site=site)
+        axes, means_, scales, sig, evr, corr = {}, {}, {}, {}, {}, {}
+        for k, vec in directions.items():
+            layer = adapter.resolve_layer(model, k)
+            if layer in axes:
+                raise InvalidInputError(f"layer {k} is given twice (resolved to {layer}).")
+            axes[layer] = torch.tensor(unit_vector(vec, f"the direction for layer {k}", meta["dim"]), dtype=torch.float32)
+            m = means.get(k) if isinstance(means, dict) else None
+            means_[layer] = torch.zeros(meta["dim"]) if m is None else torch.as_tensor(m, dtype=torch.float32)
+            scales[layer] = torch.ones(meta["dim"])
+            s = sigma.get(k) if isinstance(sigma, dict) else sigma
+            sig[layer] = float("nan") if s is None else finite_float(s, "sigma")
+            evr[layer], corr[layer] = float("nan"), float("nan")
+        axis._set_fitted(model, meta, axes, means_, scales, sig, evr, corr, n_prompts=0)
+        axis.entropy_kind_ = "given"
+        return axis
+
+    # --- fitted accessors ---
+    def check_fitted(self) -> None:
+        """Raise InvalidInputError unless :meth:`fit` (or :meth:`load`, :meth:`from_directions`) ran."""
+        if not hasattr(self, "axes_"):
+            raise InvalidInputError("this EntropyAxis is not fitted yet; call .fit(model, prompts) first.")
+
+    def _single(self, what: str):
+        self.check_fitted()
+        if len(self.layers_) != 1:
+            raise InvalidInputError(f"this axis is fitted on layers {list(self.layers_)}; {what} is defined for a "
+                                    "single-layer axis only: use axes_[layer] / hook_names_[layer].")
+        return self.layers_[0]
+
+    @property
+    def layer_(self) -> int:
+        return self._single("layer_")
+
+    @property
+    def axis_(self) -> Tensor:
+        return self.axes_[self._single("axis_")]
+
+    @property
+    def hook_name_(self) -> str:
+        return self.hook_names_[self._single("hook_name_")]
+
+    @property
+    def coord_hook_name_(self) -> str:
+        """The coordinate hook point of a single-layer axis (``blocks.{l}.attn.hook_v_axis``)."""
+        return self.coord_hook_names_[self._single("coord_hook_name_")]
+
+    def transform(self, values: Tensor, layer: Optional[int] = None) -> Tensor:
+        """The coordinate (v − mean)·u of final-token activations ``values`` [n, dim] at ``layer``."""
+        self.check_fitted()
+        layer = self._pick_layers(layer)[0] if layer is not None else self._single("transform without layer")
+        u = self.axes_[layer].double()
+        v = torch.as_tensor(values).double()
+        if v.shape[-1] != u.shape[0]:
+            raise InvalidInputError(f"values have dimension {v.shape[-1]}, the axis {u.shape[0]}.")
+        return (v - self.means_[layer].double()) @ u
+
+    # --- patch builders ---
+    def _pick_layers(self, layers) -> List[int]:
+        self.check_fitted()
+        if layers is None:
+            return list(self.layers_)
+        if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+            layers = [layers]
+        n = self.model_meta_.get("n_layers")
+        out = []
+        for layer in layers:
+            r = int(layer) if n is None and isinstance(layer, numbers.Integral) and layer >= 0 else \
+                adapter.resolve_layer(int(n) if n is not None else 0, layer)
+            if r not in self.axes_:
+                raise LayerIndexError(f"the axis was not fitted on layer {layer} (resolved to {r}); it has layers "
+                                      f"{list(self.layers_)}. Fit EntropyAxis(layer=[...]) including it.")
+            out.append(r)
+        return sorted(set(out))
+
+    def _parts(self, op: str, layers, *, lam=1.0, amount_sigmas=None, directions=None) -> List[PatchPart]:
+        parts = []
+        for layer in self._pick_layers(layers):
+            u = self.axes_[layer] if directions is None else directions[layer]
+            if not bool(torch.isfinite(u).all()):
+                raise NonFiniteError(f"the axis at layer {layer} contains NaN or infinity; refit it.")
+            amount = 0.0
+            if op == "shift":
+                sig = self.sigma_[layer]
+                if not math.isfinite(sig):
+                    raise InvalidInputError(f"shift needs the coordinate's σ at layer {layer}; fit the axis on "
+                                            "prompts or pass sigma= to EntropyAxis.from_directions.")
+                amount = amount_sigmas * sig
+            on_coord = directions is None and op in ("removal", "shift")
+            parts.append(PatchPart(layer=layer, hook_name=self.coord_hook_names_[layer] if on_coord else
+                                   self.hook_names_[layer], site=self.site_, op=op, direction=u.float().clone(),
+                                   lam=float(lam), amount=float(amount), on_coordinate=on_coord,
+                                   axis=self if on_coord else None))
+        return parts
+
+    @staticmethod
+    def _layer_tag(layers) -> str:
+        return "L" + ",".join(str(x) for x in layers)
+
+    def removal(self, lam: float = 1.0, *, layers=None) -> Patch:
+        """v ← v − λ (v·u) u at every position (λ = 1: full removal; λ = 0: no change).
+
+        It is the hook ``c ↦ (1 − λ)·c`` on the coordinate hook point ``blocks.{l}.attn.hook_v_axis``
+        (for λ = 1, zero-ablation), attached by ``bl.patched`` or ``bl.attach(model, axis=axis)``.
+        """
+        lam = finite_float(lam, "lam")
+        parts = self._parts("removal", layers, lam=lam)
+        tag = self._layer_tag([p.layer for p in parts])
+        return Patch(parts, label=f"removal λ={lam:g} @{tag}", kind="removal", axis=self,
+                     params={"lam": lam}, model_meta=self.model_meta_)
+
+    def keep_only(self, *, layers=None) -> Patch:
+        """v ← (v·u) u at every position: only the axis component survives."""
+        parts = self._parts("keep_only", layers)
+        tag = self._layer_tag([p.layer for p in parts])
+        return Patch(parts, label=f"keep-only @{tag}", kind="keep_only", axis=self, params={},
+                     model_meta=self.model_meta_)
+
+    def shift(self, sigmas: float, *, layers=None) -> Patch:
+        """v ← v + s·σ·u at every position (σ: std of the clean coordinate at that layer): the hook
+        ``c ↦ c + s·σ`` on the coordinate hook point."""
+        sigmas = finite_float(sigmas, "sigmas")
+        parts = self._parts("shift", layers, amount_sigmas=sigmas)
+        tag = self._layer_tag([p.layer for p in parts])
+        return Patch(parts, label=f"shift {sigmas:+g}σ @{tag}", kind="shift", axis=self,
+                     params={"sigmas": sigmas}, model_meta=self.model_meta_)
+
+    def random_direction(self, seed: int, layer: int) -> Tensor:
+        """A seeded random unit vector orthogonal to the axis at ``layer`` (float32)."""
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
+        layer = self._pick_layers([layer])[0]
+        u = self.axes_[layer].double().numpy()
+        u = u / np.linalg.norm(u)
+        rng = np.random.default_rng([int(seed), int(layer)])
+        r = rng.standard_normal(u.shape[0])
+        for _ in range(2):  # Gram–Schmidt twice for orthogonality at float precision
+            r = r - (r @ u) * u
+        r = r / np.linalg.norm(r)
+        return torch.tensor(r, dtype=torch.float32)
+
+    def random_control(self, seed: int, *, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
+                       layers=None) -> Patch:
+        """The same intervention along a random direction orthogonal to the axis (one per layer).
+
+        ``op`` is ``"removal"`` (with ``lam``), ``"keep_only"`` or ``"shift"`` (by ``sigmas``·σ of the
+        *axis* coordinate, so the perturbation has the same size). ``seed`` makes it reproducible.
+        """
+        if op not in ("removal", "keep_only", "shift"):
+            raise InvalidInputError(f"op must be 'removal', 'keep_only' or 'shift', got {op!r}.")
+        lam = finite_float(lam, "lam")
+        if op == "shift":
+            sigmas = finite_float(1.0 if sigmas is None else sigmas, "sigmas")
+        picked = self._pick_layers(layers)
+        dirs = {layer: self.random_direction(seed, layer) for layer in picked}
+        parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs)
+        tag = self._layer_tag(picked)
+        what = {"removal": f"removal λ={lam:g}", "keep_only": "keep-only",
+                "shift": f"shift {sigmas if sigmas is not None else 0:+g}σ"}[op]
+        group = f"random ⟂ {what} @{tag}"
+        params = {"lam": lam, "sigmas": sigmas, "group": group}
+        return Patch(parts, label=f"{group} (seed {seed})", kind=op, axis=self, random_seed=int(seed),
+                     params=params, model_meta=self.model_meta_)
+
+    # --- save / load ---
+    def _metadata(self) -> dict:
+        return {
+            "format_version": _FORMAT_VERSION,
+            "params": {k: (list(v) if isinstance(v, (list, tuple)) else v)
+                       for k, v in self.get_params().items() if k not in ("progress",)},
+            "layers": list(self.layers_),
+            "site": self.site_,
+            "hook_names": {str(k): v for k, v in self.hook_names_.items()},
+            "sigma": {str(k): v for k, v in self.sigma_.items()},
+            "explained_variance_ratio": {str(k): v for k, v in self.explained_variance_ratio_.items()},
+            "entropy_correlation": {str(k): v for k, v in self.entropy_correlation_.items()},
+            "entropy_kind": getattr(self, "entropy_kind_", None),
+            "model": self.model_meta_,
+            "versions": self.versions_,
+            "n_prompts": self.n_prompts_,
+        }
+
+    def save(self, path) -> Path:
+        """Write the fitted axis to ``path``: ``.safetensors`` (default) or ``.npz``; metadata as JSON inside.
+
+        No pickle: tensors are stored as arrays, everything else as a JSON string (the safetensors
+        header's metadata, or a unicode array in the npz), with a SHA-256 of every tensor that
+        :meth:`load` checks. The file is written under a temporary name and renamed into place, so an
+        interrupted save never leaves a half-written axis.
+        """
+        self.check_fitted()
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise InvalidInputError(f"cannot save the axis to {path}: the folder {path.parent} does not exist; "
+                                    "create it first.")
+        tensors = {}
+        for k in self.layers_:
+            tensors[f"axis.{k}"] = self.axes_[k].contiguous()
+            tensors[f"mean.{k}"] = self.means_[k].contiguous()
+            tensors[f"scale.{k}"] = self.scales_[k].contiguous()
+        meta_dict = self._metadata()
+        meta_dict["sha256"] = {name: _tensor_sha256(t) for name, t in tensors.items()}
+        meta = json.dumps(meta_dict, allow_nan=True)
+        if path.suffix != ".npz" and path.suffix != ".safetensors":
+            path = path.with_name(path.name + ".safetensors")
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            if path.suffix == ".npz":
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, __meta__=np.array(meta), **{k: v.numpy() for k, v in tensors.items()})
+            else:
+                from safetensors.torch import save_file
+
+                save_file(tensors, str(tmp), metadata={_META_KEY: meta})
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return path
+
+    @classmethod
+    def load(cls, path, model=None, *, strict: bool = False) -> "EntropyAxis":
+        """Read an axis written by :meth:`save`; with ``model``, check that it fits that model.
+
+        Every tensor's SHA-256 is checked, and its shape, finiteness, unit length (axes) and
+        non-negative scale; malformed metadata is a :class:`~bayes_lens.CheckpointError`. A different
+        site dimension or too few layers raise CheckpointError; a different weight processing (basis)
+        or model name warns, or raises with ``strict=True``.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise CheckpointError(f"no axis file at {path}.")
+        try:
+            if path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as z:
+                    meta = json.loads(str(z["__meta__"]))
+                    tensors = {k: torch.from_numpy(z[k].copy()) for k in z.files if k != "__meta__"}
+            else:
+                from safetensors import safe_open
+
+                with safe_open(str(path), framework="pt") as f:
+                    meta = json.loads((f.metadata() or {})[_META_KEY])
+                    tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as err:  # noqa: BLE001 - any parse failure is a bad checkpoint
+            raise CheckpointError(
+                f"{path} is not a readable bayes_lens axis file ({type(err).__name__}: {err}).") from err
+        try:
+            return cls._from_saved(path, meta, tensors, model, strict)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise CheckpointError(f"{path}: malformed axis metadata ({type(err).__name__}: {err}); the file is "
+                                  "damaged or was not written by EntropyAxis.save.") from err
+
+    @classmethod
+    def _from_saved(cls, path, meta, tensors, model, strict) -> "EntropyAxis":
+        if not isinstance(meta, dict) or meta.get("format_version") not in _READABLE_VERSIONS:
+            version = meta.get("format_version") if isinstance(meta, dict) else None
+            raise CheckpointError(f"{path} has axis format {version!r}; this bayes_lens reads {_READABLE_VERSIONS}.")
+        sha = meta.get("sha256")
+        if meta["format_version"] >= 2:
+            if not isinstance(sha, dict) or set(sha) != set(tensors):
+                raise CheckpointError(f"{path}: the checksums do not list exactly the stored tensors; the file is "
+                                      "damaged.")
+            for name, t in tensors.items():
+                if not isinstance(sha[name], str) or _tensor_sha256(t) != sha[name]:
+                    raise CheckpointError(f"{path}: the tensor {name!r} does not match its SHA-256; the file is "
+                                          "corrupted. Fit and save the axis again.")
+        else:
+            warnings.warn(f"{path} is an axis file of format 1, without checksums: its tensors cannot be verified. "
+                          "Save it again to add them.", UserWarning, stacklevel=3)
+        params = meta["params"]
+        if not isinstance(params, dict) or set(params) - set(cls().get_params()):
+            raise CheckpointError(f"{path}: unknown axis parameters {sorted(set(params) - set(cls().get_params()))}.")
+        axis = cls(**params)
+        layers = meta["layers"]
+        if (not isinstance(layers, list) or not layers
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in layers)):
+            raise CheckpointError(f"{path}: the axis layers {layers!r} are not a list of non-negative integers.")
+        if meta.get("site") not in SITES:
+            raise CheckpointError(f"{path}: unknown site {meta.get('site')!r}.")
+        try:
+            axes = {k: tensors[f"axis.{k}"].float() for k in layers}
+            means = {k: tensors[f"mean.{k}"].float() for k in layers}
+            scales = {k: tensors[f"scale.{k}"].float() for k in layers}
+        except KeyError as err:
+            raise CheckpointError(f"{path} lacks the tensor {err}; the file is truncated or not an axis.") from err
+        dim = int(meta["model"]["dim"])
+        for k in layers:
+            for what, t in (("axis", axes[k]), ("mean", means[k]), ("scale", scales[k])):
+                if t.ndim != 1 or t.shape[0] != dim or not bool(torch.isfinite(t).all()):
+                    raise CheckpointError(f"{path}: the {what} at layer {k} is not a finite vector of dimension {dim}.")
+            if abs(float(axes[k].double().norm()) - 1.0) > 1e-4:
+                raise CheckpointError(f"{path}: the axis at layer {k} is not unit length; the file is corrupted.")
+            if bool((scales[k] < 0).any()):
+                raise CheckpointError(f"{path}: the scale at layer {k} has negative entries; the file is corrupted.")
+        if model is not None:
+            check_loaded(meta, model, path, strict)
+
+        def fl(d):
+            return {int(k): (float("nan") if v is None else float(v)) for k, v in d.items()}
+
+        axis.site = meta["site"]
+        axis._set_fitted(model, meta["model"], axes, means, scales, fl(meta["sigma"]),
+                         fl(meta["explained_variance_ratio"]), fl(meta["entropy_correlation"]),
+                         n_prompts=meta["n_prompts"], versions=meta["versions"])
+        axis.entropy_kind_ = meta.get("entropy_kind")
+        return axis
+
+    def __repr__(self) -> str:
+        p = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if k not in ("batch_size", "progress"))
+        fitted = f" fitted on layers {list(self.layers_)}" if hasattr(self, "layers_") else ""
+        return f"EntropyAxis({p}){fitted}"
+
+
+def check_loaded(meta: dict, model, path, strict: bool) -> None:
+    """Refuse (CheckpointError) or warn when a saved axis does not fit ``model``."""
+    info = adapter.model_info(model)
+    saved = meta["model"]
+    dim = site_dim(info, meta["site"])
+    if int(saved["dim"]) != dim:
+        raise CheckpointError(
+            f"{path} holds an axis of dimension {saved['dim']} for site {meta['site']!r} (model "
+            f"{saved['model_name']!r}), but this model's site has dimension {dim}; refit the axis on this model.")
+    if max(int(k) for k in meta["layers"]) >= info.n_layers:
+        raise CheckpointError(f"{path} has axes on layers {meta['layers']} but the model has {info.n_layers} layers.")
+    problems = []
+    if saved.get("processed") is not None and bool(saved["processed"]) != bool(info.processed):
+        problems.append(f"weights were {saved['processing']!r} when fitted but are {info.processing!r} now "
+                        "(another basis: the direction does not carry over)")
+    if saved.get("n_layers") is not None and (saved["model_name"] != info.name
+                                              or int(saved["n_layers"]) != info.n_layers):
+        problems.append(f"fitted on {saved['model_name']!r} ({saved['n_layers']} layers), loading onto "
+                        f"{info.name!r} ({info.n_layers} layers)")
+    if problems:
+        msg = f"{path}: " + "; ".join(problems) + "."
+        if strict:
+            raise CheckpointError(msg)
+        warnings.warn(msg, UserWarning, stacklevel=3)
+
+

@@ -1,0 +1,508 @@
+"""Clean vs patched: does removing the entropy axis break the geometry, and does calibration survive?
+
+Paper A §4.6, §6.2, §7.1 (METHODS.md §7). For each condition (clean, each patch, random-direction
+controls summarized over seeds): the correlation of the *clean-fitted* axis coordinate with the
+model's entropy (and with the Bayes entropy on SULA prompts) at the patched layer and later layers,
+the coordinate's spread relative to clean, and the SULA calibration (MAE of model vs Bayes entropy,
+their correlation; METHODS.md §6), each with a paired percentile bootstrap CI (over prompts) of the
+difference from clean. Paper A: single-layer removal takes the axis–entropy correlation from
+≈0.27–0.32 to ≈0 while SULA MAE and correlation move by < 1%.
+
+:func:`compare_patched` runs the model (one forward pass per condition and seed, through the runner,
+patches attached by :func:`bayes_lens.patched`), or reads caches the user made:
+``compare_patched(prompts, clean=(logits, cache), patched={"removed": (logits, cache)}, axis=axis)``.
+Both give the same :class:`PatchComparison`; read it with ``.corr(condition, layer)`` and
+``.calibration_delta(condition)``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .. import adapter
+from .._results import Estimate, Result, plotly
+from ..collect import is_cache_like
+from ..errors import InvalidInputError, MissingHookError
+from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
+from ._axis import AxisData, EntropyAxis, collect_axis_data
+from ._common import DEGENERATE_RATIO, prompt_data, site_dim
+from ._patch import Patch, flatten_pairs, resolve_pairs
+from ._patch import patched as patched_model
+
+__all__ = ["PatchComparison", "compare_patched"]
+
+_CAL_METRICS = {"mae": "sula_mae_bits", "corr": "sula_pearson"}
+
+
+def _corr_rows(x: np.ndarray, y: np.ndarray, method: str) -> np.ndarray:
+    return spearman_rows(x, y) if method == "spearman" else pearson_rows(x, y)
+
+
+@dataclass(frozen=True)
+class _Condition:
+    label: str  # group label (random seeds share it)
+    kind: str
+    patches: Tuple[object, ...]  # one per seed (a Patch or a [(name, fn)] list); () for clean
+    seeds: Tuple[Optional[int], ...]
+    layers: Tuple[int, ...]
+    is_random: bool
+
+
+def _conditions(patches, n_random_seeds: int) -> List[_Condition]:
+    if isinstance(patches, Patch):
+        items = [(patches.label, patches)]
+    elif isinstance(patches, dict):
+        items = list(patches.items())
+    elif isinstance(patches, (list, tuple)):
+        items = []
+        for i, p in enumerate(patches):
+            if isinstance(p, Patch):
+                items.append((p.label, p))
+            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and callable(p[1]):
+                raise InvalidInputError("compare_patched takes a list of patches (one per condition), not one list "
+                                        "of (hook_name, fn) pairs; pass {'my patch': pairs} to name raw hooks.")
+            else:
+                items.append((f"patch {i}", p))
+    else:
+        raise InvalidInputError(f"patches must be a Patch, a list of patches or a dict label -> patch; got "
+                                f"{type(patches).__name__}.")
+    if not items:
+        raise InvalidInputError("no patches given; pass e.g. [axis.removal()].")
+    groups: Dict[str, dict] = {}
+    order: List[str] = []
+
+    def add(label, kind, patch, seed, layers, is_random):
+        if label not in groups:
+            groups[label] = {"kind": kind, "patches": [], "seeds": [], "layers": layers, "is_random": is_random}
+            order.append(label)
+        g = groups[label]
+        if seed in g["seeds"] and seed is not None:
+            return
+        if seed is None and g["patches"]:
+            raise InvalidInputError(f"two patches share the label {label!r}; give them distinct labels (a dict).")
+        g["patches"].append(patch)
+        g["seeds"].append(seed)
+
+    for label, p in items:
+        if isinstance(p, Patch):
+            if p.is_random_control:
+                add(p.group, p.kind, p, p.random_seed, p.layers, True)
+            else:
+                add(label, p.kind, p, None, p.layers, False)
+        else:
+            pairs = flatten_pairs(p)
+            add(str(label), "hooks", pairs, None, (), False)
+    # automatic random controls for every axis patch
+    for label, p in items:
+        if isinstance(p, Patch) and not p.is_random_control and p.axis is not None and \
+                p.kind in ("removal", "keep_only", "shift"):
+            for s in range(n_random_seeds):
+                r = p.random_like(s)
+                add(r.group, r.kind, r, s, r.layers, True)
+    return [_Condition(label=k, kind=groups[k]["kind"], patches=tuple(groups[k]["patches"]),
+                       seeds=tuple(groups[k]["seeds"]), layers=tuple(groups[k]["layers"]),
+                       is_random=groups[k]["is_random"]) for k in order]
+
+
+@dataclass(frozen=True, eq=False)
+class PatchComparison(Result):
+    """Clean vs patched: axis–entropy correlation by readout layer and SULA calibration, with CIs.
+
+    ``table`` (long format; also ``to_dataframe()``) has one row per condition × metric × readout
+    layer × entropy: ``condition`` (``"clean"``, a patch label, or a random-control group
+    summarized over ``n_seeds`` seeds: values are means over seeds), ``kind``, ``is_random``,
+    ``patched_layers``, ``metric`` (``axis_entropy_corr``: correlation of the clean-fitted axis
+    coordinate with an entropy; ``coordinate_std_ratio``: std of that coordinate / its clean std;
+    ``sula_mae_bits`` and ``sula_pearson``: calibration against the Bayes posterior, METHODS.md §6),
+    ``readout_layer``, ``entropy`` (``model`` = the model's own entropy under that condition, or
+    ``bayes``), ``value`` with ``value_ci_low/high``, ``diff_from_clean`` with ``diff_ci_low/high``
+    (paired percentile bootstrap over prompts: the same resampled prompts for clean and patched),
+    ``rel_diff`` (diff / clean value), ``seed_diff_min/max`` (spread over random seeds) and
+    ``degenerate`` (the coordinate's spread collapsed — e.g. read right after a full removal — so
+    its correlation is undefined and reported as 0).
+    """
+
+    table: object
+    conditions: Tuple[str, ...]
+    readout_layers: Tuple[int, ...]
+    site: str
+    correlation: str
+    entropy_kind: str
+    calibration: bool
+    n_prompts: int
+    n_boot: int
+    seed: int
+    n_random_seeds: int
+    axis_layers: Tuple[int, ...]
+
+    # --- typed accessors (use these instead of string queries on the table) ---
+    def _row(self, condition: str, metric: str, layer=None, entropy=None):
+        if condition not in self.conditions:
+            raise InvalidInputError(f"unknown condition {condition!r}; this comparison has {list(self.conditions)}.")
+        t = self.table
+        sel = (t["condition"] == condition) & (t["metric"] == metric)
+        if layer is not None:
+            sel &= t["readout_layer"].apply(lambda v: v is not None and v == v and int(v) == int(layer))
+        if entropy is not None:
+            sel &= t["entropy"] == entropy
+        rows = t[sel]
+        if len(rows) != 1:
+            raise InvalidInputError(f"no {metric} row for condition {condition!r}"
+                                    + (f" at readout layer {layer}" if layer is not None else "")
+                                    + (f" ({entropy} entropy)" if entropy is not None else "")
+                                    + f"; readout layers are {list(self.readout_layers)}.")
+        return rows.iloc[0]
+
+    def _layer(self, layer):
+        if layer is None:
+            return self.axis_layers[0]
+        if layer < 0:
+            layer = self.readout_layers[-1] + 1 + layer
+        return layer
+
+    def corr(self, condition: str, layer: Optional[int] = None, *, entropy: str = "model") -> Estimate:
+        """The axis–entropy correlation under ``condition`` at readout ``layer`` (default: the first
+        axis layer), with its bootstrap interval (random controls: the mean over seeds)."""
+        r = self._row(condition, "axis_entropy_corr", self._layer(layer), entropy)
+        return Estimate(float(r["value"]), (float(r["value_ci_low"]), float(r["value_ci_high"])),
+                        "percentile bootstrap over prompts", n=self.n_prompts)
+
+    def corr_delta(self, condition: str, layer: Optional[int] = None, *, entropy: str = "model") -> Estimate:
+        """Patched − clean axis–entropy correlation, with its paired bootstrap interval."""
+        r = self._row(condition, "axis_entropy_corr", self._layer(layer), entropy)
+        return Estimate(float(r["diff_from_clean"]), (float(r["diff_ci_low"]), float(r["diff_ci_high"])),
+                        "paired percentile bootstrap over prompts", n=self.n_prompts)
+
+    def calibration_value(self, condition: str, metric: str = "mae") -> Estimate:
+        """SULA calibration under ``condition``: ``metric="mae"`` (MAE of model vs Bayes entropy, bits)
+        or ``"corr"`` (their correlation)."""
+        r = self._row(condition, _CAL_METRICS[self._cal(metric)])
+        return Estimate(float(r["value"]), (float(r["value_ci_low"]), float(r["value_ci_high"])),
+                        "percentile bootstrap over prompts", n=self.n_prompts)
+
+    def calibration_delta(self, condition: str, metric: str = "mae") -> Estimate:
+        """Patched − clean SULA calibration (``"mae"`` in bits, or ``"corr"``), paired bootstrap interval."""
+        r = self._row(condition, _CAL_METRICS[self._cal(metric)])
+        return Estimate(float(r["diff_from_clean"]), (float(r["diff_ci_low"]), float(r["diff_ci_high"])),
+                        "paired percentile bootstrap over prompts", n=self.n_prompts)
+
+    def _cal(self, metric: str) -> str:
+        if not self.calibration:
+            raise InvalidInputError("this comparison has no calibration (plain strings, or calibration=False).")
+        if metric not in _CAL_METRICS:
+            raise InvalidInputError(f"metric must be one of {sorted(_CAL_METRICS)}, got {metric!r}.")
+        return metric
+
+    def random_condition(self, condition: str) -> Optional[str]:
+        """The random-control group of an axis patch's condition (same op, layers), or None."""
+        for c in self.conditions:
+            if c.startswith("random ⟂") and condition.split(" @")[-1] == c.split(" @")[-1] and \
+                    condition.split(" @")[0] in c:
+                return c
+        return None
+
+    def to_dataframe(self):
+        return self.table.copy()
+
+    def summary(self):
+        """The headline rows: axis–entropy correlation at each patched layer, and calibration."""
+        t = self.table
+        keep = (t["metric"].isin(["sula_mae_bits", "sula_pearson"])
+                | ((t["metric"] == "axis_entropy_corr") & t["readout_layer"].isin(list(self.axis_layers))))
+        return t[keep].reset_index(drop=True)
+
+    def plot(self):
+        """Two panels: axis–entropy correlation (model entropy) by readout layer; calibration change vs clean."""
+        go = plotly()
+        from plotly.subplots import make_subplots
+
+        t = self.table
+        fig = make_subplots(rows=1, cols=2, subplot_titles=(
+            f"{self.correlation} ρ(axis coordinate, model entropy)", "calibration: change vs clean"))
+        corr = t[(t["metric"] == "axis_entropy_corr") & (t["entropy"] == "model")]
+        for cond in self.conditions:
+            d = corr[corr["condition"] == cond].sort_values("readout_layer")
+            if d.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                x=d["readout_layer"], y=d["value"], mode="lines+markers", name=cond,
+                line={"dash": "dot"} if bool(d["is_random"].iloc[0]) else None,
+                error_y={"type": "data", "symmetric": False, "array": d["value_ci_high"] - d["value"],
+                         "arrayminus": d["value"] - d["value_ci_low"]}), row=1, col=1)
+        cal = t[t["metric"].isin(["sula_mae_bits", "sula_pearson"]) & (t["condition"] != "clean")]
+        for metric in ("sula_mae_bits", "sula_pearson"):
+            d = cal[cal["metric"] == metric]
+            if d.empty:
+                continue
+            fig.add_trace(go.Bar(
+                x=d["condition"], y=d["diff_from_clean"], name=f"Δ {metric}",
+                error_y={"type": "data", "symmetric": False, "array": d["diff_ci_high"] - d["diff_from_clean"],
+                         "arrayminus": d["diff_from_clean"] - d["diff_ci_low"]}), row=1, col=2)
+        fig.update_xaxes(title_text="readout layer", row=1, col=1)
+        fig.update_yaxes(title_text="correlation", row=1, col=1)
+        fig.update_yaxes(title_text="patched − clean", row=1, col=2)
+        fig.update_layout(title="Entropy-axis ablation (Paper A §4.6; METHODS.md §7)", barmode="group")
+        return fig
+
+
+def _check_common(correlation, n_random_seeds, n_boot):
+    if correlation not in ("pearson", "spearman"):
+        raise InvalidInputError(f"correlation must be 'pearson' or 'spearman', got {correlation!r}.")
+    if isinstance(n_random_seeds, bool) or not isinstance(n_random_seeds, numbers.Integral) or n_random_seeds < 0:
+        raise InvalidInputError(f"n_random_seeds must be a non-negative integer, got {n_random_seeds!r}.")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 10:
+        raise InvalidInputError(f"n_boot must be an integer ≥ 10, got {n_boot!r}.")
+
+
+def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901
+                    axis: Optional[EntropyAxis] = None, readout_layers="auto", n_random_seeds: int = 3,
+                    correlation: str = "pearson", calibration="auto", n_boot: int = 1000, seed: int = 0,
+                    attention_mask=None, tokens=None, model=None, batch_size: int = 16,
+                    progress: Optional[bool] = None) -> PatchComparison:
+    """Clean vs each patch: axis–entropy correlation by layer and SULA calibration, with CIs.
+
+    Two forms:
+
+    * ``compare_patched(model, prompts, patches)`` runs the model: one forward pass per condition and
+      seed (the patch, the read-outs at every readout layer and the label log-probabilities together);
+    * ``compare_patched(prompts, clean=pair, patched={"label": pair, ...}, axis=axis)`` reads caches
+      you made on ``prompts``: each ``pair`` is what ``model.run_with_cache(tokens, names_filter=f)``
+      returned (``(logits, cache)``, holding ``hook_v`` at the readout layers), the patched ones made
+      inside ``with bl.patched(model, patch):``. A value may be a list of pairs: random-control seeds,
+      summarized over seeds. Pass ``tokens`` (or ``attention_mask``) when the batch was padded.
+
+    Parameters
+    ----------
+    patches:
+        A :class:`Patch`, a list of them (one condition each), or a dict ``{label: patch}`` (a value
+        may also be a raw ``[(hook_name, fn)]`` list). Random controls passed in are grouped by
+        their label without the seed.
+    axis:
+        The axis whose *clean-fitted* coordinate is read (default: the axis the first patch came
+        from). At readout layers it was not fitted on, an axis with the same settings is fitted on
+        the clean run of ``prompts``.
+    readout_layers:
+        ``"auto"``: every layer from the first patched layer to the last (from caches: the layers the
+        clean cache holds from the first axis layer on); or a list of layers.
+    n_random_seeds:
+        For every axis patch (removal, keep-only, shift) add random-direction controls with seeds
+        ``0..n_random_seeds-1`` (same op, λ, layers and site), summarized over seeds (0 = none).
+    correlation:
+        ``"pearson"`` (default) or ``"spearman"``.
+    calibration:
+        ``"auto"`` (SULA items given → yes), True or False: compare MAE and correlation of model vs
+        Bayes entropy under each condition.
+    n_boot, seed:
+        Paired percentile bootstrap over prompts (one index matrix shared by every condition).
+
+    The model's entropy under a condition is the entropy over the two SULA labels (renormalized,
+    as in :func:`bayes_lens.sula.evaluate`) for SULA items, else the full next-token entropy; the
+    Bayes entropy is fixed by the prompt.
+
+    Example
+    -------
+    >>> cmp = bl.compare_patched(model, items, [axis.removal()])                      # doctest: +SKIP
+    >>> cmp.corr("clean", axis.layer_), cmp.corr_delta(cmp.conditions[1], axis.layer_)  # doctest: +SKIP
+    >>> f = bl.hook_filter(model, layers=range(axis.layer_, model.cfg.n_layers))       # doctest: +SKIP
+    >>> clean = model.run_with_cache(toks, attention_mask=mask, names_filter=f)       # doctest: +SKIP
+    >>> with bl.patched(model, axis.removal()):                                       # doctest: +SKIP
+    ...     removed = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
+    >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
+    ...                    attention_mask=mask).calibration_delta("removed")
+    """
+    _check_common(correlation, n_random_seeds, n_boot)
+    if clean is not None or patched is not None:
+        if clean is None or patched is None:
+            raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")
+        if prompts is not None or patches is not None:
+            raise InvalidInputError("from caches call compare_patched(prompts, clean=..., patched=..., axis=...).")
+        return _from_caches(model_or_prompts, clean, patched, axis=axis, readout_layers=readout_layers,
+                            correlation=correlation, calibration=calibration, n_boot=n_boot, seed=seed,
+                            attention_mask=attention_mask, tokens=tokens, model=model)
+    model = model_or_prompts
+    adapter.check_model(model)
+    if patches is None:
+        raise InvalidInputError("pass the patches to compare, e.g. compare_patched(model, prompts, [axis.removal()]).")
+    texts, bayes = _check_prompts(prompts)
+    calibration = _check_calibration(calibration, bayes)
+    conds = _conditions(patches, int(n_random_seeds))
+    if axis is None:
+        axis = next((p.axis for c in conds for p in c.patches if isinstance(p, Patch) and p.axis is not None), None)
+    if axis is None:
+        raise InvalidInputError("no axis to read: pass axis=EntropyAxis(...).fit(...) or patches made by an axis.")
+    axis.check_fitted()
+    site = axis.site_
+    info = adapter.model_info(model)
+    if int(axis.model_meta_["dim"]) != site_dim(info, site):
+        raise InvalidInputError(f"the axis has dimension {axis.model_meta_['dim']} but this model's {site!r} site "
+                                f"has {site_dim(info, site)}; fit the axis on this model.")
+    for c in conds:  # validate every patch before any compute
+        for p in c.patches:
+            if not any(getattr(part, "on_coordinate", False) for part in getattr(p, "parts", ())):
+                resolve_pairs(model, p)
+    if readout_layers == "auto":
+        patched_layers = [layer for c in conds for layer in c.layers] or list(axis.layers_)
+        readouts = list(range(min(patched_layers), info.n_layers))
+    else:
+        readouts = adapter.resolve_layers(model, readout_layers)
+
+    def run(p, label):
+        with patched_model(model, [] if p is None else p):
+            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
+                                     progress=progress, desc=f"compare_patched: {label}")
+
+    runs = {"clean": [run(None, "clean")]}
+    for c in conds:
+        runs[c.label] = [run(p, c.label) for p in c.patches]
+    meta = [("clean", "clean", False, (), 1)] + [(c.label, c.kind, c.is_random, c.layers, len(c.patches))
+                                                  for c in conds]
+    return _comparison(runs, meta, axis=axis, model=model, readouts=readouts, bayes=bayes, calibration=calibration,
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=int(n_random_seeds))
+
+
+def _check_prompts(prompts):
+    texts, bayes = prompt_data(prompts)
+    if len(texts) < 4:
+        raise InvalidInputError(f"compare_patched needs at least 4 prompts for correlations and CIs, got {len(texts)}.")
+    return texts, bayes
+
+
+def _check_calibration(calibration, bayes):
+    if calibration == "auto":
+        return bayes is not None
+    if calibration and bayes is None:
+        raise InvalidInputError("calibration needs SULA items (bl.sula.make_prompts); pass calibration=False "
+                                "for plain strings.")
+    return bool(calibration)
+
+
+def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correlation, calibration, n_boot, seed,
+                 attention_mask, tokens, model) -> PatchComparison:
+    from ..collect import source_model
+
+    texts, bayes = _check_prompts(prompts)
+    calibration = _check_calibration(calibration, bayes)
+    if axis is None:
+        raise InvalidInputError("from caches pass the axis whose clean-fitted coordinate to read: axis=...")
+    axis.check_fitted()
+    if not isinstance(patched_caches, dict) or not patched_caches:
+        raise InvalidInputError("patched must be a non-empty dict {label: (logits, cache)} (a value may be a list "
+                                "of pairs: random-control seeds).")
+    if not is_cache_like(clean):
+        raise InvalidInputError("clean must be what model.run_with_cache returned: the (logits, cache) pair.")
+    m = source_model(clean, model)
+    if m is None:
+        raise InvalidInputError("a plain dict cache does not record its model; pass model=.")
+    site = axis.site_
+    if readout_layers == "auto":
+        cache = clean[1] if isinstance(clean, tuple) else clean
+        first = min(axis.layers_)
+        readouts = [layer for layer in range(first, int(m.cfg.n_layers))
+                    if adapter.cache_has(cache, adapter.hook_name(m, layer, site))]
+        if first not in readouts:
+            raise MissingHookError(
+                f"the clean cache has no {adapter.hook_name(m, first, site)!r}; make the caches with "
+                f"names_filter=bl.hook_filter(model, layers=range({first}, model.cfg.n_layers)).")
+    else:
+        readouts = adapter.resolve_layers(m, readout_layers)
+    kw = dict(layers=readouts, site=site, model=model, attention_mask=attention_mask, tokens=tokens)
+    runs = {"clean": [collect_axis_data(clean, prompts, **kw)]}
+    meta = [("clean", "clean", False, (), 1)]
+    for label, value in patched_caches.items():
+        label = str(label)
+        if label == "clean":
+            raise InvalidInputError("'clean' is reserved for the clean run; name the patched caches otherwise.")
+        group = list(value) if isinstance(value, list) else [value]
+        if not group or not all(is_cache_like(v) for v in group):
+            raise InvalidInputError(f"patched[{label!r}] must be a (logits, cache) pair or a list of them.")
+        runs[label] = [collect_axis_data(v, prompts, **kw) for v in group]
+        meta.append((label, "cache", isinstance(value, list), (), len(group)))
+    return _comparison(runs, meta, axis=axis, model=m, readouts=readouts, bayes=bayes, calibration=calibration,
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0)
+
+
+def _comparison(runs: Dict[str, List[AxisData]], meta, *, axis, model, readouts, bayes, calibration, correlation,
+                n_boot, seed, n_random_seeds) -> PatchComparison:
+    """The statistics of a comparison from the runs' activations and entropies (streaming or caches)."""
+    import pandas as pd
+
+    site = axis.site_
+    clean_run = runs["clean"][0]
+    n = clean_run.n_prompts
+    for label, members in runs.items():
+        for r in members:
+            if r.n_prompts != n:
+                raise InvalidInputError(f"the {label!r} run holds {r.n_prompts} prompts, the clean run {n}.")
+    missing = [k for k in readouts if k not in axis.axes_]
+    ref_u = {k: axis.axes_[k].double().numpy() for k in readouts if k in axis.axes_}
+    ref_mean = {k: axis.means_[k].double().numpy() for k in readouts if k in axis.axes_}
+    if missing:
+        extra = EntropyAxis(layer=missing, site=site, standardize=axis.standardize, sign_by=axis.sign_by)
+        h_sign = bayes if axis.sign_by == "bayes" else clean_run.model_entropy
+        extra.fit({k: clean_run.values[k] for k in missing}, h_sign, model=model)
+        ref_u.update({k: extra.axes_[k].double().numpy() for k in missing})
+        ref_mean.update({k: extra.means_[k].double().numpy() for k in missing})
+
+    def coords(run: AxisData):
+        return {k: (run.values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, run.model_entropy
+
+    members_of = {label: [coords(r) for r in rs] for label, rs in runs.items()}
+    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed)])  # row 0 = full sample
+    clean_c, _ = members_of["clean"][0]
+    entropies = [("model", None)] + ([("bayes", bayes)] if bayes is not None else [])
+
+    def metric_rows(member):
+        """metric key -> (values over idx rows [1 + n_boot], degenerate flag) for one run."""
+        cs, h = member
+        out = {}
+        for k in readouts:
+            x = cs[k]
+            ratio = x[idx].std(-1, ddof=1) / clean_c[k][idx].std(-1, ddof=1)
+            out[("coordinate_std_ratio", k, None)] = (ratio, False)
+            degenerate = bool(np.std(x) <= DEGENERATE_RATIO * np.std(clean_c[k]))
+            for ename, e in entropies:
+                ee = h if e is None else e
+                r = np.zeros(idx.shape[0]) if degenerate else _corr_rows(x[idx], ee[idx], correlation)
+                out[("axis_entropy_corr", k, ename)] = (r, degenerate)
+        if calibration:
+            out[("sula_mae_bits", None, None)] = (np.abs(h[idx] - bayes[idx]).mean(-1), False)
+            out[("sula_pearson", None, None)] = (_corr_rows(h[idx], bayes[idx], correlation), False)
+        return out
+
+    clean_rows = metric_rows(members_of["clean"][0])
+    records = []
+    for label, kind, is_random, layers, n_seeds in meta:
+        members = [metric_rows(m) for m in members_of[label]] if label != "clean" else [clean_rows]
+        for key, (clean_vals, _) in clean_rows.items():
+            metric, layer, ename = key
+            per = np.stack([m[key][0] for m in members])  # [seeds, 1 + n_boot]
+            degenerate = any(m[key][1] for m in members)
+            value = per.mean(0)
+            diff = value - clean_vals
+            seed_diffs = per[:, 0] - clean_vals[0]
+            v_lo, v_hi = percentile_interval(value[1:])
+            d_lo, d_hi = percentile_interval(diff[1:]) if label != "clean" else (0.0, 0.0)
+            base = clean_vals[0]
+            records.append({
+                "condition": label, "kind": kind, "is_random": is_random, "n_seeds": n_seeds,
+                "patched_layers": ",".join(str(x) for x in layers), "metric": metric,
+                "readout_layer": layer, "entropy": ename, "value": float(value[0]),
+                "value_ci_low": v_lo, "value_ci_high": v_hi, "diff_from_clean": float(diff[0]),
+                "diff_ci_low": d_lo, "diff_ci_high": d_hi,
+                "rel_diff": float(diff[0] / base) if np.isfinite(base) and base != 0 else float("nan"),
+                "seed_diff_min": float(seed_diffs.min()), "seed_diff_max": float(seed_diffs.max()),
+                "degenerate": degenerate,
+            })
+    table = pd.DataFrame.from_records(records)
+    table["readout_layer"] = pd.Series([None if v is None or v != v else int(v) for v in table["readout_layer"]],
+                                       dtype=object)
+    return PatchComparison(
+        table=table, conditions=tuple(m[0] for m in meta), readout_layers=tuple(readouts), site=site,
+        correlation=correlation, entropy_kind="labels" if bayes is not None else "next_token",
+        calibration=bool(calibration), n_prompts=n, n_boot=int(n_boot), seed=int(seed),
+        n_random_seeds=int(n_random_seeds), axis_layers=tuple(axis.layers_),
+    )

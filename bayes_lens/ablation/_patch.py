@@ -1,0 +1,262 @@
+"""Patches: interventions on a model as TransformerLens ``[(hook_name, fn)]`` pairs, and ``bl.patched``.
+
+Paper A §4.5–4.6 (METHODS.md §7): v ← v − λ(v·u)u (removal; λ = 1 full removal, λ = 0 no change —
+the paper's public code had λ reversed), keep-only v ← (v·u)u, and shift v ← v + s·σ·u, applied at
+every position. A removal or shift along a fitted axis is an operation on the axis coordinate hook
+point of :mod:`bayes_lens.hookpoints` (zero-ablation of ``hook_v_axis`` *is* the removal); keep-only
+and the random-direction controls act on ``hook_v`` directly. See :mod:`bayes_lens.ablation`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .. import adapter
+from ..errors import InvalidInputError, LayerIndexError
+from ._common import site_dim
+
+__all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "resolve_pairs"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Patches
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class PatchPart:
+    """One layer of a patch: the hook, the direction and the operation.
+
+    ``on_coordinate=True``: the hook is the axis's coordinate hook point (``blocks.{l}.attn.hook_v_axis``,
+    :mod:`bayes_lens.hookpoints`) and the operation acts on the coordinate c = v·u — removal is
+    c ↦ (1 − λ)c (λ = 1: zero-ablation), shift is c ↦ c + s·σ; the hook point moves v along u by the
+    change. Otherwise the hook is the site itself (``hook_v``) and the vector is changed directly
+    (keep-only, and every random-direction control).
+    """
+
+    layer: int
+    hook_name: str
+    site: str
+    op: str  # "removal" | "keep_only" | "shift"
+    direction: Tensor  # float32 unit vector [dim]
+    lam: float = 1.0  # removal strength
+    amount: float = 0.0  # shift distance (s·σ), in activation units
+    on_coordinate: bool = False
+    axis: object = None  # the fitted EntropyAxis whose coordinate hook point an on_coordinate part uses
+
+    def apply(self, act: Tensor) -> Tensor:
+        if self.on_coordinate:
+            return act + self.amount if self.op == "shift" else act * (1.0 - self.lam)
+        shape = act.shape
+        dim = self.direction.shape[0]
+        if self.site == "v" and act.ndim == 4:
+            flat = act.reshape(*shape[:-2], shape[-2] * shape[-1])
+        else:
+            flat = act
+        if flat.shape[-1] != dim:
+            raise InvalidInputError(
+                f"the patch at {self.hook_name} has dimension {dim} but the activation there is "
+                f"{list(shape)} ({flat.shape[-1]} per position); the axis was fitted on another model.")
+        work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+        u = self.direction.to(device=work.device, dtype=work.dtype)
+        if self.op == "shift":
+            out = work + self.amount * u
+        else:
+            coord = (work @ u).unsqueeze(-1)
+            out = work - self.lam * coord * u if self.op == "removal" else coord * u
+        return out.to(act.dtype).reshape(shape)
+
+    def hook_fn(self, act: Tensor, hook=None) -> Tensor:
+        return self.apply(act)
+
+
+class Patch:
+    """An intervention (possibly at several layers): an iterable of ``(hook_name, fn)`` pairs.
+
+    Made by :class:`EntropyAxis` (``removal``, ``keep_only``, ``shift``, ``random_control``). Use it
+    as ``with bl.patched(model, patch):``, ``model.hooks(fwd_hooks=list(patch))`` or
+    ``model.run_with_hooks(tokens, fwd_hooks=list(patch))``. ``patch_a + patch_b`` applies both.
+
+    Attributes: ``label``, ``kind`` (``"removal"``, ``"keep_only"``, ``"shift"``, ``"combined"``),
+    ``layers``, ``hook_names``, ``site``, ``random_seed`` (None unless a random control),
+    ``directions`` (layer → unit vector), ``axis`` (the :class:`EntropyAxis` it came from).
+    """
+
+    def __init__(self, parts: Sequence[PatchPart], *, label: str, kind: str, axis: Optional["EntropyAxis"] = None,
+                 random_seed: Optional[int] = None, params: Optional[dict] = None,
+                 model_meta: Optional[dict] = None):
+        self._parts = tuple(parts)
+        self.label = label
+        self.kind = kind
+        self.axis = axis
+        self.random_seed = random_seed
+        self.params = dict(params or {})
+        self.model_meta = model_meta
+        self._pairs = tuple((p.hook_name, p.hook_fn) for p in self._parts)
+
+    # --- the [(hook_name, fn)] protocol ---
+    def __iter__(self) -> Iterator[Tuple[str, Callable]]:
+        return iter(self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __getitem__(self, i):
+        return self._pairs[i]
+
+    def __add__(self, other):
+        if isinstance(other, Patch):
+            site = self.site if self.site == other.site else "mixed"
+            return Patch(self._parts + other._parts, label=f"{self.label} + {other.label}", kind="combined",
+                         axis=self.axis if self.axis is other.axis else None,
+                         model_meta=self.model_meta if site != "mixed" else None)
+        if isinstance(other, (list, tuple)):
+            return list(self) + list(other)
+        return NotImplemented
+
+    def __radd__(self, other):
+        if isinstance(other, (list, tuple)):
+            return list(other) + list(self)
+        return NotImplemented
+
+    # --- description ---
+    @property
+    def parts(self) -> Tuple[PatchPart, ...]:
+        """The per-layer parts (hook, direction, operation)."""
+        return self._parts
+
+    @property
+    def layers(self) -> Tuple[int, ...]:
+        return tuple(p.layer for p in self._parts)
+
+    @property
+    def hook_names(self) -> Tuple[str, ...]:
+        return tuple(p.hook_name for p in self._parts)
+
+    @property
+    def site(self) -> str:
+        sites = {p.site for p in self._parts}
+        return sites.pop() if len(sites) == 1 else "mixed"
+
+    @property
+    def directions(self) -> Dict[int, Tensor]:
+        return {p.layer: p.direction.clone() for p in self._parts}
+
+    @property
+    def is_random_control(self) -> bool:
+        return self.random_seed is not None
+
+    @property
+    def group(self) -> str:
+        """The label without the seed: random controls of different seeds share a group."""
+        return self.params.get("group", self.label)
+
+    def random_like(self, seed: int) -> "Patch":
+        """The random-direction control of this patch: same op, λ/shift, layers and site."""
+        if self.axis is None or self.kind not in ("removal", "keep_only", "shift"):
+            raise InvalidInputError("random_like needs a patch made by an EntropyAxis (removal, keep_only or shift).")
+        return self.axis.random_control(seed, op=self.kind, lam=self.params.get("lam", 1.0),
+                                        sigmas=self.params.get("sigmas"), layers=self.layers)
+
+    def __repr__(self) -> str:
+        return f"Patch({self.label!r}, hooks={list(self.hook_names)})"
+
+
+def flatten_pairs(patches) -> List[Tuple[str, Callable]]:
+    if patches is None:
+        return []
+    if isinstance(patches, Patch):
+        return list(patches)
+    if (isinstance(patches, tuple) and len(patches) == 2 and isinstance(patches[0], str)
+            and callable(patches[1])):
+        return [patches]
+    if isinstance(patches, (str, bytes)) or not hasattr(patches, "__iter__"):
+        raise InvalidInputError(f"patches must be a Patch, a (hook_name, fn) pair, or a list of those; "
+                                f"got {type(patches).__name__}.")
+    out = []
+    for p in patches:
+        out += flatten_pairs(p)
+    return out
+
+
+def patch_objects(patches) -> List[Patch]:
+    if isinstance(patches, Patch):
+        return [patches]
+    if isinstance(patches, (list, tuple)) and not (len(patches) == 2 and isinstance(patches[0], str)):
+        return [q for p in patches for q in patch_objects(p)]
+    return []
+
+
+def check_against_model(model, patch: Patch) -> None:
+    """Refuse a patch of the wrong shape for ``model``; warn when the weight basis differs."""
+    info = adapter.model_info(model)
+    for part in patch._parts:
+        if part.layer >= info.n_layers:
+            raise LayerIndexError(f"the patch acts on layer {part.layer} but the model has {info.n_layers} layers.")
+        dim = site_dim(info, part.site)
+        if part.direction.shape[0] != dim:
+            raise InvalidInputError(
+                f"the patch {patch.label!r} has an axis of dimension {part.direction.shape[0]} at {part.hook_name}, "
+                f"but this model's {part.site!r} site has dimension {dim}; fit the axis on this model.")
+    meta = patch.model_meta
+    if meta is not None and bool(meta.get("processed")) != bool(info.processed):
+        warnings.warn(
+            f"the patch {patch.label!r} was fitted on a model with {meta.get('processing')!r} but this model has "
+            f"{info.processing!r}: a direction measured in one weight basis is wrong in the other "
+            "(METHODS.md §0 'Weights'). Refit the axis on this model.", UserWarning, stacklevel=3)
+
+
+def resolve_pairs(model, patches) -> List[Tuple[str, Callable]]:
+    adapter.check_model(model)
+    pairs = flatten_pairs(patches)
+    for name, fn in pairs:
+        if not isinstance(name, str) or not callable(fn):
+            raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got ({name!r}, {fn!r}).")
+    for p in patch_objects(patches):
+        check_against_model(model, p)
+    adapter.check_hooks(model, sorted({n for n, _ in pairs}))
+    return pairs
+
+
+def _check_attached_axis(model, part: PatchPart) -> None:
+    hp = model.hook_dict.get(part.hook_name) if hasattr(model, "hook_dict") else None
+    u = getattr(hp, "axis_direction", None)
+    if u is not None and not torch.equal(u.cpu(), part.direction.cpu()):
+        raise InvalidInputError(
+            f"{part.hook_name} is attached for a different axis than the one this patch came from; detach it "
+            "(or attach this patch's axis) before patching.")
+
+
+@contextlib.contextmanager
+def patched(model, patches):
+    """Run ``model`` with ``patches`` inside the block; all their hooks are removed on exit, also on error.
+
+    ``patches`` is a :class:`Patch`, a list of patches, or any ``[(hook_name, fn)]`` list; an empty
+    list runs the clean model. A removal or shift of a fitted axis acts on the axis's coordinate hook
+    point (zero-ablation of ``blocks.{l}.attn.hook_v_axis`` is the removal): the hook points are
+    attached for the block when they are not attached already, and detached on exit. Hook points
+    are checked first (a misspelt or out-of-range hook is an error, never a silent no-op), and a patch
+    whose axis has the wrong dimension for the model is refused. The model's lock is held for the
+    whole block (another thread's forward pass waits instead of running with these hooks).
+
+    >>> with bl.patched(model, axis.removal()):          # doctest: +SKIP
+    ...     logits = model(tokens)
+    """
+    from ..hookpoints import attached_for
+
+    adapter.check_model(model)
+    raw = flatten_pairs(patches)
+    with adapter.model_lock(model), attached_for(model, [(n, f) for n, f in raw if isinstance(n, str)]):
+        pairs = resolve_pairs(model, patches)
+        for _, fn in pairs:
+            part = getattr(fn, "__self__", None)
+            if isinstance(part, PatchPart) and part.on_coordinate:
+                _check_attached_axis(model, part)
+        with model.hooks(fwd_hooks=pairs):
+            yield model

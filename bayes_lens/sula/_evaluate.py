@@ -1,0 +1,552 @@
+"""SULA evaluation: the model's posterior over the two labels against the exact Bayesian posterior.
+
+METHODS.md §6 (Paper A, "Geometric Scaling of Bayesian Inference in LLMs", arXiv 2512.23752, §4.3,
+§5.2). The model's posterior is a pure function of its final-token logits (:func:`label_posterior`:
+the next-token probabilities of the two label tokens, renormalized over the two; their raw mass is
+kept too). :func:`evaluate` reports per k and overall: MAE(H_model, H_Bayes) in bits, Pearson and
+Spearman of the entropies, KL(Bayes ‖ model) in bits, ECE (for the fixed class "first label") and
+Brier score of P(L1) against the hidden label next to the exact posterior's own (the Bayes floor),
+all with 95% percentile bootstrap intervals over prompts; and the geometry on the task: one shared
+standardized PCA of the final-token values at ``layer``, with ρ(PC1, H_Bayes), ρ(PC1, H_model),
+ρ(k, PC1) and permutation p-values. It reads a :class:`bayes_lens.collect.Collection`, made by the
+runner from a model or by :meth:`~bayes_lens.collect.Collection.from_cache` from a user's cache, so
+both give the same numbers. Bootstrap resamples and permutations use independent child streams of
+one seed.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from .. import adapter
+from .._results import Result, plotly
+from ..collect import Collection, collect, is_cache_like, source_model
+from ..errors import InvalidInputError
+from ..metrics.calibration import (
+    binary_entropy_bits,
+    brier_score,
+    expected_calibration_error,
+    kl_bernoulli_bits,
+    reliability_bins,
+)
+from ..metrics.pca import pca
+from ..metrics.stats import (
+    bootstrap_indices,
+    child_rngs,
+    pearson_rows,
+    percentile_interval,
+    permutation_pvalue_rows,
+    slope_rows,
+    spearman_rows,
+)
+from ._task import (
+    CARRIER_WORDS,
+    CONTROLS,
+    SulaItem,
+    SulaPrompts,
+    check_labels,
+    choose_labels,
+    get_tokenizer,
+    make_prompts,
+)
+
+__all__ = ["SulaResult", "SulaControls", "evaluate", "run_controls", "label_posterior", "as_prompts",
+           "label_token_ids", "evaluate_collection"]
+
+_METRICS = ("mae_bits", "pearson", "spearman", "kl_bits", "ece", "brier", "bayes_ece", "bayes_brier",
+            "label_mass", "h_model_mean_bits")
+
+
+# --------------------------------------------------------------------------------------------------
+# the model's posterior: a pure function of the logits
+
+
+def label_posterior(label_logprobs) -> Tuple[np.ndarray, np.ndarray]:
+    """(P(first label), raw mass on the two labels) from their full-vocabulary log-probabilities.
+
+    ``label_logprobs`` is ``[n, 2]`` (log P(L1), log P(L2)) at the final token; the posterior is
+    renormalized over the two: P(L1) / (P(L1) + P(L2)).
+
+    >>> p, mass = label_posterior(np.log([[0.3, 0.1]]))
+    >>> round(float(p[0]), 3), round(float(mass[0]), 3)
+    (0.75, 0.4)
+    """
+    lp = np.asarray(torch.as_tensor(label_logprobs).detach().double().cpu().numpy() if isinstance(label_logprobs, Tensor)
+                    else label_logprobs, dtype=np.float64)
+    if lp.ndim != 2 or lp.shape[1] != 2:
+        raise InvalidInputError(f"label log-probabilities must be [n, 2], got shape {list(lp.shape)}.")
+    p_first = np.exp(lp[:, 0] - np.logaddexp(lp[:, 0], lp[:, 1]))
+    return np.clip(p_first, 0.0, 1.0), np.exp(lp).sum(1)
+
+
+def label_token_ids(model, labels) -> Tuple[int, int]:
+    """The single-token ids of the two labels (each with its leading space) in the model's tokenizer."""
+    _, ids = check_labels(get_tokenizer(model), labels)
+    return ids
+
+
+# --------------------------------------------------------------------------------------------------
+# statistics (vectorized over bootstrap resamples)
+
+
+def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins: int) -> dict:
+    """Point estimates and percentile bootstrap CIs (resampling prompts) of every SULA metric."""
+    n = len(h_m)
+    kl = kl_bernoulli_bits(p_b, p_m)
+
+    def stats(idx):
+        hm, hb = h_m[idx], h_b[idx]
+        return {
+            "mae_bits": np.abs(hm - hb).mean(-1),
+            "pearson": pearson_rows(hm, hb),
+            "spearman": spearman_rows(hm, hb),
+            "kl_bits": kl[idx].mean(-1),
+            "ece": expected_calibration_error(p_m[idx], outcome[idx], n_bins=n_bins),
+            "brier": brier_score(p_m[idx], outcome[idx]),
+            "bayes_ece": expected_calibration_error(p_b[idx], outcome[idx], n_bins=n_bins),
+            "bayes_brier": brier_score(p_b[idx], outcome[idx]),
+            "label_mass": mass[idx].mean(-1),
+            "h_model_mean_bits": hm.mean(-1),
+        }
+
+    point = {key: float(np.asarray(v).ravel()[0]) for key, v in stats(np.arange(n)[None, :]).items()}
+    out = {"n": n, "h_bayes_mean_bits": float(h_b.mean())}
+    reps = stats(bootstrap_indices(n, n_boot, rng)) if n >= 2 else {key: np.full(1, np.nan) for key in point}
+    for key in _METRICS:
+        lo, hi = percentile_interval(reps[key])
+        out[key] = point[key]
+        out[key + "_ci_low"] = lo
+        out[key + "_ci_high"] = hi
+    return out
+
+
+def _slope_with_ci(x: np.ndarray, y: np.ndarray, *, n_boot: int, rng) -> Tuple[float, Tuple[float, float]]:
+    """Least-squares slope of y on x (model entropy per extra example) and its bootstrap CI."""
+    point = float(slope_rows(x, y))
+    if len(x) < 2 or not np.isfinite(point):
+        return point, (float("nan"), float("nan"))
+    idx = bootstrap_indices(len(x), n_boot, rng)
+    return point, percentile_interval(slope_rows(x[idx], y[idx]))
+
+
+def _geometry_table(pc1, h_b, h_m, k, *, n_boot: int, boot_rng, perm_rng) -> pd.DataFrame:
+    rows = []
+    n = len(pc1)
+    idx = bootstrap_indices(n, n_boot, boot_rng) if n >= 2 else None
+
+    def within_k(a):  # subtract each k's mean: what is left cannot be explained by k (or length)
+        out = np.asarray(a, dtype=np.float64).copy()
+        for kv in np.unique(k):
+            out[k == kv] -= out[k == kv].mean()
+        return out
+
+    pairs = (("pc1_vs_bayes_entropy", pc1, h_b), ("pc1_vs_model_entropy", pc1, h_m),
+             ("k_vs_pc1", k.astype(np.float64), pc1),
+             ("pc1_vs_bayes_entropy_within_k", within_k(pc1), within_k(h_b)),
+             ("pc1_vs_model_entropy_within_k", within_k(pc1), within_k(h_m)))
+    for name, a, b in pairs:
+        r = float(pearson_rows(a, b))
+        rs = float(spearman_rows(a, b))
+        if idx is not None:
+            lo, hi = percentile_interval(pearson_rows(a[idx], b[idx]))
+            slo, shi = percentile_interval(spearman_rows(a[idx], b[idx]))
+        else:
+            lo = hi = slo = shi = float("nan")
+        rows.append({"pair": name, "pearson": r, "pearson_ci_low": lo, "pearson_ci_high": hi,
+                     "abs_pearson": abs(r) if np.isfinite(r) else float("nan"),
+                     "spearman": rs, "spearman_ci_low": slo, "spearman_ci_high": shi,
+                     "perm_pvalue": permutation_pvalue_rows(a, b, r, n_perm=n_boot, seed_or_rng=perm_rng), "n": n})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True, eq=False)
+class SulaResult(Result):
+    """SULA evaluation of one condition (METHODS.md §6).
+
+    ``table`` has one row per k and a final row ``k == "all"``: n, mean Bayes / model entropy (bits),
+    ``mae_bits``, ``pearson``, ``spearman`` (of H_model and H_Bayes), ``kl_bits`` (mean KL(Bayes ‖
+    model)), ``ece`` and ``brier`` (calibration of P(first label) against the hidden label: the ECE
+    is for that fixed class, not the top-label ECE), ``bayes_ece`` and ``bayes_brier`` (the same for
+    the exact posterior on the same prompts: the Bayes floor a perfect model would reach, ≈ 0.02 and
+    ≈ 0.08 at 250 prompts and p = 0.9), ``label_mass`` (raw next-token probability on the two
+    labels), each with ``_ci_low``/``_ci_high`` (95% percentile bootstrap over prompts), and
+    ``mae_ignore_evidence_bits``: the MAE of a model that always answers with each prompt's prior
+    (the evidence-blind baseline). ``geometry`` has ρ(PC1, H_Bayes),
+    ρ(PC1, H_model), ρ(k, PC1) (Pearson and Spearman, CIs, permutation p-values), and the same two
+    entropy correlations *within k* (each variable minus its per-k mean). H_Bayes falls with k and
+    prompt length grows with k, so PC1 can track H_Bayes through length alone (even a random model
+    does); the within-k rows remove that confound. The sign of PC1 is arbitrary (``abs_pearson``).
+    ``entropy_slope_bits_per_example`` (with ``entropy_slope_ci``) is the least-squares slope of the
+    model's entropy on k: negative when the model uses the evidence.
+    """
+
+    condition: str
+    labels: Tuple[str, str]
+    layer: int
+    table: pd.DataFrame
+    geometry: pd.DataFrame
+    reliability: pd.DataFrame
+    mae_bits: float
+    mae_bits_ci: Tuple[float, float]
+    pearson: float
+    pearson_ci: Tuple[float, float]
+    spearman: float
+    kl_bits: float
+    ece: float
+    brier: float
+    bayes_ece: float
+    bayes_brier: float
+    label_mass: float
+    rho_pc1_bayes: float
+    rho_pc1_model: float
+    rho_k_pc1: float
+    pc1_explained_variance: float
+    entropy_slope_bits_per_example: float
+    entropy_slope_ci: Tuple[float, float]
+    model_p_first: Tensor
+    model_entropy_bits: Tensor
+    model_label_mass: Tensor
+    bayes_p_first: Tensor
+    bayes_entropy_bits: Tensor
+    k: Tensor
+    hidden_label: Tensor
+    pc1: Tensor
+    prompts: SulaPrompts
+    n_boot: int
+    seed: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Long format: condition, k, metric, value, ci_low, ci_high (geometry rows have k = "all")."""
+        rows = []
+        for _, r in self.table.iterrows():
+            for m in _METRICS + ("h_bayes_mean_bits", "mae_ignore_evidence_bits"):
+                rows.append({"condition": self.condition, "k": r["k"], "metric": m, "value": r[m],
+                             "ci_low": r.get(m + "_ci_low", np.nan), "ci_high": r.get(m + "_ci_high", np.nan)})
+        for _, g in self.geometry.iterrows():
+            rows.append({"condition": self.condition, "k": "all", "metric": "rho_" + g["pair"],
+                         "value": g["pearson"], "ci_low": g["pearson_ci_low"], "ci_high": g["pearson_ci_high"]})
+        return pd.DataFrame(rows)
+
+    def per_prompt(self) -> pd.DataFrame:
+        """One row per prompt: k, hidden label, Bayes and model P(first label) and entropies, PC1."""
+        return pd.DataFrame({
+            "condition": self.condition, "text": self.prompts.texts, "k": self.k.numpy(),
+            "hidden_label": self.hidden_label.numpy(), "bayes_p_first": self.bayes_p_first.numpy(),
+            "model_p_first": self.model_p_first.numpy(), "bayes_entropy_bits": self.bayes_entropy_bits.numpy(),
+            "model_entropy_bits": self.model_entropy_bits.numpy(), "label_mass": self.model_label_mass.numpy(),
+            "pc1": self.pc1.numpy(),
+        })
+
+    def plot(self):
+        """Entropy vs k (model vs Bayes), PC1 vs k, and the reliability diagram."""
+        return _plot({self.condition: self})
+
+
+@dataclass(frozen=True, eq=False)
+class SulaControls(Result):
+    """The main task and every control (:func:`run_controls`): ``table`` and ``geometry`` stack the
+    conditions' tables with a ``condition`` column; ``results`` maps condition -> :class:`SulaResult`."""
+
+    table: pd.DataFrame
+    geometry: pd.DataFrame
+    results: Dict[str, SulaResult]
+    labels: Dict[str, Tuple[str, str]]
+    layer: int
+
+    def __getitem__(self, condition: str) -> SulaResult:
+        return self.results[condition]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Long format over all conditions (see :meth:`SulaResult.to_dataframe`)."""
+        return pd.concat([r.to_dataframe() for r in self.results.values()], ignore_index=True)
+
+    def plot(self):
+        """Entropy vs k per condition (model solid, Bayes dashed), PC1 vs k, reliability diagrams."""
+        return _plot(self.results)
+
+
+def _plot(results: Dict[str, SulaResult]):
+    go = plotly()
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(
+        "entropy vs k (model solid, Bayes dashed)", "PC1 of final-token values vs k", "reliability diagram"))
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    for i, (cond, res) in enumerate(results.items()):
+        color = palette[i % len(palette)]
+        t = res.table[res.table["k"] != "all"]
+        ks = t["k"].astype(int).to_numpy()
+        fig.add_trace(go.Scatter(
+            x=ks, y=t["h_model_mean_bits"], mode="lines+markers", name=f"{cond}: model", line=dict(color=color),
+            error_y=dict(type="data", symmetric=False,
+                         array=t["h_model_mean_bits_ci_high"] - t["h_model_mean_bits"],
+                         arrayminus=t["h_model_mean_bits"] - t["h_model_mean_bits_ci_low"])), row=1, col=1)
+        fig.add_trace(go.Scatter(x=ks, y=t["h_bayes_mean_bits"], mode="lines+markers", name=f"{cond}: Bayes",
+                                 line=dict(color=color, dash="dash")), row=1, col=1)
+        kk = res.k.numpy().astype(float)
+        jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=kk.shape)
+        fig.add_trace(go.Scatter(x=kk + jitter, y=res.pc1.numpy(), mode="markers", name=f"{cond}: PC1",
+                                 marker=dict(color=color, size=4, opacity=0.5)), row=1, col=2)
+        rel = res.reliability
+        fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
+                                 name=f"{cond}: reliability", line=dict(color=color),
+                                 text=[f"n={c}" for c in rel["count"]]), row=1, col=3)
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                             line=dict(color="gray", dash="dot")), row=1, col=3)
+    fig.update_xaxes(title_text="k (examples)", row=1, col=1)
+    fig.update_yaxes(title_text="entropy (bits)", row=1, col=1)
+    fig.update_xaxes(title_text="k (examples)", row=1, col=2)
+    fig.update_yaxes(title_text="PC1 score", row=1, col=2)
+    fig.update_xaxes(title_text="mean predicted P(first label)", range=[0, 1], row=1, col=3)
+    fig.update_yaxes(title_text="observed frequency", range=[0, 1], row=1, col=3)
+    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=420, width=1300)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def as_prompts(prompts) -> SulaPrompts:
+    """SULA items as a :class:`SulaPrompts` (one label pair; every item carries its p and prior)."""
+    if isinstance(prompts, SulaPrompts):
+        items = prompts
+    else:
+        if prompts is None or isinstance(prompts, str) or not isinstance(prompts, Iterable):
+            raise InvalidInputError("prompts must be the output of bl.sula.make_prompts (or a list of its items).")
+        items = list(prompts)
+    if not len(items):
+        raise InvalidInputError("the prompt list is empty; make prompts with bl.sula.make_prompts(model).")
+    bad = [i for i, it in enumerate(items) if not isinstance(it, SulaItem)]
+    if bad:
+        raise InvalidInputError(
+            f"prompt {bad[0]} is a {type(items[bad[0]]).__name__}, not a SULA item: evaluate needs the exact "
+            "posterior each item carries. Make prompts with bl.sula.make_prompts(model).")
+    missing = [i for i, it in enumerate(items) if getattr(it, "prior", None) is None or getattr(it, "p", None) is None]
+    if missing:
+        raise InvalidInputError(
+            f"item {missing[0]} does not carry its p and prior (made by an older bayes_lens?); make the prompts "
+            "again with bl.sula.make_prompts(model, p=..., prior=...).")
+    pairs = {it.labels for it in items}
+    if len(pairs) != 1:
+        raise InvalidInputError(f"all items must share one label pair, got {sorted(pairs)}; evaluate each set separately.")
+    if isinstance(items, SulaPrompts):
+        return items
+    conds = {it.condition for it in items}
+    ps, priors = {it.p for it in items}, {it.prior for it in items}
+    ks = tuple(dict.fromkeys(it.k for it in items))
+    return SulaPrompts(items, labels=items[0].labels, p=ps.pop() if len(ps) == 1 else None,
+                       prior=priors.pop() if len(priors) == 1 else None,
+                       control=conds.pop() if len(conds) == 1 else "mixed", ks=ks, n_per_k=None,
+                       template=None, seed=None)
+
+
+def _check_n_boot(n_boot) -> int:
+    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 1:
+        raise InvalidInputError(f"n_boot must be a positive integer, got {n_boot!r}.")
+    return int(n_boot)
+
+
+def evaluate_collection(col: Collection, items: SulaPrompts, *, layer: int, seed: int = 0, n_boot: int = 1000,
+                        n_bins: int = 10) -> "SulaResult":
+    """The SULA statistics of ``items`` from a Collection holding the two labels' log-probabilities
+    (``token_ids`` = the label ids, in order) and the final-token values at ``layer``."""
+    items = as_prompts(items)
+    n_boot = _check_n_boot(n_boot)
+    if col.token_logprobs is None:
+        raise InvalidInputError("the collection holds no label log-probabilities; collect with token_ids=the label "
+                                "ids (bl.sula.label_token_ids), or pass the logits with a cache.")
+    if col.n_prompts != len(items):
+        raise InvalidInputError(f"{col.n_prompts} prompts were run but {len(items)} SULA items were given; pass "
+                                "the items in the order their texts were run.")
+    p_m, mass = label_posterior(col.token_logprobs)
+    h_m = binary_entropy_bits(p_m)
+    p_b, h_b, k = items.bayes_p_first, items.bayes_entropy_bits, items.k
+    hidden = items.hidden_label
+    outcome = (hidden == 0).astype(np.float64)
+    h_prior = binary_entropy_bits(np.array([it.prior for it in items], dtype=np.float64))
+
+    groups = [(int(kv), k == kv) for kv in dict.fromkeys(k.tolist())] + [("all", np.ones_like(k, dtype=bool))]
+    streams = child_rngs(seed, len(groups) + 3)
+    rows = []
+    for gi, (name, sel) in enumerate(groups):
+        st = _group_stats(h_m[sel], h_b[sel], p_m[sel], p_b[sel], outcome[sel], mass[sel],
+                          n_boot=n_boot, rng=streams[gi], n_bins=n_bins)
+        rows.append({"k": name, **st, "mae_ignore_evidence_bits": float(np.abs(h_prior[sel] - h_b[sel]).mean())})
+    table = pd.DataFrame(rows)
+    table["k"] = table["k"].astype(object)
+    overall = rows[-1]
+
+    values = col.values(layer, "v").double().numpy()
+    try:
+        fit = pca(values, n_components=1)
+        pc1, evr = fit.coords[:, 0], float(fit.explained_variance_ratio[0])
+    except InvalidInputError:  # fewer than 3 prompts, or identical values: PCA undefined
+        pc1, evr = np.full(values.shape[0], np.nan), float("nan")
+    geometry = _geometry_table(pc1, h_b, h_m, k, n_boot=n_boot, boot_rng=streams[-3], perm_rng=streams[-2])
+    rel = pd.DataFrame(reliability_bins(p_m, outcome, n_bins=n_bins))
+    g = geometry.set_index("pair")["pearson"]
+    slope, slope_ci = _slope_with_ci(k.astype(np.float64), h_m, n_boot=n_boot, rng=streams[-1])
+
+    def t(a, dtype=torch.float64):
+        return torch.as_tensor(np.asarray(a), dtype=dtype)
+
+    return SulaResult(
+        condition=items.control if isinstance(items.control, str) else "main",
+        labels=tuple(items.labels), layer=layer, table=table, geometry=geometry, reliability=rel,
+        mae_bits=overall["mae_bits"], mae_bits_ci=(overall["mae_bits_ci_low"], overall["mae_bits_ci_high"]),
+        pearson=overall["pearson"], pearson_ci=(overall["pearson_ci_low"], overall["pearson_ci_high"]),
+        spearman=overall["spearman"], kl_bits=overall["kl_bits"], ece=overall["ece"], brier=overall["brier"],
+        bayes_ece=overall["bayes_ece"], bayes_brier=overall["bayes_brier"],
+        label_mass=overall["label_mass"], rho_pc1_bayes=float(g["pc1_vs_bayes_entropy"]),
+        rho_pc1_model=float(g["pc1_vs_model_entropy"]), rho_k_pc1=float(g["k_vs_pc1"]),
+        pc1_explained_variance=evr, entropy_slope_bits_per_example=slope, entropy_slope_ci=slope_ci,
+        model_p_first=t(p_m), model_entropy_bits=t(h_m), model_label_mass=t(mass), bayes_p_first=t(p_b),
+        bayes_entropy_bits=t(h_b), k=t(k, torch.long), hidden_label=t(hidden, torch.long), pc1=t(pc1),
+        prompts=items, n_boot=int(n_boot), seed=int(seed),
+    )
+
+
+def evaluate(
+    model_or_cache,
+    prompts: Optional[Sequence[SulaItem]] = None,
+    *,
+    layer: int = -1,
+    fwd_hooks=(),
+    attention_mask=None,
+    tokens=None,
+    logits=None,
+    model=None,
+    batch_size: int = 16,
+    seed: int = 0,
+    n_boot: int = 1000,
+    n_bins: int = 10,
+    progress: Optional[bool] = None,
+) -> SulaResult:
+    """Compare the model's posterior over the two labels with the exact Bayesian posterior.
+
+    Parameters
+    ----------
+    model_or_cache:
+        A TransformerLens model (the prompts are run in batches), or what ``run_with_cache`` returned
+        on the prompts' texts: the ``(logits, cache)`` pair (or the cache with ``logits=``; a dict of
+        its tensors with ``model=``), holding ``hook_v`` at ``layer``; pass the ``tokens`` (or their
+        ``attention_mask``) of a padded batch.
+    prompts:
+        Output of :func:`make_prompts` (with a model the default is ``make_prompts(model, seed=seed)``,
+        250 prompts); required with a cache, in the order of the cache's rows.
+    layer:
+        Layer whose final-token ``hook_v`` (per KV head) enters the shared PCA (negative from the end).
+    fwd_hooks:
+        ``[(hook_name, fn)]`` patches active during the forward passes (e.g. an entropy-axis removal);
+        always removed afterwards. (For patches made by an axis, prefer ``with bl.patched(model, patch):``.)
+    seed, n_boot, n_bins:
+        Bootstrap seed and resamples (95% percentile CIs over prompts); ECE bins.
+
+    Example
+    -------
+    >>> res = bl.sula.evaluate(model)                                          # doctest: +SKIP
+    >>> res.mae_bits, res.mae_bits_ci, res.ece, res.bayes_ece                  # doctest: +SKIP
+    >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)             # doctest: +SKIP
+    >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
+    >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask).mae_bits      # doctest: +SKIP
+    """
+    _check_n_boot(n_boot)
+    if is_cache_like(model_or_cache) or isinstance(model_or_cache, Collection):
+        if prompts is None:
+            raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")
+        items = as_prompts(prompts)
+        if isinstance(model_or_cache, Collection):
+            if model is None:
+                raise InvalidInputError("with a Collection pass model= (for the label token ids and layers).")
+            col, m = model_or_cache, model
+            layer = adapter.resolve_layer(m, layer)
+        else:
+            m = source_model(model_or_cache, model)
+            if m is None:
+                raise InvalidInputError("a plain dict of tensors does not record its model; pass model=.")
+            layer = adapter.resolve_layer(m, layer)
+            col = Collection.from_cache(model_or_cache, model=model, logits=logits, attention_mask=attention_mask,
+                                        tokens=tokens, value_layers=[layer],
+                                        token_ids=list(label_token_ids(m, items.labels)))
+    else:
+        m = model_or_cache
+        adapter.check_model(m)
+        if prompts is None:
+            prompts = make_prompts(m, seed=seed)
+        items = as_prompts(prompts)
+        layer = adapter.resolve_layer(m, layer)
+        col = collect(m, items.texts, value_layers=(layer,), token_ids=list(label_token_ids(m, items.labels)),
+                      batch_size=batch_size, fwd_hooks=fwd_hooks, progress=progress,
+                      desc=f"sula.evaluate: {len(items)} prompts")
+    return evaluate_collection(col, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)
+
+
+def run_controls(
+    model,
+    *,
+    controls: Sequence[str] = CONTROLS,
+    ks: Sequence[int] = (0, 1, 2, 4, 8),
+    n_per_k: int = 50,
+    p: float = 0.9,
+    prior: float = 0.5,
+    seed: int = 0,
+    labels: Optional[Sequence[str]] = None,
+    remap_labels: Optional[Sequence[str]] = None,
+    layer: int = -1,
+    fwd_hooks=(),
+    batch_size: int = 16,
+    n_boot: int = 1000,
+    n_bins: int = 10,
+    progress: Optional[bool] = None,
+    **prompt_kwargs,
+) -> SulaControls:
+    """Evaluate the main task and every control (paired: one seed for all) into one table.
+
+    ``labels`` is the main pair (default: chosen automatically); ``remap_labels`` the pair of the
+    lexical-remap control (default: the next single-token pair, never overlapping the main pair).
+    Other keyword arguments (``template``, ``carriers``, ``query_word``, ...) go to :func:`make_prompts`.
+    """
+    controls = tuple(controls)
+    bad = [c for c in controls if c not in CONTROLS]
+    if bad:
+        raise InvalidInputError(f"unknown control(s) {bad}; choose from {CONTROLS}.")
+    tok = get_tokenizer(model)
+    common = dict(ks=ks, n_per_k=n_per_k, p=p, prior=prior, seed=seed, **prompt_kwargs)
+    main = make_prompts(model, labels=labels, **common)
+    if "lexical_remap" in controls and remap_labels is None:
+        carriers = prompt_kwargs.get("carriers", CARRIER_WORDS)
+        qw = prompt_kwargs.get("query_word", "query")
+        remap_labels = choose_labels(tok, 2, exclude=set(main.labels) | set(carriers) | ({qw} if qw else set()),
+                                     label_seed=prompt_kwargs.get("label_seed", 0))
+    results: Dict[str, SulaResult] = {}
+    for cond in ("main",) + controls:
+        if cond == "main":
+            prompts = main
+        else:
+            prompts = make_prompts(model, control=cond,
+                                   labels=remap_labels if cond == "lexical_remap" else main.labels, **common)
+        results[cond] = evaluate(model, prompts, layer=layer, fwd_hooks=fwd_hooks, batch_size=batch_size,
+                                 seed=seed, n_boot=n_boot, n_bins=n_bins, progress=progress)
+    table = pd.concat([r.table.assign(condition=c) for c, r in results.items()], ignore_index=True)
+    table = table[["condition"] + [col for col in table.columns if col != "condition"]]
+    geometry = pd.concat([r.geometry.assign(condition=c) for c, r in results.items()], ignore_index=True)
+    geometry = geometry[["condition"] + [col for col in geometry.columns if col != "condition"]]
+    first = next(iter(results.values()))
+    return SulaControls(table=table, geometry=geometry, results=results,
+                        labels={c: r.labels for c, r in results.items()}, layer=first.layer)

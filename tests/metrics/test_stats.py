@@ -1,0 +1,111 @@
+"""The statistics kernel (bayes_lens.metrics.stats), each function once against scipy / brute force."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import bootstrap as scipy_bootstrap
+from scipy.stats import entropy as scipy_entropy
+from scipy.stats import linregress, pearsonr, spearmanr
+
+from bayes_lens.metrics import stats as S
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=2, max_size=30))
+def test_entropy_bits_matches_scipy_for_probabilities_and_logits(w):
+    p = np.asarray(w) + 1e-3
+    p = p / p.sum()
+    assert float(S.entropy_bits(p)) == pytest.approx(scipy_entropy(p, base=2), abs=1e-10)
+    assert float(S.entropy_bits(torch.tensor(p))) == pytest.approx(scipy_entropy(p, base=2), abs=1e-10)
+    logits = np.log(p) + 3.0
+    assert float(S.entropy_bits(logits, from_logits=True)) == pytest.approx(scipy_entropy(p, base=2), abs=1e-9)
+    assert float(S.entropy_bits(torch.tensor(logits), from_logits=True)) == pytest.approx(
+        scipy_entropy(p, base=2), abs=1e-9)
+
+
+def test_entropy_zero_probabilities_and_grad_tensors():
+    assert float(S.entropy_bits(np.array([1.0, 0.0, 0.0]))) == 0.0
+    x = torch.tensor([0.0, 0.0], requires_grad=True)
+    assert float(S.entropy_bits(x, from_logits=True)) == pytest.approx(1.0)
+    assert S.as_numpy(x * 2).dtype == np.float64  # a tensor that requires grad converts without error
+
+
+def test_row_correlations_match_scipy_and_constant_rows_are_nan():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(7, 20)), rng.normal(size=(7, 20))
+    y[:, 3] = y[:, 4]  # ties
+    r, rs = S.pearson_rows(x, y), S.spearman_rows(x, y)
+    for i in range(7):
+        assert r[i] == pytest.approx(pearsonr(x[i], y[i])[0], abs=1e-12)
+        assert rs[i] == pytest.approx(spearmanr(x[i], y[i])[0], abs=1e-12)
+    assert np.isnan(S.pearson_rows(np.ones(5), np.arange(5.0)))
+    assert np.isnan(S.pearson(np.full(5, 0.3), np.arange(5.0)))  # equal floats: constant, not noise
+    with pytest.raises(Exception, match="same length"):
+        S.pearson([1, 2, 3], [1, 2])
+
+
+def test_slope_rows_matches_linregress():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=30), rng.normal(size=30)
+    assert float(S.slope_rows(x, y)) == pytest.approx(linregress(x, y).slope, abs=1e-12)
+
+
+def test_intervals_percentile_and_basic_match_scipy():
+    rng = np.random.default_rng(2)
+    data = rng.exponential(size=40)
+    idx = S.bootstrap_indices(40, 2000, 5)
+    assert idx.shape == (2000, 40) and idx.min() >= 0 and idx.max() < 40
+    reps = data[idx].mean(1)
+    lo, hi = S.percentile_interval(reps)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(reps, [0.025, 0.975])))
+    blo, bhi = S.basic_interval(data.mean(), reps)
+    assert (blo, bhi) == pytest.approx((2 * data.mean() - hi, 2 * data.mean() - lo))
+    ref = scipy_bootstrap((data,), np.mean, n_resamples=4000, method="basic", random_state=0).confidence_interval
+    assert blo == pytest.approx(ref.low, abs=0.05) and bhi == pytest.approx(ref.high, abs=0.05)
+    mostly_nan = np.full(10, np.nan)
+    mostly_nan[0] = 1.0
+    assert np.isnan(S.percentile_interval(mostly_nan)[0])
+
+
+def test_permutation_pvalue_rows_equals_brute_force_loop():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=15)
+    y = 0.5 * x + rng.normal(size=15)
+    r = float(S.pearson_rows(x, y))
+    p = S.permutation_pvalue_rows(x, y, r, n_perm=500, seed_or_rng=np.random.default_rng(9))
+    g = np.random.default_rng(9)
+    perms = np.argsort(g.random((500, 15)), axis=1)
+    count = sum(abs(pearsonr(x, y[q])[0]) >= abs(r) - 1e-12 for q in perms)
+    assert p == pytest.approx((count + 1) / 501, abs=1e-12)
+    assert 0 < p <= 1
+    assert np.isnan(S.permutation_pvalue_rows(x[:2], y[:2], 0.5))
+
+
+def test_correlation_inference_uses_independent_child_streams():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=25)
+    y = 0.4 * x + rng.normal(size=25)
+    y[3] = y[4]
+    for method, fn in (("spearman", S.spearman), ("pearson", S.pearson)):
+        res = S.correlation_inference(x, y, method=method, n_boot=300, n_perm=300, seed=7)
+        assert res.value == pytest.approx(fn(x, y), abs=1e-12)
+        boot_rng, perm_rng = S.child_rngs(7, 2)
+        idx = S.bootstrap_indices(25, 300, boot_rng)
+        reps = np.array([fn(x[i], y[i]) for i in idx])
+        assert res.ci == pytest.approx(tuple(np.quantile(reps[np.isfinite(reps)], [0.025, 0.975])), abs=1e-12)
+        perms = np.argsort(perm_rng.random((300, 25)), axis=1)
+        count = sum(abs(fn(x, y[q])) >= abs(res.value) - 1e-12 for q in perms)
+        assert res.pvalue == pytest.approx((count + 1) / 301, abs=1e-12)
+    a, b = S.child_rngs(7, 2)
+    assert a.random() != b.random()  # two streams, not one
+
+
+def test_generic_bootstrap_and_permutation_for_python_statistics():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=20)
+    y = x + rng.normal(size=20)
+    lo, hi = S.bootstrap_ci(S.spearman, x, y, n_boot=200, seed=0)
+    assert lo <= S.spearman(x, y) <= hi
+    assert S.permutation_pvalue(x, y, S.pearson, n_perm=200, seed=0) < 0.05
