@@ -19,7 +19,7 @@ VENV4      ?= .venv-tl4
 OUT        ?= report
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-tl3 test-tl4 quick bench setup clean
+.PHONY: demo test test-tl3 test-tl4 test-fast quick bench setup clean
 
 setup: $(VENV)/.installed $(VENV4)/.installed
 
@@ -58,6 +58,11 @@ test-tl4: $(VENV4)/.installed .chromium
 	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 test: test-tl3 test-tl4
+
+# the fast lane for development: tiny random models only, both TransformerLens majors (a few minutes)
+test-fast: $(VENV)/.installed $(VENV4)/.installed
+	BAYES_LENS_PROGRESS=0 $(VENV)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
+	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/run.py

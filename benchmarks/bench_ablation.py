@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -73,8 +74,11 @@ def main() -> None:
     batches = [tokenize(model, texts[i:i + args.batch_size]) for i in range(0, len(texts), args.batch_size)]
 
     def one_pass(pairs, todo=batches):
+        # the timing wrappers hide which axis a removal acts through, so its coordinate hook points
+        # are attached explicitly (bl.patched attaches them by itself for unwrapped patches)
         t0 = time.perf_counter()
-        with bl.patched(model, pairs), torch.inference_mode():
+        att = bl.attach(model, axis=axis, entropies=False) if pairs else contextlib.nullcontext()
+        with att, bl.patched(model, pairs), torch.inference_mode():
             for toks, mask in todo:
                 model(toks, attention_mask=mask)
         return time.perf_counter() - t0

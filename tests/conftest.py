@@ -19,6 +19,13 @@ from bayes_lens.adapter import has_hooked_transformer  # noqa: E402
 KINDS = (["hooked"] if has_hooked_transformer() else []) + ["bridge"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that use the real model are marked ``real``: ``make test-fast`` (-m "not real") skips them."""
+    for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in ("smol", "smol_bridge", "smol_geometry")):
+            item.add_marker(pytest.mark.real)
+
+
 def pytest_report_header(config):
     import importlib.metadata as md
 

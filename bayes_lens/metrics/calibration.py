@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInputError
+from .stats import entropy_bits
 
 __all__ = [
     "binary_entropy_bits",
@@ -80,10 +81,7 @@ def _same_shape(a: np.ndarray, b: np.ndarray, na: str, nb: str) -> None:
 def binary_entropy_bits(p) -> np.ndarray:
     """Entropy in bits of Bernoulli(p), elementwise (0 log 0 = 0)."""
     p = _prob(p, "p")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(p > 0, -p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
-        b = np.where(p < 1, -(1 - p) * np.log2(np.where(p < 1, 1 - p, 1.0)), 0.0)
-    return a + b
+    return entropy_bits(np.stack([p, 1.0 - p], axis=-1))
 
 
 def mae_bits(h_model, h_ref) -> np.ndarray:

@@ -31,12 +31,13 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .._progress import progress as _progress
+from .._progress import progress as progress_bar
 from .._results import Result, plotly
 from ..errors import InvalidInputError
+from ..metrics.stats import entropy_bits
 from .tasks import Batch, make_task
 
-__all__ = ["WindTunnelEval", "evaluate", "entropy_stats"]
+__all__ = ["WindTunnelEval", "evaluate", "entropy_stats", "position_mae_bits"]
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def entropy_stats(logits: torch.Tensor, batch: Batch) -> Tuple[np.ndarray, np.nd
     if logits.shape[1] != len(batch.target_positions):
         logits = logits[:, torch.as_tensor(batch.target_positions)]
     logp = torch.log_softmax(logits.double(), dim=-1)
-    h = -(logp.exp() * logp).sum(-1) / np.log(2)
+    h = entropy_bits(logits, from_logits=True)
     q = torch.as_tensor(batch.bayes_probs)
     logp_ans = logp[..., torch.as_tensor(batch.answer_ids)]
     log_q = torch.where(q > 0, q.log(), torch.zeros_like(q))
@@ -105,7 +106,8 @@ def entropy_stats(logits: torch.Tensor, batch: Batch) -> Tuple[np.ndarray, np.nd
     return h.detach().cpu().numpy(), kl.detach().cpu().numpy()
 
 
-def _mae(model_h: np.ndarray, bayes_h: np.ndarray) -> float:
+def position_mae_bits(model_h: np.ndarray, bayes_h: np.ndarray) -> float:
+    """Mean over positions of |mean model entropy − mean Bayes entropy| (bits): Paper A Part I's error."""
     return float(np.abs(model_h.mean(0) - bayes_h.mean(0)).mean())
 
 
@@ -151,7 +153,7 @@ def evaluate(model, task, n: int = 1000, seed: int = 0, *, batch_size: int = 250
     try:
         with torch.inference_mode():
             starts = range(0, n, batch_size)
-            for s in _progress(starts, desc=f"wind tunnel: {task.name}", total=len(starts), enabled=progress):
+            for s in progress_bar(starts, desc=f"wind tunnel: {task.name}", total=len(starts), enabled=progress):
                 sub = Batch(tokens=batch.tokens[s:s + batch_size], target_positions=batch.target_positions,
                             answer_ids=batch.answer_ids, bayes_probs=batch.bayes_probs[s:s + batch_size],
                             bayes_entropy_bits=batch.bayes_entropy_bits[s:s + batch_size])
@@ -173,7 +175,7 @@ def _result(task, model_h, bayes_h, kl, n, seed, n_boot) -> WindTunnelEval:
     def seq_mae(m, b):
         return float(np.abs(m - b).mean())
 
-    mae_ci = bootstrap_ci(_mae, model_h, bayes_h, n_boot=n_boot, seed=seed)
+    mae_ci = bootstrap_ci(position_mae_bits, model_h, bayes_h, n_boot=n_boot, seed=seed)
     seq_ci = bootstrap_ci(seq_mae, model_h, bayes_h, n_boot=n_boot, seed=seed)
     table = pd.DataFrame({
         "position": np.arange(1, model_h.shape[1] + 1),
@@ -183,6 +185,6 @@ def _result(task, model_h, bayes_h, kl, n, seed, n_boot) -> WindTunnelEval:
         "seq_abs_error_bits": np.abs(model_h - bayes_h).mean(0),
         "kl_bits": kl.mean(0),
     })
-    return WindTunnelEval(task=task.name, n=int(n), seed=int(seed), mae_bits=_mae(model_h, bayes_h), mae_ci=mae_ci,
+    return WindTunnelEval(task=task.name, n=int(n), seed=int(seed), mae_bits=position_mae_bits(model_h, bayes_h), mae_ci=mae_ci,
                           seq_mae_bits=seq_mae(model_h, bayes_h), seq_mae_ci=seq_ci, kl_bits=float(kl.mean()),
                           table=table, model_entropy_bits=model_h, bayes_entropy_bits=bayes_h)

@@ -35,11 +35,11 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .._progress import progress as _progress
+from .._progress import progress as progress_bar
 from .._results import Result, plotly
 from ..errors import CheckpointError, InvalidInputError
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from .evaluate import _mae, entropy_stats
+from .evaluate import entropy_stats, position_mae_bits
 from .model import ModelConfig, build_hf, to_tl
 from .tasks import make_task
 
@@ -188,7 +188,7 @@ def _quick_eval(model, task, n: int, seed: int) -> float:
     if was:
         model.train()
     h, _ = entropy_stats(logits.float(), batch)
-    return _mae(h, batch.bayes_entropy_bits)
+    return position_mae_bits(h, batch.bayes_entropy_bits)
 
 
 def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: int = 0, *, out=None,
@@ -265,7 +265,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
         t0 = time.perf_counter()
         wall_before = float(history[-1].get("wall_s", 0.0)) if history else 0.0
         losses = []
-        bar = _progress(range(start, end), desc=f"train {task.name}", total=max(0, end - start), enabled=progress,
+        bar = progress_bar(range(start, end), desc=f"train {task.name}", total=max(0, end - start), enabled=progress,
                         unit="step")
         for step in bar:
             for group in opt.param_groups:
