@@ -1,3 +1,7 @@
+"""Build the tutorial notebooks in tutorials/ (run: python tools/build_tutorials.py)."""
+
+from pathlib import Path
+
 import nbformat as nbf
 from nbformat.v4 import new_notebook, new_markdown_cell as md, new_code_cell as code
 
@@ -57,7 +61,7 @@ def nb(cells, name):
     n.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     n.metadata["language_info"] = {"name": "python"}
     n.metadata["colab"] = {"provenance": []}
-    nbf.write(n, f"/work/main/tutorials/{name}")
+    nbf.write(n, str(Path(__file__).resolve().parents[1] / "tutorials" / name))
 
 
 # ------------------------------------------------------------------------------------------ 01
@@ -103,11 +107,14 @@ print(f"Spearman ρ(PC1, next-token entropy) {ea.spearman:+.2f}  CI [{ea.spearma
     code('geo.plot()'),
     md("""## From your own `run_with_cache`
 
-The metrics also accept an `ActivationCache`. `bl.hook_filter()` keeps only the hooks they read
-(`hook_v`, `hook_pattern`); pass the attention mask when the batch is padded."""),
+Every metric also accepts what `run_with_cache` returns (the `(logits, cache)` pair).
+`bl.hook_filter()` keeps only the hooks they read (`hook_v`, `hook_pattern`). Pass the attention
+mask — or the `tokens` themselves — when the batch is padded: the numbers then equal the streaming
+ones above (same seed, same statistics)."""),
     code('''tokens, mask = bl.adapter.tokenize(model, prompts)
-logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
-bl.value_manifold(cache, attention_mask=mask, n_boot=100, n_null=20).pc12'''),
+pair = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
+from_cache = bl.value_manifold(pair, attention_mask=mask, n_boot=200 if QUICK else 1000, n_null=50 if QUICK else 200)
+print(f"PC1+PC2 from the cache {from_cache.pc12:.4%}  vs streaming {vm.pc12:.4%}")'''),
     md("""## Restricting the domain
 
 Paper A reports that restricting prompts to one domain (e.g. mathematics) concentrates the value
@@ -143,6 +150,29 @@ prompts. Removing it (v ← v − (v·u)u at every position) should break the ge
 calibration survive? A random direction, orthogonal to the axis, is the control."""),
     code(INSTALL),
     code(SETUP),
+    md("""## The flagship workflow: patched vs clean, from caches you make
+
+Fit the entropy axis, make two ordinary TransformerLens caches — one clean, one inside
+`bl.patched(model, axis.removal())` (which zero-ablates the axis coordinate hook point
+`blocks.{l}.attn.hook_v_axis`) — and compare them against the exact Bayesian posterior."""),
+    code('''items = bl.sula.make_prompts(model, n_per_k=4 if QUICK else 12, seed=1)
+layer = model.cfg.n_layers // 2
+axis = bl.EntropyAxis(layer=layer).fit(model, items)
+tokens, mask = bl.adapter.tokenize(model, items.texts)
+f = bl.hook_filter(model, layers=range(layer, model.cfg.n_layers))
+clean = model.run_with_cache(tokens, attention_mask=mask, names_filter=f)
+with bl.patched(model, axis.removal()):
+    removed = model.run_with_cache(tokens, attention_mask=mask, names_filter=f)
+flag = bl.compare_patched(items, clean=clean, patched={"axis removed": removed}, axis=axis, attention_mask=mask,
+                          n_boot=200 if QUICK else 1000)
+print("clean   ρ(axis coordinate, model entropy) at layer", layer, flag.corr("clean", layer))
+print("removed ρ at layer", layer, flag.corr("axis removed", layer))
+print("Δ SULA MAE (bits):", flag.calibration_delta("axis removed"))'''),
+    md("""bayes_lens's hook points are ordinary `HookPoint`s while attached: cache them, or hook them."""),
+    code('''with bl.attach(model, axis=axis):
+    _, cache = model.run_with_cache(tokens[:4], attention_mask=mask[:4], names_filter=bl.hook_filter(
+        sites=("v_axis", "pattern_entropy", "next_token_entropy")))
+{name: tuple(t.shape) for name, t in cache.items() if name.endswith(("axis", "next_token_entropy"))}'''),
     md("## Prompts with an exact posterior"),
     code('''N_PER_K = 6 if QUICK else 50
 sula_prompts = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=N_PER_K, seed=0)
@@ -162,16 +192,17 @@ for every k); a model that follows the evidence should stay near 1 bit there."""
                                 seed=0, n_boot=200 if QUICK else 1000)
 controls.table[controls.table["k"].astype(str) == "all"][["condition", "mae_bits", "h_model_mean_bits", "h_bayes_mean_bits"]]'''),
     md("## The entropy axis, and what removing it does"),
-    code('''layer = model.cfg.n_layers // 2
-axis = bl.EntropyAxis(layer=layer).fit(model, sula_prompts)
+    code('''axis = bl.EntropyAxis(layer=layer).fit(model, sula_prompts)
 print(axis)
-# patches are ordinary TransformerLens hooks: use them with bl.patched(...) or model.hooks(fwd_hooks=list(patch))
+# patches are ordinary TransformerLens hooks: use them with bl.patched(...), or model.hooks(fwd_hooks=list(patch))
+# inside bl.attach(model, axis=axis) (a removal acts on the axis coordinate hook point)
 with bl.patched(model, axis.removal()):
     patched_logits = model(sula_prompts[-1].text)
 clean_logits = model(sula_prompts[-1].text)
 print("max |Δ logit| at the last position:", float((patched_logits - clean_logits)[0, -1].abs().max()))'''),
     code('''cmp = bl.compare_patched(model, sula_prompts, {"axis removed": axis.removal()}, axis=axis,
                          n_random_seeds=1 if QUICK else 3, n_boot=200 if QUICK else 1000)
+print("Δ ρ at layer", layer, cmp.corr_delta("axis removed", layer), "| Δ MAE", cmp.calibration_delta("axis removed"))
 cmp.summary()[["condition", "metric", "readout_layer", "entropy", "value", "diff_from_clean", "diff_ci_low", "diff_ci_high"]]'''),
     code('cmp.plot()'),
     md("## A model from the hub"),

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -318,6 +317,3 @@ def check_sections(names, registry: Dict[str, Section]) -> List[Section]:
         raise InvalidInputError(f"no sections selected; choose from {list(registry)}.")
     return [registry[n] for n in names]
 
-
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
