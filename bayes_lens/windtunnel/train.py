@@ -176,7 +176,7 @@ def _restore_optimizer(model, opt, tensors: Dict[str, torch.Tensor], path) -> No
                             "exp_avg": tensors[f"{name}.exp_avg"].clone(),
                             "exp_avg_sq": tensors[f"{name}.exp_avg_sq"].clone()}
         except KeyError as err:
-            raise CheckpointError(f"{str(path)!r}: optimizer.safetensors lacks {err.args[0]!r}; cannot resume exactly.")
+            raise CheckpointError(f"{str(path)!r}: the optimizer file lacks {err.args[0]!r}; cannot resume exactly.")
 
 
 def _quick_eval(model, task, n: int, seed: int) -> float:
@@ -252,7 +252,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
                                       "to resume.")
             model.load_state_dict(ckpt.weights, strict=False)
             if ckpt.optimizer is None:
-                raise CheckpointError(f"{str(out)!r} has no optimizer.safetensors (shipped checkpoints omit it); "
+                raise CheckpointError(f"{str(out)!r} has no optimizer state (shipped checkpoints omit it); "
                                       "it cannot be resumed exactly - train afresh with overwrite=True.")
             _restore_optimizer(model, opt, ckpt.optimizer, out)
             start, history = ckpt.step, list(ckpt.history)
