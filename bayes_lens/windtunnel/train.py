@@ -29,7 +29,6 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, Optional
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 
 from .._progress import progress as _progress
 from .._results import Result, plotly
+from .._validate import check_output_dir
 from ..errors import CheckpointError, InvalidInputError
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .evaluate import _mae, entropy_stats
@@ -228,7 +228,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
     end = int(steps if stop_at is None else stop_at)
     eval_every = eval_every or max(1, steps // 20)
     mcfg = config.model_config(task)
-    out = Path(out) if out is not None else None
+    out = check_output_dir(out, "out") if out is not None else None  # a file as `out` fails here, not after training
     if out is not None and (out / "config.json").exists() and not (resume or overwrite):
         raise InvalidInputError(f"{str(out)!r} already holds a checkpoint; pass resume=True to continue it or "
                                 "overwrite=True to start afresh.")
