@@ -130,7 +130,7 @@ def check_llama_spec(spec, tensors: Any = ()) -> None:
     where = str(spec.path)
     for field in ("n_layers", "d_model", "d_mlp", "n_heads", "n_kv_heads", "d_head", "n_ctx", "d_vocab"):
         value = getattr(spec, field)
-        if value <= 0:
+        if value < (0 if field == "n_layers" else 1):
             raise ModelLoadError(f"{where!r} declares {field} = {value}; it must be positive. The file's metadata "
                                  "is corrupted.")
     if spec.n_heads % spec.n_kv_heads:
