@@ -18,8 +18,10 @@
 
 and writes ``out/report.json`` (schema: ``docs/report_schema.md``, JSON Schema
 ``bayes_lens/report/report.schema.json``), ``out/tables/*.csv`` and one self-contained
-``out/report.html`` (plotly.js inline; opens with no network). Files are swapped in atomically:
-an interrupted run leaves an existing report untouched.
+``out/report.html`` (plotly.js inline; opens with no network). The report is switched in by one
+atomic rename of a pointer (``out/.bayes_lens/current``; the three entries are links through it,
+see :mod:`bayes_lens.report._atomic`), holding the folder's lock: an interrupted or killed run
+leaves the complete old or the complete new report, never a mix.
 
 Failure policy: bad input (not a model, an unwritable folder, an unknown section) raises a
 BayesLensError before anything runs; an analysis that fails is recorded in its section
