@@ -259,6 +259,12 @@ CASES = [
     ("windtunnel_read_no_config", lambda t: read_checkpoint(t), CheckpointError, r"has no config.json"),
     ("windtunnel_write_into_file", lambda t: write_checkpoint(a_file(t), small_ckpt()), CheckpointError,
      r"exists and is not a folder"),
+    ("windtunnel_load_bad_device", lambda t: bl.windtunnel.load("bijection", device="gpu0"), E,
+     r"not a torch device"),
+    only(NO_CUDA, "a CUDA GPU is present", ("windtunnel_load_cuda_without_gpu",
+                                            lambda t: bl.windtunnel.load("bijection", device="cuda"), E, r"CUDA")),
+    ("windtunnel_untrained_seed_none", lambda t: bl.windtunnel.untrained("bijection", seed=None), E,
+     r"seed must be"),
     ("windtunnel_unknown_shipped", lambda t: bl.windtunnel.shipped_path("mnist"), E,
      r"unknown wind-tunnel checkpoint"),
     # ---- martingale (checked at entry, before any forward pass)
