@@ -420,3 +420,22 @@ def test_killed_lock_holder_releases_the_lock(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert visible(tmp_path) == expected("new", NEW_TABLES)
+
+
+def test_browser_opens_report_html_through_the_link(tmp_path):
+    """A browser handed the unresolved path out/report.html (the link) shows the current report."""
+    import tempfile as _tempfile
+
+    from bayes_lens.report._browser import OFFLINE_FLAGS, find_chromium
+
+    browser = find_chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    out = tmp_path / "out"
+    write_report(out, "old", OLD_TABLES)
+    write_report(out, "new", NEW_TABLES)
+    url = "file://" + str((out / "report.html").absolute())  # not resolved: the browser follows the link
+    with _tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run([browser, *OFFLINE_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+                              capture_output=True, text=True, timeout=120)
+    assert "new" in proc.stdout and "old" not in proc.stdout, proc.stdout[-500:] + proc.stderr[-500:]
