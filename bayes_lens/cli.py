@@ -32,6 +32,7 @@ import sys
 import time
 from typing import List, Optional
 
+from ._validate import check_device
 from .errors import BayesLensError, InvalidInputError
 
 __all__ = ["main", "build_parser"]
@@ -74,18 +75,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_device(device: Optional[str]) -> None:
-    if device is None:
-        return
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise InvalidInputError(f"unknown --device {device!r}; use e.g. 'cpu' or 'cuda'.") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidInputError(f"--device {device!r} asked for CUDA but no CUDA GPU is available; use --device cpu.")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise InvalidInputError(f"--device {device!r} asked for MPS but it is not available; use --device cpu.")
+    check_device(device, "--device")
 
 
 def _load(args):
@@ -125,6 +115,12 @@ def _cmd_info(args) -> int:
     for key, value in info.__dict__.items():
         print(f"{key:12s} {value}")
     tokens, _ = adapter.tokenize(model, [args.prompt])
+    room = info.n_ctx - int(tokens.shape[1]) if info.n_ctx else None
+    if room is not None and args.max_new_tokens > room:
+        raise InvalidInputError(
+            f"--max-new-tokens {args.max_new_tokens} does not fit: the prompt has {int(tokens.shape[1])} tokens and "
+            f"the model's context is {info.n_ctx} tokens; pass --max-new-tokens {max(room, 0)} or less."
+        )
     with torch.inference_mode():
         for _ in range(args.max_new_tokens):
             nxt = model(tokens)[0, -1].argmax()
@@ -240,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation")
     _add_model_args(p)
     p.add_argument("--prompt", default="The capital of France is")
-    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=_nonneg_int, default=8,
+                   help="greedy tokens to generate (default 8; at most the context minus the prompt)")
     p.set_defaults(func=_cmd_info)
     return parser
 

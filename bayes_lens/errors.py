@@ -26,6 +26,7 @@ __all__ = [
     "TokenizationError",
     "CheckpointError",
     "MissingExtraError",
+    "LockTimeoutError",
 ]
 
 
@@ -59,6 +60,10 @@ class TokenizationError(InvalidInputError):
 
 class CheckpointError(BayesLensError):
     """A saved axis or wind-tunnel checkpoint is missing, corrupted or does not fit the model."""
+
+
+class LockTimeoutError(BayesLensError, TimeoutError):
+    """Another process held the lock of an output folder (a report being committed) for too long."""
 
 
 class MissingExtraError(BayesLensError, ImportError):

@@ -34,6 +34,7 @@ from scipy.special import gammaln
 from scipy.stats import binom
 
 from .._results import Result, plotly
+from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, _predict, _prob_of, clipped_mle, krichevsky_trofimov, laplace
 
@@ -98,6 +99,11 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
                 seed: int = 0, clip: float = 0.01, template: Optional[BernoulliTemplate] = None,
                 n_boot: int = 1000, batch_size: int = 8, progress: Optional[bool] = None) -> CompressionResult:
     """Cumulative cross-entropy per symbol vs H(θ) for the model and the three reference predictors."""
+    seed = check_seed(seed)
+    length = check_int(length, "length")
+    n_seqs = check_int(n_seqs, "n_seqs")
+    n_boot = check_nonneg_int(n_boot, "n_boot")
+    batch_size = check_positive_int(batch_size, "batch_size")
     thetas = [float(t) for t in thetas]
     if not thetas or any(not 0 < t < 1 for t in thetas):
         raise InvalidInputError(f"thetas must be non-empty and in (0, 1), got {thetas}.")

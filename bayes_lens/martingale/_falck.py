@@ -35,6 +35,7 @@ import pandas as pd
 
 from .._progress import progress as _progress_bar
 from .._results import Result, plotly
+from .._validate import check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, _predict_with_next
 
@@ -79,6 +80,10 @@ def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: 
     Returns int array [n_paths, length]. One batched pass per step (no KV cache: cost grows as
     length × (len(data) + length)).
     """
+    seed = check_seed(seed)
+    n_paths = check_int(n_paths, "n_paths")
+    length = check_int(length, "length")
+    batch_size = check_positive_int(batch_size, "batch_size")
     if n_paths < 1 or length < 1:
         raise InvalidInputError(f"n_paths and length must be >= 1, got {n_paths} and {length}.")
     rng = np.random.default_rng(seed)
@@ -142,6 +147,10 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
                  n_ref: int = 1000, seed: int = 0, template: Optional[BernoulliTemplate] = None,
                  batch_size: int = 8, progress: Optional[bool] = None) -> FalckResult:
     """T₁, T₂, T₃ by predictive resampling for every (θ, n, N/n), each against its Beta-posterior band."""
+    seed = check_seed(seed)
+    n_paths = check_int(n_paths, "n_paths")
+    n_ref = check_int(n_ref, "n_ref")
+    batch_size = check_positive_int(batch_size, "batch_size")
     thetas, ns, ratios = list(thetas), [int(n) for n in ns], sorted(float(r) for r in ratios)
     lags = [int(l) for l in lags]
     if not thetas or not ns or not ratios:

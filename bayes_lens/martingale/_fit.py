@@ -28,6 +28,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._validate import check_nonneg_int, check_seed
 from ..errors import InvalidInputError
 
 __all__ = ["GapFit", "fit_gap", "compare_fits", "SHAPES"]
@@ -109,6 +110,8 @@ def fit_gap(ns, gaps, counts=None, *, shape: str = "log", per_seq: Optional[Sequ
     per-sequence gaps per n) and ``n_boot > 0``, A and B get percentile bootstrap CIs from resampling
     sequences within each n (weights recomputed in every replicate).
     """
+    seed = check_seed(seed)
+    n_boot = check_nonneg_int(n_boot, "n_boot")
     if shape not in SHAPES:
         raise InvalidInputError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}.")
     ns, gaps, counts = _check(ns, gaps, counts)

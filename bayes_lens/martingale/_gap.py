@@ -36,6 +36,7 @@ import pandas as pd
 from .._progress import progress as _progress_bar
 from .._results import Result, plotly
 from ..metrics.stats import bootstrap_ci
+from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._fit import GapFit, compare_fits, fit_gap
 from ._predict import BernoulliTemplate, _predict, _prob_of, laplace
@@ -169,6 +170,10 @@ def gap(model, ns: Sequence[int] = range(10, 200, 2), *, n_seqs: int = 100, seed
     ``model`` is a TransformerLens model or a predictor callable. ``n_boot`` bootstrap resamples of
     sequences give the per-n CIs and the CIs of A and B (0 skips them).
     """
+    seed = check_seed(seed)
+    n_seqs = check_int(n_seqs, "n_seqs")
+    n_boot = check_nonneg_int(n_boot, "n_boot")
+    batch_size = check_positive_int(batch_size, "batch_size")
     ns = _check_ns(ns)
     if len(ns) < 3:
         raise InvalidInputError(f"gap() needs at least 3 values of n to fit the curve, got {len(ns)}.")

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .._results import Result, plotly
+from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, _predict_with_next
 
@@ -88,6 +89,13 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
                         template: Optional[BernoulliTemplate] = None, n_partitions: int = 50, n_boot: int = 1000,
                         batch_size: int = 8, progress: Optional[bool] = None) -> PermutationResult:
     """SD of the predictive averaged over k random orderings of a length-``n`` prefix, vs k."""
+    seed = check_seed(seed)
+    n = check_int(n, "n")
+    n_seqs = check_int(n_seqs, "n_seqs")
+    n_perms = check_int(n_perms, "n_perms")
+    n_partitions = check_int(n_partitions, "n_partitions")
+    n_boot = check_nonneg_int(n_boot, "n_boot")
+    batch_size = check_positive_int(batch_size, "batch_size")
     if n < 1:
         raise InvalidInputError(f"n (prefix length) must be >= 1, got {n}.")
     ks = np.asarray(sorted({int(k) for k in ks}), dtype=np.int64)

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .._results import Result, plotly
+from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, _predict, _prob_of, is_model, laplace
 
@@ -155,6 +156,13 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
     """Per-position gap over ``n_seqs`` i.i.d. Bernoulli(``p``) sequences of ``length`` symbols; FFT,
     dominant periods (≥ ``min_period`` symbols), harmonic fit with ``n_harmonics`` and the debiased series.
     """
+    seed = check_seed(seed)
+    length = check_int(length, "length")
+    n_seqs = check_int(n_seqs, "n_seqs")
+    n_harmonics = check_int(n_harmonics, "n_harmonics")
+    top = check_positive_int(top, "top")
+    n_boot = check_nonneg_int(n_boot, "n_boot")
+    batch_size = check_positive_int(batch_size, "batch_size")
     if length < 16:
         raise InvalidInputError(f"length must be >= 16 symbols for a spectrum, got {length}.")
     if n_seqs < 1:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Dict
 
+from .._validate import check_device, describe
 from ..errors import ModelLoadError
 from .gguf import load_gguf
 
@@ -49,8 +50,30 @@ def available_models() -> Dict[str, str]:
     return out
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def _check_hf_folder(folder: Path) -> None:
+    """Refuse a folder that cannot be a saved Hugging Face model before transformers is asked (its
+    message for an empty folder is five lines about sentencepiece)."""
+    entries = sorted(p.name for p in folder.iterdir())
+    if "config.json" not in entries:
+        held = "it is empty" if not entries else f"it holds {entries[:5]}{' ...' if len(entries) > 5 else ''}"
+        raise ModelLoadError(
+            f"{str(folder)!r} is not a Hugging Face model folder: it has no config.json ({held}). Pass a folder "
+            "written by model.save_pretrained() and tokenizer.save_pretrained(), a .gguf file, or 'default'."
+        )
+    if not any(name in entries for name in _TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"{str(folder)!r} has a config.json but no tokenizer files ({', '.join(_TOKENIZER_FILES)}); save the "
+            "tokenizer into it with tokenizer.save_pretrained(folder)."
+        )
+
+
 def _load_hf_folder(folder: Path, kind: str, device):
     from ..adapter import has_hooked_transformer
+
+    _check_hf_folder(folder)
 
     if kind == "auto":
         kind = "hooked" if has_hooked_transformer() else "bridge"
@@ -95,6 +118,13 @@ def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, devic
     """
     if kind not in ("auto", "hooked", "bridge"):
         raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    if isinstance(name, bool) or not isinstance(name, (str, os.PathLike)):
+        raise ModelLoadError(f"the model must be named by a string or path, got {describe(name)}; pass 'default' "
+                             "(or nothing) for SmolLM2-135M, a .gguf file, or a local Hugging Face folder.")
+    if not str(os.fspath(name)).strip():
+        raise ModelLoadError("the model name is empty (''); pass 'default' (or nothing) for SmolLM2-135M, a .gguf "
+                             "file, or a local Hugging Face folder.")
+    device = check_device(device)
     if str(name) == "default":
         return load_gguf(default_model_path(), kind=kind, device=device)
     path = Path(name)

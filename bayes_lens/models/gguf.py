@@ -32,7 +32,9 @@ from typing import Any, Dict, Iterator, Tuple
 import numpy as np
 import torch
 
+from .._validate import check_device
 from ..errors import ModelLoadError, require_extra
+from .gguf_checks import check_llama_spec, peek_architecture
 
 __all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict"]
 
@@ -96,6 +98,9 @@ def read_gguf(path: str | os.PathLike) -> LlamaSpec:
     Raises :class:`~bayes_lens.errors.ModelLoadError` naming the file and the problem: missing,
     not a GGUF (bad magic), truncated, or an unsupported architecture.
     """
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
+        raise ModelLoadError(f"the GGUF path must be a non-empty string or pathlib.Path, got {path!r}; pass the "
+                             "path of a .gguf file (or use bl.load_model() for the default model).")
     path = Path(path)
     if not path.exists():
         raise ModelLoadError(f"GGUF file not found: {str(path)!r}. Check the path.")
@@ -107,6 +112,12 @@ def read_gguf(path: str | os.PathLike) -> LlamaSpec:
         raise ModelLoadError(
             f"{str(path)!r} is not a GGUF file: it starts with {magic!r}, expected {_GGUF_MAGIC!r}. "
             "Pass a llama.cpp .gguf file (or a Hugging Face folder with --model)."
+        )
+    arch = peek_architecture(path)  # refuse another architecture before the (slow) full parse
+    if arch is not None and arch not in _SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{str(path)!r} has architecture {arch!r}; bayes_lens reads {list(_SUPPORTED_ARCHITECTURES)} "
+            "GGUF files. Load other architectures with TransformerLens from Hugging Face weights."
         )
     gguf = require_extra("gguf", "gguf")
     try:
@@ -148,7 +159,7 @@ def read_gguf(path: str | os.PathLike) -> LlamaSpec:
         if not embd:
             raise ModelLoadError(f"{str(path)!r} has no token_embd.weight tensor; the file is incomplete.")
         vocab = int(embd[0].shape[-1])
-    return LlamaSpec(
+    spec = LlamaSpec(
         path=path,
         name=str(meta.get("general.name", path.stem)),
         n_layers=int(need("block_count")),
@@ -165,6 +176,8 @@ def read_gguf(path: str | os.PathLike) -> LlamaSpec:
         metadata=meta,
         reader=reader,
     )
+    check_llama_spec(spec, reader.tensors)  # coherent heads, every known tensor of the right shape
+    return spec
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -449,6 +462,7 @@ def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None
 
     if kind not in ("auto", "hooked", "bridge"):
         raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    device = check_device(device)
     contents = read_gguf(path)
     tokenizer = _tokenizer(contents)
     # The reader's parsed metadata (~90 MB of small arrays for a 49k vocabulary) is no longer needed:

@@ -18,8 +18,10 @@
 
 and writes ``out/report.json`` (schema: ``docs/report_schema.md``, JSON Schema
 ``bayes_lens/reporting/report.schema.json``), ``out/tables/*.csv`` and one self-contained
-``out/report.html`` (plotly.js inline; opens with no network). Files are swapped in atomically:
-an interrupted run leaves an existing report untouched.
+``out/report.html`` (plotly.js inline; opens with no network). The report is switched in by one
+atomic rename of a pointer (``out/.bayes_lens/current``; the three entries are links through it,
+see :mod:`bayes_lens.reporting._atomic`), holding the folder's lock: an interrupted or killed run
+leaves the complete old or the complete new report, never a mix.
 
 Failure policy: bad input (not a model, an unwritable folder, an unknown section) raises a
 BayesLensError before anything runs; an analysis that fails is recorded in its section
@@ -43,10 +45,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Union
 
+from .._validate import (check_bool, check_int, check_mapping, check_names, check_path, check_seed,
+                         describe)
 from ..errors import InvalidInputError
 from ._core import SCHEMA_VERSION, Metric, SectionOutput, check_sections, run_report
 
-__all__ = ["report", "prepare_report", "run_model_report", "sizes", "SECTIONS", "SCHEMA_VERSION", "schema", "validate", "Metric", "SectionOutput"]
+__all__ = ["report", "prepare_report", "run_model_report", "sizes", "SECTIONS", "SCHEMA_VERSION", "schema",
+           "validate", "Metric", "SectionOutput", "check_override"]
 
 
 def sizes(quick: bool) -> Dict[str, Any]:
@@ -143,16 +148,62 @@ def prepare_report(out, *, seed, sections, quick, overrides):
     from ._atomic import check_writable
 
     require_extra("plotly", "plot")  # the HTML needs plotly: fail before any model work
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
-    chosen = check_sections(list(sections) if sections is not None else None, _registry())
+    check_seed(seed)
+    check_bool(quick, "quick")
+    # one string is one section name ("geometry"), never a list of its characters
+    chosen = check_sections(check_names(sections, "sections", allow_empty=True) if sections is not None else None, _registry())
+    check_path(out, "out", kind="dir")
     check_writable(out)
     the_sizes = sizes(quick)
-    for key, value in (overrides or {}).items():
+    for key, value in check_mapping(overrides, "overrides").items():
         if key not in the_sizes:
             raise InvalidInputError(f"unknown size {key!r}; known sizes: {sorted(the_sizes)}.")
-        the_sizes[key] = value
+        the_sizes[key] = check_override(key, value, the_sizes[key])
     return chosen, the_sizes
+
+
+def check_override(key: str, value: Any, default: Any) -> Any:
+    """``value`` for size ``key`` if it has the type of the default size; else InvalidInputError.
+
+    Integers stay integers >= 1, tuples stay lists/tuples of the default's element type, a dict
+    override (e.g. ``martingale_permutation``) may set any of the default's keys, and
+    ``ablation_layer`` is ``"middle"`` or a layer index.
+    """
+    name = f"overrides[{key!r}]"
+    example = f"(the default is {default!r})"
+    if isinstance(default, bool):
+        return check_bool(value, name)
+    if isinstance(default, int):
+        try:
+            return check_int(value, name, min=1)
+        except InvalidInputError as err:
+            raise InvalidInputError(f"{err} {example}") from None
+    if isinstance(default, str):  # ablation_layer: "middle" or an integer layer index
+        if isinstance(value, str) and value == default:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        raise InvalidInputError(f"{name} must be {default!r} or an integer layer index, got {describe(value)}.")
+    if isinstance(default, tuple):
+        if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple, range)):
+            raise InvalidInputError(f"{name} must be a list or tuple {example}, got {describe(value)}.")
+        value = tuple(value)
+        if not value:
+            raise InvalidInputError(f"{name} is empty; give at least one value {example}.")
+        kinds = {type(v) for v in default}
+        for v in value:
+            if str in kinds and not isinstance(v, str):
+                raise InvalidInputError(f"{name} must hold strings {example}, got {describe(v)}.")
+            if int in kinds:
+                check_int(v, f"each value of {name}", min=0)
+        return tuple(int(v) if int in kinds else v for v in value)
+    if isinstance(default, dict):
+        value = check_mapping(value, name, allow_none=False)
+        unknown = sorted(set(value) - set(default))
+        if unknown:
+            raise InvalidInputError(f"{name} has unknown keys {unknown}; known: {sorted(default)}.")
+        return {**default, **{k: check_override(f"{key}.{k}", v, default[k]) for k, v in value.items()}}
+    return value
 
 
 def run_model_report(model, out, *, quick, seed, progress, sections, strict, overrides, source=None,

@@ -80,6 +80,9 @@ def load(name="bijection", kind: str = "auto", *, device=None):
     written by :func:`train`. ``kind`` is ``"hooked"`` (TL 3.x), ``"bridge"`` or ``"auto"``.
     Raises :class:`~bayes_lens.errors.CheckpointError` for a missing or corrupted checkpoint.
     """
+    from .._validate import check_device
+
+    device = check_device(device)
     ckpt = read_checkpoint(_resolve(name), optimizer=False)
     model = to_tl(ckpt.weights, ckpt.model_config, ckpt.task.vocab, kind, name=f"windtunnel-{ckpt.task.name}",
                   device=device)
@@ -88,8 +91,10 @@ def load(name="bijection", kind: str = "auto", *, device=None):
 
 def untrained(name="bijection", seed: int = 0, kind: str = "auto", *, device=None):
     """An untrained model of the same shape as checkpoint ``name`` (Hugging Face init, seeded): ``(model, task)``."""
+    from .._validate import check_device, check_seed
     from .model import random_weights
 
+    device, seed = check_device(device), check_seed(seed)
     ckpt = read_checkpoint(_resolve(name), optimizer=False)
     weights = random_weights(ckpt.model_config, ckpt.task.d_vocab, seed=seed)
     model = to_tl(weights, ckpt.model_config, ckpt.task.vocab, kind, name=f"windtunnel-{ckpt.task.name}-untrained",

@@ -29,7 +29,6 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, Optional
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 
 from .._progress import progress as progress_bar
 from .._results import Result, plotly
+from .._validate import check_output_dir
 from ..errors import CheckpointError, InvalidInputError
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .evaluate import entropy_stats, position_mae_bits
@@ -176,7 +176,7 @@ def _restore_optimizer(model, opt, tensors: Dict[str, torch.Tensor], path) -> No
                             "exp_avg": tensors[f"{name}.exp_avg"].clone(),
                             "exp_avg_sq": tensors[f"{name}.exp_avg_sq"].clone()}
         except KeyError as err:
-            raise CheckpointError(f"{str(path)!r}: optimizer.safetensors lacks {err.args[0]!r}; cannot resume exactly.")
+            raise CheckpointError(f"{str(path)!r}: the optimizer file lacks {err.args[0]!r}; cannot resume exactly.")
 
 
 def _quick_eval(model, task, n: int, seed: int) -> float:
@@ -228,7 +228,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
     end = int(steps if stop_at is None else stop_at)
     eval_every = eval_every or max(1, steps // 20)
     mcfg = config.model_config(task)
-    out = Path(out) if out is not None else None
+    out = check_output_dir(out, "out") if out is not None else None  # a file as `out` fails here, not after training
     if out is not None and (out / "config.json").exists() and not (resume or overwrite):
         raise InvalidInputError(f"{str(out)!r} already holds a checkpoint; pass resume=True to continue it or "
                                 "overwrite=True to start afresh.")
@@ -252,7 +252,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
                                       "to resume.")
             model.load_state_dict(ckpt.weights, strict=False)
             if ckpt.optimizer is None:
-                raise CheckpointError(f"{str(out)!r} has no optimizer.safetensors (shipped checkpoints omit it); "
+                raise CheckpointError(f"{str(out)!r} has no optimizer state (shipped checkpoints omit it); "
                                       "it cannot be resumed exactly - train afresh with overwrite=True.")
             _restore_optimizer(model, opt, ckpt.optimizer, out)
             start, history = ckpt.step, list(ckpt.history)

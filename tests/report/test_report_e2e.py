@@ -147,4 +147,4 @@ def test_interrupted_run_leaves_previous_report_intact(quick_report, tmp_path):
     assert "interrupted" in rest[1]
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "tables"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["report.html", "report.json", "tables"]

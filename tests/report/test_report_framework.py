@@ -148,7 +148,7 @@ def test_interrupted_report_keeps_previous(tiny_model, fake_sections, tmp_path, 
         bl.report(tiny_model, tmp_path, seed=5, progress=False)
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.json", "tables"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["report.html", "report.json", "tables"]
 
 
 def test_bad_input_fails_before_running(tiny_model, fake_sections, tmp_path):

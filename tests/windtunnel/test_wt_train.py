@@ -10,6 +10,7 @@ from scipy.stats import entropy as scipy_entropy
 
 import bayes_lens as bl
 from bayes_lens.windtunnel import BijectionTask, HMMTask, TrainConfig, evaluate, read_checkpoint, train
+from bayes_lens.windtunnel.checkpoint import checkpoint_files
 from bayes_lens.windtunnel.model import build_hf, to_tl
 
 SMALL = TrainConfig(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64, batch_size=32, lr=3e-3, warmup=20)
@@ -123,12 +124,18 @@ def _copy(src, dst):
     ("flip", "SHA-256"),
     ("json", "not valid JSON"),
     ("format", "format"),
-    ("missing_weights", "no model.safetensors"),
+    ("missing_weights", r"no model-[0-9a-f]{16}\.safetensors"),
     ("shape", "do not fit"),
+    ("no_sha", "no 'sha256' table"),
+    ("sha_not_table", "no 'sha256' table"),
+    ("sha_short", "no valid SHA-256 for model-"),
+    ("sha_missing_entry", "no valid SHA-256 for model-"),
+    ("files_malformed", "malformed 'files' entry"),
+    ("files_escape", "malformed 'files' entry"),
 ])
 def test_corrupted_checkpoint(trained_run, tmp_path, damage, match):
     path = _copy(trained_run.path, tmp_path / "c")
-    w = path / "model.safetensors"
+    w = checkpoint_files(path)["model"]
     if damage == "truncate":
         w.write_bytes(w.read_bytes()[:1000])
     elif damage == "flip":
@@ -146,6 +153,21 @@ def test_corrupted_checkpoint(trained_run, tmp_path, damage, match):
     elif damage == "shape":
         cfg = json.loads((path / "config.json").read_text())
         cfg["model"]["d_mlp"] = 48
+        (path / "config.json").write_text(json.dumps(cfg))
+    else:  # a damaged sha256 / files entry must never skip verification silently
+        cfg = json.loads((path / "config.json").read_text())
+        if damage == "no_sha":
+            del cfg["sha256"]
+        elif damage == "sha_not_table":
+            cfg["sha256"] = "deadbeef"
+        elif damage == "sha_short":
+            cfg["sha256"][w.name] = "abc"
+        elif damage == "sha_missing_entry":
+            cfg["sha256"] = {}
+        elif damage == "files_malformed":
+            cfg["files"] = ["model.safetensors"]
+        elif damage == "files_escape":
+            cfg["files"]["model"] = "../elsewhere.safetensors"
         (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(bl.CheckpointError, match=match):
         bl.windtunnel.load(path)
@@ -180,7 +202,7 @@ def test_cli_train_and_eval(tmp_path, capsys):
     out = tmp_path / "cli"
     rc = cli_main(["train", "--task", "bijection", "--V", "4", "--layers", "1", "--d-model", "16", "--heads", "2",
                    "--d-head", "8", "--steps", "5", "--out", str(out), "--eval-n", "10", "--threads", "1"])
-    assert rc == 0 and (out / "model.safetensors").is_file()
+    assert rc == 0 and checkpoint_files(out)["model"].is_file()
     assert "final MAE" in capsys.readouterr().out
     recorded = json.loads((out / "config.json").read_text())["extra"]["command"]
     assert recorded.startswith("bayes-lens windtunnel train --task bijection --V 4 ") and recorded.endswith("--threads 1")
