@@ -46,6 +46,7 @@ from torch import Tensor
 
 from . import adapter
 from ._progress import progress as progress_bar
+from ._validate import check_prompts as validate_prompts
 from .errors import InvalidInputError, MissingHookError
 from .hooks import (
     attention_entropy_hooks,
@@ -89,15 +90,11 @@ class Batch:
 
 
 def check_prompts(prompts) -> List[str]:
-    """The prompts as a list of strings, or a clear error for one string / an empty list."""
-    if isinstance(prompts, str):
-        raise InvalidInputError("prompts must be a list of strings, not one string; wrap it: [prompt].")
+    """The prompts as a list of strings (a generator is read once), or a clear error for one string, an
+    empty list, a non-string or a lone surrogate (:func:`bayes_lens._validate.check_prompts`)."""
     if prompts is None:
         raise InvalidInputError("prompts are required with a model (a list of strings).")
-    prompts = list(prompts)
-    if not prompts:
-        raise InvalidInputError("the prompt list is empty; pass at least one prompt.")
-    return prompts
+    return validate_prompts(prompts)
 
 
 def _final_only_prehook(last: Tensor):

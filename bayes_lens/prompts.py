@@ -62,6 +62,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._results import Result, plotly
+from ._validate import check_seed
 from .errors import InvalidInputError
 
 __all__ = [
@@ -348,8 +349,7 @@ def select(model, pool: PoolLike = "mixed", n: int = 75, seed: int = 0, *, balan
     ``n`` candidates, duplicates, or empty prompts.
     """
     n = _check_n(n)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InvalidInputError(f"seed must be an integer, got {seed!r}.")
+    seed = check_seed(seed)  # before any forward pass: a bad seed must not cost an entropy pass
     name, recs = _as_records(pool)
     if len(recs) < n:
         raise InvalidInputError(

@@ -301,6 +301,33 @@ def cli_info(model, **kw):
         return cli._cmd_info(info_args(**kw))
 
 
+
+def _fitted_axis(model):
+    g = torch.Generator().manual_seed(0)
+    dim = bl.adapter.model_info(model).kv_dim
+    return bl.EntropyAxis.from_directions(model, {0: torch.randn(dim, generator=g)}, sigma=1.0)
+
+
+def _flip_axis_byte(model, tmp):
+    path = _fitted_axis(model).save(tmp / "axis.safetensors")
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40  # a byte inside the last tensor
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _flat_cache(model):
+    toks, _ = bl.adapter.tokenize(model, ["the cat is a dog"])
+    with torch.inference_mode():
+        return model.run_with_cache(toks, names_filter=bl.hook_filter(), remove_batch_dim=True)[1]
+
+
+def _padded_pair(model):
+    toks, mask = bl.adapter.tokenize(model, ["the cat is a dog", "moon", "a b"])
+    with torch.inference_mode():
+        return model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+
+
 MODEL_CASES = [
     ("info_max_new_tokens_past_context", lambda m, t: cli_info(m, max_new_tokens=m.cfg.n_ctx + 1), E,
      r"--max-new-tokens \d+ does not fit: the prompt has \d+ tokens and the model's context is \d+ tokens"),
@@ -312,6 +339,47 @@ MODEL_CASES = [
     ("gap_seed_none_with_model", lambda m, t: gap(m, range(4, 10, 2), seed=None), E, r"seed must be"),
     ("spectrum_seed_str_with_model", lambda m, t: positional_spectrum(m, seed="1"), E, r"seed must be"),
     ("compression_n_boot_with_model", lambda m, t: compression(m, n_boot=-1), E, r"n_boot must be"),
+    # analyses (the lead's files): seeds, counts, sites, prompts, caches, patches, axes
+    ("value_manifold_seed_none", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], seed=None), E, r"seed must be .*None"),
+    ("value_manifold_seed_str", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], seed="0"), E, r"got '0'"),
+    ("value_manifold_seed_negative", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], seed=-1), E, r"got -1"),
+    ("value_manifold_seed_float", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], seed=1.5), E, r"got 1.5"),
+    ("value_manifold_n_boot_float", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], n_boot=2.5), E, r"n_boot must be"),
+    ("value_manifold_site_list", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], site=["v"]), E, r"site must be"),
+    ("value_manifold_one_string", lambda m, t: bl.value_manifold(m, "the cat"), E, r"single string"),
+    ("value_manifold_two_prompts", lambda m, t: bl.value_manifold(m, ["a b", "c d"]), E, r"at least 3 prompts"),
+    ("value_manifold_empty_generator", lambda m, t: bl.value_manifold(m, (p for p in [])), E, r"empty"),
+    ("value_manifold_lone_surrogate", lambda m, t: bl.value_manifold(m, ["a", "b", "c\ud800"]),
+     bl.TokenizationError, r"surrogate"),
+    ("value_manifold_layer_out_of_range", lambda m, t: bl.value_manifold(m, ["the cat is", "a dog", "moon river"], layer=99), bl.LayerIndexError,
+     r"out of range"),
+    ("focusing_n_boot_zero", lambda m, t: bl.attention_focusing(m, ["the cat is", "a dog", "moon river"], n_boot=0), E, r"n_boot must be"),
+    ("focusing_positions", lambda m, t: bl.attention_focusing(m, ["the cat is", "a dog", "moon river"], positions="first"), E, r"positions"),
+    ("alignment_n_perm_zero", lambda m, t: bl.entropy_alignment(m, ["the cat is", "a dog", "moon river"], n_perm=0), E, r"n_perm must be"),
+    ("geometry_not_a_model", lambda m, t: bl.geometry(3, ["the cat is", "a dog", "moon river"]), E, r"TransformerLens model"),
+    ("geometry_no_prompts", lambda m, t: bl.geometry(m), E, r"prompts are required"),
+    ("sula_make_prompts_seed_none", lambda m, t: bl.sula.make_prompts(m, seed=None), E, r"non-deterministic"),
+    ("sula_evaluate_plain_strings", lambda m, t: bl.sula.evaluate(m, ["the cat is", "a dog", "moon river"]), E, r"not a SULA item"),
+    ("sula_evaluate_seed_float", lambda m, t: bl.sula.evaluate(m, seed=0.5), E, r"seed must be"),
+    ("patched_pair_not_callable", lambda m, t: bl.patched(m, [("blocks.0.attn.hook_v", 3)]).__enter__(), E,
+     r"\(hook_name: str, fn: callable\)"),
+    ("patched_unknown_hook", lambda m, t: bl.patched(m, [("blocks.9.attn.hook_v", lambda a, hook: a)]).__enter__(),
+     bl.MissingHookError, r"no hook point"),
+    ("axis_not_fitted_attach", lambda m, t: bl.attach(m, axis=bl.EntropyAxis()), E, r"not fitted"),
+    ("axis_save_missing_folder", lambda m, t: _fitted_axis(m).save(t / "missing" / "axis"), E,
+     r"does not exist"),
+    ("axis_load_flipped_byte", lambda m, t: bl.EntropyAxis.load(_flip_axis_byte(m, t)), bl.CheckpointError,
+     r"SHA-256"),
+    ("axis_fit_arrays_mismatch", lambda m, t: bl.EntropyAxis(layer=0).fit(np.ones((4, 3)), np.ones(3)), E,
+     r"entropy"),
+    ("cache_remove_batch_dim", lambda m, t: bl.value_manifold(_flat_cache(m)), E, r"remove_batch_dim"),
+    ("cache_padded_without_mask", lambda m, t: bl.value_manifold(_padded_pair(m)), E, r"tokens="),
+    ("cache_dict_without_model", lambda m, t: bl.value_manifold(dict(_padded_pair(m)[1].items())), E, r"model="),
+    ("compare_patched_only_clean", lambda m, t: bl.compare_patched(["a"] * 4, clean=_padded_pair(m)), E,
+     r"clean=.*patched="),
+    ("compare_patched_seed", lambda m, t: bl.compare_patched(m, ["the cat is", "a dog", "moon river"] + ["x y"], [], seed=-2), E, r"seed must be"),
+    ("hook_filter_string_sites", lambda m, t: bl.hook_filter(sites="v"), E, r"not one string"),
+    ("prompts_mixed_seed_before_work", lambda m, t: bl.prompts.mixed(m, seed=None), E, r"seed must be"),
 ]
 
 

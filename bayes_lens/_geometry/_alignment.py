@@ -21,7 +21,7 @@ from .._results import Result, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import pca
 from ..metrics.stats import as_numpy, correlation_inference
-from ._sources import check_site, resolve_layer, source_collection, source_model
+from ._sources import check_site, check_stats, resolve_layer, source_collection, source_model
 
 __all__ = ["EntropyAlignment", "entropy_alignment", "alignment_from"]
 
@@ -105,6 +105,7 @@ def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: st
     >>> ea.spearman, ea.spearman_ci, ea.spearman_pvalue                 # doctest: +SKIP
     """
     s = check_site(site)
+    check_stats(seed, n_boot=n_boot, n_perm=n_perm)
     m = source_model(model_or_cache, model)
     layers = [adapter.resolve_layer(m, layer)] if m is not None else ()
     col, m = source_collection(model_or_cache, prompts, layers=layers, site=s, attention_mask=attention_mask,

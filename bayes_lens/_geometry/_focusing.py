@@ -20,7 +20,7 @@ import torch
 from .._results import Result, plotly
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
-from ._sources import source_collection
+from ._sources import check_stats, source_collection
 
 __all__ = ["AttentionFocusing", "attention_focusing", "focusing_from_entropies", "uniform_entropy_bits"]
 
@@ -139,6 +139,7 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     """
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    check_stats(seed, n_boot=n_boot)
     col, _ = source_collection(model_or_cache, prompts, attention=True, positions=positions,
                                attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
                                padding_side=padding_side, progress=progress, desc="attention_focusing: collect",

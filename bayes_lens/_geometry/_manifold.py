@@ -24,7 +24,7 @@ from .._results import Result, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import bootstrap_pca_stats, gaussian_null_pca_stats, pca
 from ..metrics.stats import as_numpy, percentile_interval
-from ._sources import check_site, expand_kv_heads, resolve_layer, source_collection, source_model
+from ._sources import check_site, check_stats, expand_kv_heads, resolve_layer, source_collection, source_model
 
 __all__ = ["ValueManifold", "value_manifold", "manifold_from_samples", "pca_intervals", "CI_METHODS"]
 
@@ -164,6 +164,7 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     """
     if ci_method not in CI_METHODS:
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
+    check_stats(seed, n_boot=n_boot, n_null=n_null)
     s = check_site(site)
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")

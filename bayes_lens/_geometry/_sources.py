@@ -15,19 +15,27 @@ import numpy as np
 
 from .. import adapter
 from ..collect import Collection, check_prompts, collect, is_cache_like, source_model
+from .._validate import check_choice, check_positive_int, check_seed
 from ..errors import InvalidInputError
 
-__all__ = ["SITES", "check_site", "source_model", "source_collection", "resolve_layer", "need_prompts",
+__all__ = ["SITES", "check_site", "check_stats", "source_model", "source_collection", "resolve_layer", "need_prompts",
            "expand_kv_heads"]
 
 #: accepted spellings of the value-manifold sites
 SITES = {"v": "v", "hook_v": "v", "resid_post": "resid_post"}
 
 
+def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
+    """Seeds and resample counts, checked before any forward pass."""
+    check_seed(seed)
+    for name, value in (("n_boot", n_boot), ("n_null", n_null), ("n_perm", n_perm)):
+        if value is not None:
+            check_positive_int(value, name)
+
+
 def check_site(site: str) -> str:
-    if site not in SITES:
-        raise InvalidInputError(f"site must be 'v' (hook_v, the default) or 'resid_post', got {site!r}.")
-    return SITES[site]
+    """``"v"`` (``hook_v``, the default) or ``"resid_post"``; also accepts ``"hook_v"``."""
+    return SITES[check_choice(site, "site", list(SITES))]
 
 
 def need_prompts(prompts, minimum: int = 3) -> list:

@@ -20,7 +20,7 @@ from ._alignment import EntropyAlignment, alignment_from
 from ._focusing import AttentionFocusing, focusing_from_entropies, uniform_entropy_bits
 from ._keys import KeyOrthogonality, key_orthogonality
 from ._manifold import CI_METHODS, ValueManifold, manifold_from_samples
-from ._sources import check_site, expand_kv_heads, source_collection, source_model
+from ._sources import check_site, check_stats, expand_kv_heads, source_collection, source_model
 
 __all__ = ["Geometry", "geometry"]
 
@@ -79,6 +79,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
     >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
     """
     s = check_site(site)
+    check_stats(seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm)
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
     if ci_method not in CI_METHODS:

@@ -13,6 +13,7 @@ import numpy as np
 from torch import Tensor
 
 from .. import adapter
+from .._validate import check_choice
 from ..errors import InvalidInputError, NonFiniteError
 
 __all__ = ["SITES", "STANDARDIZE", "SIGN_BY", "DEGENERATE_RATIO", "library_versions", "site_dim", "model_meta",
@@ -57,10 +58,8 @@ def model_meta(model, site: str) -> dict:
 
 
 def check_site(site) -> str:
-    if site not in SITES:
-        raise InvalidInputError(f"site must be one of {SITES} ('v' = hook_v flattened over KV heads, the "
-                                f"paper's site; 'resid_post' = the residual stream), got {site!r}.")
-    return site
+    """``"v"`` (``hook_v`` flattened over KV heads, the paper's site) or ``"resid_post"``."""
+    return check_choice(site, "site", list(SITES))
 
 
 def finite_float(x, name: str) -> float:

@@ -26,6 +26,7 @@ import numpy as np
 from .. import adapter
 from .._results import Estimate, Result, plotly
 from ..collect import is_cache_like
+from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
 from ._axis import AxisData, EntropyAxis, collect_axis_data
@@ -249,7 +250,8 @@ class PatchComparison(Result):
         return fig
 
 
-def _check_common(correlation, n_random_seeds, n_boot):
+def _check_common(correlation, n_random_seeds, n_boot, seed=0):
+    check_seed(seed)
     if correlation not in ("pearson", "spearman"):
         raise InvalidInputError(f"correlation must be 'pearson' or 'spearman', got {correlation!r}.")
     if isinstance(n_random_seeds, bool) or not isinstance(n_random_seeds, numbers.Integral) or n_random_seeds < 0:
@@ -314,7 +316,7 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
     ...                    attention_mask=mask).calibration_delta("removed")
     """
-    _check_common(correlation, n_random_seeds, n_boot)
+    _check_common(correlation, n_random_seeds, n_boot, seed)
     if clean is not None or patched is not None:
         if clean is None or patched is None:
             raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")

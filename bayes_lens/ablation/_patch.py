@@ -173,8 +173,10 @@ def flatten_pairs(patches) -> List[Tuple[str, Callable]]:
         return []
     if isinstance(patches, Patch):
         return list(patches)
-    if (isinstance(patches, tuple) and len(patches) == 2 and isinstance(patches[0], str)
-            and callable(patches[1])):
+    if isinstance(patches, tuple) and len(patches) == 2 and isinstance(patches[0], str):
+        if not callable(patches[1]):
+            raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got "
+                                    f"({patches[0]!r}, {patches[1]!r}); the second element must be a function.")
         return [patches]
     if isinstance(patches, (str, bytes)) or not hasattr(patches, "__iter__"):
         raise InvalidInputError(f"patches must be a Patch, a (hook_name, fn) pair, or a list of those; "

@@ -28,6 +28,7 @@ from torch import Tensor
 from .. import adapter
 from .._results import Result, plotly
 from ..collect import Collection, collect, is_cache_like, source_model
+from .._validate import check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import (
     binary_entropy_bits,
@@ -467,6 +468,7 @@ def evaluate(
     >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask).mae_bits      # doctest: +SKIP
     """
     _check_n_boot(n_boot)
+    check_seed(seed)
     if is_cache_like(model_or_cache) or isinstance(model_or_cache, Collection):
         if prompts is None:
             raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from .._validate import check_seed
 from ..errors import InvalidInputError, TokenizationError
 from ..metrics.calibration import binary_entropy_bits
 
@@ -431,6 +432,7 @@ def make_prompts(
     placeholder, mask_word:
         What replaces the labels (``evidence_removed``) / the carrier words (``carriers_masked``).
     """
+    seed = check_seed(seed)  # None would silently make the prompt set non-reproducible
     tok = get_tokenizer(model)
     ks = _check_ks(ks)
     if isinstance(n_per_k, bool) or not isinstance(n_per_k, numbers.Integral) or n_per_k < 1:
