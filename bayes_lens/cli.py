@@ -197,19 +197,17 @@ def _cmd_analysis(args) -> int:
 def _add_windtunnel(sub) -> None:
     """Register ``windtunnel train|eval`` (from :mod:`bayes_lens.windtunnel.cli`) when it is importable."""
     try:
-        from .windtunnel import cli as wt_cli
+        from .windtunnel.cli import add_subparsers as add_windtunnel_subparsers
     except ImportError:  # pragma: no cover - the wind tunnels are part of the package, but stay optional
         return
-    register = getattr(wt_cli, "add_subparsers", None)
-    if callable(register):
-        register(sub)
+    add_windtunnel_subparsers(sub)
 
 
 def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
 
     The same as ``main(["windtunnel", *argv])``: one place handles errors and exit codes
-    (``python -m bayes_lens.windtunnel`` and ``bl.windtunnel.cli_main`` call it).
+    (``python -m bayes_lens.windtunnel`` calls it).
     """
     return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])
 

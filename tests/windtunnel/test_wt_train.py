@@ -197,7 +197,7 @@ def test_evaluate_rejects_other_vocabulary(trained_run, tiny_kind):
 
 
 def test_cli_train_and_eval(tmp_path, capsys):
-    from bayes_lens.windtunnel import cli_main
+    from bayes_lens.cli import windtunnel_main as cli_main
 
     out = tmp_path / "cli"
     rc = cli_main(["train", "--task", "bijection", "--V", "4", "--layers", "1", "--d-model", "16", "--heads", "2",

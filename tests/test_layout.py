@@ -1,0 +1,81 @@
+"""The package's shape: no private names imported across modules, no import cycles, one meaning per name."""
+
+import ast
+import re
+from pathlib import Path
+
+import bayes_lens as bl
+
+PKG = Path(bl.__file__).resolve().parent
+PRIVATE_IMPORT = re.compile(r"^\s*from \.[A-Za-z_.]* import .*\b_[a-z]")
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def test_no_private_names_imported_across_modules():
+    hits = [f"{path.relative_to(PKG.parent)}:{i}: {line.strip()}"
+            for _, path in _modules()
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if PRIVATE_IMPORT.match(line)]
+    assert not hits, "make these names public or move them:\n" + "\n".join(hits)
+
+
+def _module_level_imports(name: str, path: Path) -> set:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(tree):  # lazy imports inside functions count too: a cycle is a cycle
+        if isinstance(node, ast.ImportFrom) and node.level:
+            target = base[: len(base) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            out.add(".".join(target))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bayes_lens"):
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("bayes_lens"))
+    return out
+
+
+def test_no_import_cycles_between_modules():
+    mods = dict(_modules())
+    graph = {m: {t for t in _module_level_imports(m, p) if t in mods and t != m} for m, p in mods.items()}
+    # a package's __init__ importing its own submodules is the re-export pattern, not a cycle
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not (t.startswith(m + ".") and mods[m].name == "__init__.py")}
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+def test_every_public_name_has_one_meaning():
+    import importlib
+    import types
+
+    for name in bl.__all__:
+        obj = getattr(bl, name)
+        if isinstance(obj, types.ModuleType):
+            continue
+        try:
+            mod = importlib.import_module(f"bayes_lens.{name}")
+        except ImportError:
+            continue
+        raise AssertionError(f"bl.{name} is a {type(obj).__name__} but bayes_lens.{name} is also a module ({mod})")
