@@ -259,6 +259,42 @@ def test_permutation_average_slope_is_minus_half_for_order_noise():
     assert res.per_k.sd.iloc[0] == pytest.approx(direct, rel=0.05)
 
 
+def _recency_of(weight):
+    """Exponentially weighted recent frequency, m ← (1 − weight)·m + weight·x: order-dependent."""
+    def predictor(sequences):
+        x = np.asarray(sequences, dtype=float)
+        out = np.empty_like(x)
+        m = np.full(x.shape[0], 0.5)
+        for t in range(x.shape[1]):
+            out[:, t] = m
+            m = (1 - weight) * m + weight * x[:, t]
+        return np.clip(out, 0.02, 0.98)
+    return predictor
+
+
+def test_permutation_headline_separates_order_dependent_from_exchangeable():
+    kw = dict(n=20, n_seqs=24, n_perms=32, ks=(1, 2, 4, 8, 16), seed=5, n_boot=300)
+    lap = permutation_average(laplace, **kw)
+    kt = permutation_average(krichevsky_trofimov, **kw)
+    weak, strong = permutation_average(_recency_of(0.05), **kw), permutation_average(_recency_of(0.3), **kw)
+    # exchangeable predictors: SD across orderings exactly 0, equal to the Laplace reference
+    for r in (lap, kt):
+        assert r.sd_k1 == 0.0 and r.sd_k1_ci == (0.0, 0.0) and r.sd_k1_excess == 0.0
+    # order-dependent predictors: the SD at k = 1 and its CI sit far from the reference 0 ...
+    for r in (weak, strong):
+        assert r.exchangeable_sd_k1 == 0.0
+        assert r.sd_k1_ci[0] > 0.01
+        direct = np.mean([np.std(row, ddof=1) for row in r.predictive])  # independent recomputation
+        assert r.sd_k1 == pytest.approx(direct, rel=1e-12)
+        assert r.sd_k1 == pytest.approx(r.per_k.sd.iloc[0], rel=1e-12)
+    # ... and the headline orders them by strength, while the slope is −0.5 for both (by construction)
+    assert strong.sd_k1_ci[0] > weak.sd_k1_ci[1]
+    assert strong.sd_k1_over_posterior_sd > weak.sd_k1_over_posterior_sd > 0
+    for r in (weak, strong):
+        assert r.slope == pytest.approx(-0.5, abs=0.08)
+    assert math.isnan(lap.slope)
+
+
 # ----------------------------------------------------------------------------- compression
 
 def test_expected_ce_matches_enumeration():
