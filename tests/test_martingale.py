@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError, TokenizationError
-from bayes_lens.martingale import (BernoulliTemplate, dominant_periods, harmonic_fit, refine_period, clipped_mle, compression, expected_ce_bits, falck_checks,
+from bayes_lens.martingale import (BernoulliTemplate, drop_outlier_paths, falck_statistics, dominant_periods, harmonic_fit, refine_period, clipped_mle, compression, expected_ce_bits, falck_checks,
                                    fit_gap, compare_fits, gap, krichevsky_trofimov, laplace, laplace_expected_gap,
                                    balanced_sequences, martingale_gap, mixture_codelength_bits, permutation_average,
                                    positional_spectrum, predictive, resample_paths)
@@ -356,6 +356,57 @@ def test_falck_checks_accept_laplace_and_reject_a_sticky_predictor():
     assert (~t2.inside.astype(bool)).mean() >= 0.75  # lag-1 autocorrelation far above the others
     assert np.all(t2.value < t2.band_low)
     json.dumps(ok.to_dict())
+
+
+def _tukey(a):
+    lo, hi = np.percentile(a, 25), np.percentile(a, 75)
+    return [(lo - 1.5 * (hi - lo)) <= v <= (hi + 1.5 * (hi - lo)) for v in a]
+
+
+def _falck_t2_loop(z, lags):
+    """Falck et al.'s T2 written out with loops: pooled uncentred lag products, outlying paths trimmed."""
+    def rho(k):
+        prods = [sum(p[t + k] * p[t] for t in range(len(p) - k)) / (len(p) - k) for p in z]
+        kept = [v for v, keep in zip(prods, _tukey(prods)) if keep]
+        sq = [p[t] ** 2 for p in z for t in range(k, len(p) - k)]
+        return (sum(kept) / len(kept)) / (1e-5 + sum(sq) / len(sq))
+    return [rho(k) - rho(1) for k in lags]
+
+
+def test_falck_definitions_match_a_loop_implementation():
+    rng = np.random.default_rng(2)
+    z = (rng.random((30, 17)) < rng.beta(3, 3, size=(30, 1))).astype(float)
+    stats = falck_statistics(z, lags=(2, 3, 5), definition="falck")
+    np.testing.assert_allclose(stats["T2"], _falck_t2_loop(z.tolist(), (2, 3, 5)), rtol=1e-12)
+    assert stats["T1"] == pytest.approx(z[:, :8].sum() / (30 * 8) - z[:, 8:].sum() / (30 * 9), rel=1e-12)
+    lib = falck_statistics(z, lags=(2, 3, 5))
+    assert lib["T1"] == pytest.approx(np.mean(z[:, :8].mean(1) - z[:, 8:16].mean(1)), rel=1e-12)
+    # outlier paths: mean |z| outside Tukey's fences across paths are dropped
+    paths = np.zeros((20, 10))
+    paths[:, :5] = 1
+    paths[3] = 1.0
+    paths[7] = 0.0
+    kept = drop_outlier_paths(paths)
+    assert kept.shape == (18, 10)
+    assert kept.shape[0] == sum(_tukey(np.abs(paths).mean(1)))
+    with pytest.raises(InvalidInputError, match="definition must be one of"):
+        falck_statistics(z, definition="paper")
+
+
+def test_falck_checks_reference_definition_accepts_laplace_and_rejects_sticky():
+    kw = dict(thetas=(0.5,), ns=(20, 40), ratios=(2.0,), n_paths=40, n_ref=300, seed=0, definition="falck")
+    ok = falck_checks(laplace, **kw)
+    assert ok.definition == "falck" and ok.fraction_inside >= 0.8
+    assert set(ok.table.definition) == {"falck"} and (ok.table.n_paths_used <= 40).all()
+    t1 = ok.table[ok.table.statistic == "T1"]
+    assert (t1.band_source == "paths' mean").all()
+    bad = falck_checks(_sticky, **kw)
+    t2 = bad.table[bad.table.statistic == "T2"]
+    # one band for every lag (that of the first lag), and the sticky predictor's ρ(k) − ρ(1) falls below it
+    assert t2.groupby("n").band_low.nunique().max() == 1
+    assert np.all(t2.value < t2.band_low)
+    lib = falck_checks(laplace, **{**kw, "definition": "library"})
+    assert (lib.table.n_paths_used == 40).all() and set(lib.table.band_source) == {"data"}
 
 
 # ----------------------------------------------------------------------------- positional spectrum

@@ -13,7 +13,8 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
 * :func:`positional_spectrum` — the per-position gap, its FFT, the dominant period refined by a
   least-squares scan of the harmonic fit (:func:`refine_period`), a harmonic fit;
 * :func:`permutation_average` — SD of the predictive averaged over k orderings vs k (slope ≈ −0.5);
-* :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands;
+* :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands
+  (``definition="library"`` or Falck et al.'s reference definitions, ``"falck"``);
 * :func:`compression` — cumulative cross-entropy per symbol vs H(θ), efficiency H(θ)/CE ≤ 1.
 
 Every function accepts a TransformerLens model *or* a predictor callable (0/1 array [b, L] →
@@ -32,7 +33,7 @@ True
 
 from ._compression import (CompressionResult, bernoulli_entropy_bits, compression, expected_ce_bits,
                            mixture_codelength_bits)
-from ._falck import FalckResult, falck_checks, resample_paths
+from ._falck import FalckResult, drop_outlier_paths, falck_checks, falck_statistics, resample_paths
 from ._fit import GapFit, compare_fits, fit_gap
 from ._gap import GapResult, balanced_sequences, gap, laplace_expected_gap, martingale_gap
 from ._permutation import PermutationResult, permutation_average
@@ -66,6 +67,8 @@ __all__ = [
     "falck_checks",
     "FalckResult",
     "resample_paths",
+    "drop_outlier_paths",
+    "falck_statistics",
     "compression",
     "CompressionResult",
     "bernoulli_entropy_bits",
