@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError, TokenizationError
-from bayes_lens.martingale import (BernoulliTemplate, drop_outlier_paths, falck_statistics, dominant_periods, harmonic_fit, refine_period, clipped_mle, compression, expected_ce_bits, falck_checks,
-                                   fit_gap, compare_fits, gap, krichevsky_trofimov, laplace, laplace_expected_gap,
-                                   balanced_sequences, martingale_gap, mixture_codelength_bits, permutation_average,
-                                   positional_spectrum, predictive, resample_paths)
+from bayes_lens.martingale import (BernoulliTemplate, balanced_sequences, clipped_mle, compare_fits, compression,
+                                   dominant_periods, drop_outlier_paths, expected_ce_bits, falck_checks,
+                                   falck_statistics, fit_gap, gap, harmonic_fit, krichevsky_trofimov, laplace,
+                                   laplace_expected_gap, martingale_gap, mixture_codelength_bits, permutation_average,
+                                   positional_spectrum, predictive, refine_period, resample_paths)
 from bayes_lens.martingale._predict import _layout
 
 
@@ -458,7 +459,8 @@ def test_refined_period_recovers_off_bin_periods(period):
     assert harmonic_fit(ns, g, refined, 3)["explained_fraction"] == pytest.approx(truth, abs=0.02)
     # the RSS really is smallest near the refined period: brute-force lstsq at a few periods
     def rss(P):
-        X = np.stack([1 / ns, np.ones_like(ns)] + [f(2 * np.pi * k * ns / P) for k in (1, 2, 3) for f in (np.sin, np.cos)], 1)
+        X = np.stack([1 / ns, np.ones_like(ns)]
+                     + [f(2 * np.pi * k * ns / P) for k in (1, 2, 3) for f in (np.sin, np.cos)], 1)
         return np.sum((g - X @ np.linalg.lstsq(X, g, rcond=None)[0]) ** 2)
     assert rss(refined) <= min(rss(refined - 0.5), rss(refined + 0.5), rss(fft_period))
 

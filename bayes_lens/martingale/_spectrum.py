@@ -128,13 +128,13 @@ def _harmonic_rss(ns: np.ndarray, y: np.ndarray, periods: np.ndarray, n_harmonic
     """Residual sum of squares of the harmonic model at each period: y [M] or [M, B] -> [G] or [G, B]."""
     X = _design(ns, periods, n_harmonics)
     Y = y if y.ndim == 2 else y[:, None]
-    Y = Y - Y.mean(axis=0, keepdims=True)  # absorbed by the constant column; avoids cancellation in yᵀy − βᵀXᵀy
+    Y = Y - Y.mean(axis=0, keepdims=True)  # the constant column absorbs it; avoids cancellation below
     xtx = np.swapaxes(X, 1, 2) @ X  # [G, p, p]
     xty = np.swapaxes(X, 1, 2) @ Y  # [G, p, B]
     try:
         beta = np.linalg.solve(xtx, xty)
     except np.linalg.LinAlgError:  # a period so long that sin/cos are collinear with the trend
-        beta = np.stack([np.linalg.lstsq(a, b, rcond=None)[0] for a, b in zip(X, np.broadcast_to(Y, (X.shape[0],) + Y.shape))])
+        beta = np.stack([np.linalg.lstsq(a, Y, rcond=None)[0] for a in X])
     rss = (Y ** 2).sum(0)[None, :] - (beta * xty).sum(1)
     return rss if y.ndim == 2 else rss[:, 0]
 

@@ -26,14 +26,14 @@ which do not target the same quantity:
   estimate for the bootstrap's own bias and targets the *population* value. In simulation (spiked
   correlation matrices, n = 75, d = 192 and nearby sizes; tests/metrics/test_pca.py) it covered the
   population PC1 and PC1+PC2 in about 0.86–0.96 of data sets, where the plain percentile interval
-  covered PC1+PC2 in 0.05–0.7.
+  covered PC1+PC2 in 0–0.33.
 * ``"percentile"`` — [q_lo, q_hi], the plain percentile interval: biased upwards for PC1 (it can miss
   the estimate itself); kept for comparison.
 
 The participation ratio is different: sample PR is bounded by the rank (≤ n − 1) and biased far below
 the population PR unless n ≫ d, and no bootstrap interval fixes that (in the same simulations every
-method covered the population PR in 0–40% of data sets at n ≤ 2d and under 80% at n = 5d). Its
-interval only describes the same-n statistic; :func:`interval_label` says so whenever
+method covered the population PR in 0–40% of data sets at n ≤ 1.5d, 60% at n = 2d and under 80% at
+n = 5d). Its interval only describes the same-n statistic; :func:`interval_label` says so whenever
 n < :data:`PR_POPULATION_MIN_RATIO`·d.
 
 Example
