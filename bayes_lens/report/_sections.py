@@ -325,7 +325,7 @@ def _martingale(ctx: Context) -> SectionOutput:
     perm = mg.permutation_average(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **p)
     out.metrics += [
         Metric("martingale.permutation_sd_k1", "order sensitivity: SD of P(next = 1) across orderings of the same "
-               "prefix (k = 1)", perm.sd_k1, "probability", perm.sd_k1_ci,
+               "prefix (k = 1)", perm.sd_k1, "dimensionless", perm.sd_k1_ci,
                (perm.exchangeable_sd_k1, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
                note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings; "
                     f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; ordering-averaged "
