@@ -12,6 +12,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,10 +20,11 @@ from hypothesis import strategies as st
 
 import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError, TokenizationError
-from bayes_lens.martingale import (BernoulliTemplate, clipped_mle, compression, expected_ce_bits, falck_checks,
-                                   fit_gap, compare_fits, gap, krichevsky_trofimov, laplace, laplace_expected_gap,
-                                   martingale_gap, mixture_codelength_bits, permutation_average,
-                                   positional_spectrum, predictive, resample_paths)
+from bayes_lens.martingale import (BernoulliTemplate, balanced_sequences, clipped_mle, compare_fits, compression,
+                                   dominant_periods, drop_outlier_paths, expected_ce_bits, falck_checks,
+                                   falck_statistics, fit_gap, gap, harmonic_fit, krichevsky_trofimov, laplace,
+                                   laplace_expected_gap, martingale_gap, mixture_codelength_bits, permutation_average,
+                                   positional_spectrum, predictive, refine_period, resample_paths)
 from bayes_lens.martingale._predict import _layout
 
 
@@ -159,7 +161,8 @@ def test_wls_matches_scaled_lstsq_and_r2_definitions():
     ns = np.arange(10, 60, 5).astype(float)
     g = 0.2 * np.log(ns) / ns + 0.001 * rng.standard_normal(ns.size) + 0.01
     counts = rng.integers(20, 100, ns.size).astype(float)
-    fit = fit_gap(ns, g, counts, shape="log")
+    fit = fit_gap(ns, g, counts, shape="log", weights="observed")
+    assert fit.weights == "observed" and fit.n_iter == 1
     w = counts / g ** 2
     X = np.stack([np.log(ns) / ns, np.ones_like(ns)], 1)
     sw = np.sqrt(w)
@@ -170,6 +173,71 @@ def test_wls_matches_scaled_lstsq_and_r2_definitions():
     r2 = 1 - rss / tss
     assert fit.r2 == pytest.approx(r2, rel=1e-9)
     assert fit.adj_r2 == pytest.approx(1 - (1 - r2) * (ns.size - 1) / (ns.size - 2), rel=1e-9)
+
+
+def test_irls_fit_is_the_fixed_point_of_fitted_weights():
+    """Independent IRLS by an explicit loop over numpy lstsq: w = N / (A·f(n) + B)² until it stops moving."""
+    rng = np.random.default_rng(5)
+    ns = np.arange(10, 120, 4).astype(float)
+    counts = rng.integers(30, 120, ns.size).astype(float)
+    g = (0.3 / ns + 0.002) * (1 + 0.2 * rng.standard_normal(ns.size))
+    fit = fit_gap(ns, g, counts, shape="inv")
+    X = np.stack([1 / ns, np.ones_like(ns)], 1)
+    beta = np.linalg.lstsq(X * np.sqrt(counts / g ** 2)[:, None], g * np.sqrt(counts / g ** 2), rcond=None)[0]
+    for _ in range(200):
+        w = counts / (X @ beta) ** 2
+        beta = np.linalg.lstsq(X * np.sqrt(w)[:, None], g * np.sqrt(w), rcond=None)[0]
+    assert fit.weights == "fitted" and 1 < fit.n_iter < 100
+    assert fit.A == pytest.approx(beta[0], rel=1e-8) and fit.B == pytest.approx(beta[1], rel=1e-6, abs=1e-12)
+    rss = np.sum(w * (g - X @ beta) ** 2)
+    assert fit.rss_weighted == pytest.approx(rss, rel=1e-6)
+    se = np.sqrt(np.diag(np.linalg.inv((X * w[:, None]).T @ X)) * rss / (ns.size - 2))
+    assert fit.A_se == pytest.approx(se[0], rel=1e-6)
+    with pytest.raises(InvalidInputError, match="weights must be one of"):
+        fit_gap(ns, g, counts, weights="noisy")
+
+
+def test_gap_fit_intervals_cover_the_true_A_in_simulation():
+    """250 synthetic data sets at Paper B's design (n = 10…198, N = 100, A = 0.182, B = −0.0043) with
+    exponential per-sequence gaps (spread ∝ mean, like |log-ratio| gaps): IRLS is unbiased and its 95%
+    intervals (±1.96 s.e. and percentile bootstrap) cover A in 90–98% of data sets; the observed-Δ̂
+    weights are biased low and their bootstrap interval misses (kept reachable as weights="observed")."""
+    ns = np.arange(10, 200, 2).astype(float)
+    A, B, N, R = 0.182, -0.0043, 100, 250
+    mean = A * np.log(ns) / ns + B
+    rng = np.random.default_rng(11)
+    res = {"fitted": [], "observed": []}
+    for r in range(R):
+        per_seq = list(rng.exponential(mean[:, None], size=(ns.size, N)))
+        g = np.array([v.mean() for v in per_seq])
+        for w in res:
+            f = fit_gap(ns, g, np.full(ns.size, N), per_seq=per_seq, n_boot=200, seed=r, weights=w)
+            res[w].append((f.A, abs(f.A - A) <= 1.96 * f.A_se, f.A_ci[0] <= A <= f.A_ci[1]))
+    irls, obs = np.array(res["fitted"]), np.array(res["observed"])
+    assert abs(irls[:, 0].mean() / A - 1) < 0.005          # unbiased (s.e. of the mean ≈ 0.1%)
+    assert 0.90 <= irls[:, 1].mean() <= 0.98               # s.e. interval
+    assert 0.90 <= irls[:, 2].mean() <= 0.98               # bootstrap interval
+    assert obs[:, 0].mean() / A - 1 < -0.01                # Paper B's weights: biased low
+    assert obs[:, 2].mean() < 0.6
+
+
+def test_gap_uses_independent_seeded_streams():
+    a = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=3, n_boot=50)
+    b = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=3, n_boot=50)
+    pd.testing.assert_frame_equal(a.per_n, b.per_n)
+    assert a.fit.A_ci == b.fit.A_ci
+    # the data stream is SeedSequence(seed).spawn(3)[0]; the bootstrap streams are separate children
+    data_ss, ci_ss, fit_ss = np.random.SeedSequence(3).spawn(3)
+    rng = np.random.default_rng(data_ss)
+    x0 = balanced_sequences(10, 30, rng)
+    np.testing.assert_allclose(a.per_seq[0], martingale_gap(krichevsky_trofimov(x0), x0), rtol=1e-12)
+    lo, hi = bl.metrics.stats.bootstrap_ci(np.mean, a.per_seq[0], n_boot=50,
+                                           seed=int(ci_ss.generate_state(5, dtype=np.uint32)[0]))
+    assert (a.per_n.gap_ci_low_nats[0], a.per_n.gap_ci_high_nats[0]) == (lo, hi)
+    refit = fit_gap(a.per_n.n, a.per_n.gap_nats, a.per_n.n_seqs, per_seq=a.per_seq, n_boot=50, seed=fit_ss)
+    assert refit.A_ci == a.fit.A_ci
+    c = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=4, n_boot=50)
+    assert not np.array_equal(c.per_n.gap_nats, a.per_n.gap_nats)
 
 
 # ----------------------------------------------------------------------------- permutation averaging
@@ -190,6 +258,42 @@ def test_permutation_average_slope_is_minus_half_for_order_noise():
     # k = 1 SD equals the plain SD across orderings (averaged over sequences)
     direct = res.predictive.std(axis=1, ddof=1).mean()
     assert res.per_k.sd.iloc[0] == pytest.approx(direct, rel=0.05)
+
+
+def _recency_of(weight):
+    """Exponentially weighted recent frequency, m ← (1 − weight)·m + weight·x: order-dependent."""
+    def predictor(sequences):
+        x = np.asarray(sequences, dtype=float)
+        out = np.empty_like(x)
+        m = np.full(x.shape[0], 0.5)
+        for t in range(x.shape[1]):
+            out[:, t] = m
+            m = (1 - weight) * m + weight * x[:, t]
+        return np.clip(out, 0.02, 0.98)
+    return predictor
+
+
+def test_permutation_headline_separates_order_dependent_from_exchangeable():
+    kw = dict(n=20, n_seqs=24, n_perms=32, ks=(1, 2, 4, 8, 16), seed=5, n_boot=300)
+    lap = permutation_average(laplace, **kw)
+    kt = permutation_average(krichevsky_trofimov, **kw)
+    weak, strong = permutation_average(_recency_of(0.05), **kw), permutation_average(_recency_of(0.3), **kw)
+    # exchangeable predictors: SD across orderings exactly 0, equal to the Laplace reference
+    for r in (lap, kt):
+        assert r.sd_k1 == 0.0 and r.sd_k1_ci == (0.0, 0.0) and r.sd_k1_excess == 0.0
+    # order-dependent predictors: the SD at k = 1 and its CI sit far from the reference 0 ...
+    for r in (weak, strong):
+        assert r.exchangeable_sd_k1 == 0.0
+        assert r.sd_k1_ci[0] > 0.01
+        direct = np.mean([np.std(row, ddof=1) for row in r.predictive])  # independent recomputation
+        assert r.sd_k1 == pytest.approx(direct, rel=1e-12)
+        assert r.sd_k1 == pytest.approx(r.per_k.sd.iloc[0], rel=1e-12)
+    # ... and the headline orders them by strength, while the slope is −0.5 for both (by construction)
+    assert strong.sd_k1_ci[0] > weak.sd_k1_ci[1]
+    assert strong.sd_k1_over_posterior_sd > weak.sd_k1_over_posterior_sd > 0
+    for r in (weak, strong):
+        assert r.slope == pytest.approx(-0.5, abs=0.08)
+    assert math.isnan(lap.slope)
 
 
 # ----------------------------------------------------------------------------- compression
@@ -255,6 +359,57 @@ def test_falck_checks_accept_laplace_and_reject_a_sticky_predictor():
     json.dumps(ok.to_dict())
 
 
+def _tukey(a):
+    lo, hi = np.percentile(a, 25), np.percentile(a, 75)
+    return [(lo - 1.5 * (hi - lo)) <= v <= (hi + 1.5 * (hi - lo)) for v in a]
+
+
+def _falck_t2_loop(z, lags):
+    """Falck et al.'s T2 written out with loops: pooled uncentred lag products, outlying paths trimmed."""
+    def rho(k):
+        prods = [sum(p[t + k] * p[t] for t in range(len(p) - k)) / (len(p) - k) for p in z]
+        kept = [v for v, keep in zip(prods, _tukey(prods)) if keep]
+        sq = [p[t] ** 2 for p in z for t in range(k, len(p) - k)]
+        return (sum(kept) / len(kept)) / (1e-5 + sum(sq) / len(sq))
+    return [rho(k) - rho(1) for k in lags]
+
+
+def test_falck_definitions_match_a_loop_implementation():
+    rng = np.random.default_rng(2)
+    z = (rng.random((30, 17)) < rng.beta(3, 3, size=(30, 1))).astype(float)
+    stats = falck_statistics(z, lags=(2, 3, 5), definition="falck")
+    np.testing.assert_allclose(stats["T2"], _falck_t2_loop(z.tolist(), (2, 3, 5)), rtol=1e-12)
+    assert stats["T1"] == pytest.approx(z[:, :8].sum() / (30 * 8) - z[:, 8:].sum() / (30 * 9), rel=1e-12)
+    lib = falck_statistics(z, lags=(2, 3, 5))
+    assert lib["T1"] == pytest.approx(np.mean(z[:, :8].mean(1) - z[:, 8:16].mean(1)), rel=1e-12)
+    # outlier paths: mean |z| outside Tukey's fences across paths are dropped
+    paths = np.zeros((20, 10))
+    paths[:, :5] = 1
+    paths[3] = 1.0
+    paths[7] = 0.0
+    kept = drop_outlier_paths(paths)
+    assert kept.shape == (18, 10)
+    assert kept.shape[0] == sum(_tukey(np.abs(paths).mean(1)))
+    with pytest.raises(InvalidInputError, match="definition must be one of"):
+        falck_statistics(z, definition="paper")
+
+
+def test_falck_checks_reference_definition_accepts_laplace_and_rejects_sticky():
+    kw = dict(thetas=(0.5,), ns=(20, 40), ratios=(2.0,), n_paths=40, n_ref=300, seed=0, definition="falck")
+    ok = falck_checks(laplace, **kw)
+    assert ok.definition == "falck" and ok.fraction_inside >= 0.8
+    assert set(ok.table.definition) == {"falck"} and (ok.table.n_paths_used <= 40).all()
+    t1 = ok.table[ok.table.statistic == "T1"]
+    assert (t1.band_source == "paths' mean").all()
+    bad = falck_checks(_sticky, **kw)
+    t2 = bad.table[bad.table.statistic == "T2"]
+    # one band for every lag (that of the first lag), and the sticky predictor's ρ(k) − ρ(1) falls below it
+    assert t2.groupby("n").band_low.nunique().max() == 1
+    assert np.all(t2.value < t2.band_low)
+    lib = falck_checks(laplace, **{**kw, "definition": "library"})
+    assert (lib.table.n_paths_used == 40).all() and set(lib.table.band_source) == {"data"}
+
+
 # ----------------------------------------------------------------------------- positional spectrum
 
 def test_positional_spectrum_finds_a_planted_period():
@@ -280,6 +435,59 @@ def test_positional_spectrum_finds_a_planted_period():
     np.testing.assert_allclose(s.debiased_gap_nats, s.gap_nats - s.harmonic_nats)
     flat = positional_spectrum(laplace, length=256, n_seqs=16, seed=0, n_boot=0)
     assert np.ptp(flat.series.debiased_gap_nats) < np.ptp(res.series.debiased_gap_nats) + 1
+
+
+@pytest.mark.parametrize("period", [30, 40, 48, 64])
+def test_refined_period_recovers_off_bin_periods(period):
+    """Synthetic per-position series (trend + 3 harmonics + noise, 254 points): the FFT bin alone is
+    off by up to half a bin (48 -> 50.8); the least-squares scan recovers P within 0.5 and the
+    explained fraction within 0.02 of the fit at the true period."""
+    ns = np.arange(3, 257, dtype=float)
+    rng = np.random.default_rng(period)
+    signal = (0.004 * np.sin(2 * np.pi * ns / period + 0.3) + 0.002 * np.sin(4 * np.pi * ns / period + 1.1)
+              + 0.001 * np.cos(6 * np.pi * ns / period))
+    g = 0.3 / ns + 0.01 + signal + 0.0012 * rng.standard_normal(ns.size)
+    fft_period = dominant_periods(ns, g, min_period=4)[0][0]
+    assert fft_period == pytest.approx(254 / round(254 / period))  # an FFT bin M/j
+    refined, step = refine_period(ns, g, fft_period, 3, min_period=4)
+    assert abs(refined - period) < 0.5
+    assert 0 < step < 0.1
+    truth = harmonic_fit(ns, g, period, 3)["explained_fraction"]
+    # independent check of the truth: 1 - var(noise part)/var(detrended), noise = g - trend - signal
+    population = np.var(signal) / (np.var(signal) + 0.0012 ** 2)
+    assert truth == pytest.approx(population, abs=0.05)
+    assert harmonic_fit(ns, g, refined, 3)["explained_fraction"] == pytest.approx(truth, abs=0.02)
+    # the RSS really is smallest near the refined period: brute-force lstsq at a few periods
+    def rss(P):
+        X = np.stack([1 / ns, np.ones_like(ns)]
+                     + [f(2 * np.pi * k * ns / P) for k in (1, 2, 3) for f in (np.sin, np.cos)], 1)
+        return np.sum((g - X @ np.linalg.lstsq(X, g, rcond=None)[0]) ** 2)
+    assert rss(refined) <= min(rss(refined - 0.5), rss(refined + 0.5), rss(fft_period))
+
+
+def test_positional_spectrum_refines_a_planted_period_of_48():
+    period = 48
+
+    def periodic(sequences):
+        x = np.asarray(sequences, dtype=float)
+        t = np.arange(x.shape[1])
+        c = 0.6 * (1 + np.sin(2 * np.pi * t / period)) / 2
+        p = np.full(x.shape, 0.5)
+        p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
+        return p
+
+    res = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=60)
+    assert res.period_fft_symbols == pytest.approx(254 / 5)            # the FFT bin: 50.8
+    assert abs(res.period_symbols - period) < 0.5 and res.refined
+    assert res.period_ci_symbols[0] <= res.period_symbols <= res.period_ci_symbols[1]
+    assert 0 < res.period_resolution_symbols < res.period_fft_spacing_symbols
+    ns = res.series.position_n.to_numpy(float)
+    g = res.series.gap_nats.to_numpy()
+    truth = harmonic_fit(ns, g, period, 3)["explained_fraction"]
+    assert res.explained_fraction == pytest.approx(truth, abs=0.02)
+    assert res.explained_fraction > res.explained_fraction_fft + 0.05
+    coarse = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=0, refine=False)
+    assert coarse.period_symbols == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -9,11 +9,13 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
 * :func:`predictive` — P(next = 1 | prefix) at every prefix, one forward pass per sequence, rendered
   by a :class:`BernoulliTemplate` (default ``"Sequence: 0 1 1 0"``); :func:`predictive_from_logits`
   reads the same from logits a user computed (e.g. with ``run_with_cache``);
-* :func:`gap` — Paper B's Δ̂_n (eq. 27) over balanced sequences with WLS fits of A·log n/n + B and
-  A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
-* :func:`positional_spectrum` — the per-position gap, its FFT, dominant periods, a harmonic fit;
+* :func:`gap` — Paper B's Δ̂_n (eq. 27) over balanced sequences with weighted fits (IRLS) of
+  A·log n/n + B and A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
+* :func:`positional_spectrum` — the per-position gap, its FFT, the dominant period refined by a
+  least-squares scan of the harmonic fit (:func:`refine_period`), a harmonic fit;
 * :func:`permutation_average` — SD of the predictive averaged over k orderings vs k (slope ≈ −0.5);
-* :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands;
+* :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands
+  (``definition="library"`` or Falck et al.'s reference definitions, ``"falck"``);
 * :func:`compression` — cumulative cross-entropy per symbol vs H(θ), efficiency H(θ)/CE ≤ 1.
 
 Every function accepts a TransformerLens model *or* a predictor callable (0/1 array [b, L] →
@@ -32,13 +34,13 @@ True
 
 from ._compression import (CompressionResult, bernoulli_entropy_bits, compression, expected_ce_bits,
                            mixture_codelength_bits)
-from ._falck import FalckResult, falck_checks, resample_paths
+from ._falck import FalckResult, drop_outlier_paths, falck_checks, falck_statistics, resample_paths
 from ._fit import GapFit, compare_fits, fit_gap
 from ._gap import GapResult, balanced_sequences, gap, laplace_expected_gap, martingale_gap
 from ._permutation import PermutationResult, permutation_average
 from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, beta_bernoulli, clipped_mle, krichevsky_trofimov,
                        laplace, predictive, predictive_from_logits)
-from ._spectrum import SpectrumResult, positional_spectrum
+from ._spectrum import SpectrumResult, dominant_periods, harmonic_fit, positional_spectrum, refine_period
 
 __all__ = [
     "BernoulliTemplate",
@@ -59,11 +61,16 @@ __all__ = [
     "laplace_expected_gap",
     "positional_spectrum",
     "SpectrumResult",
+    "dominant_periods",
+    "harmonic_fit",
+    "refine_period",
     "permutation_average",
     "PermutationResult",
     "falck_checks",
     "FalckResult",
     "resample_paths",
+    "drop_outlier_paths",
+    "falck_statistics",
     "compression",
     "CompressionResult",
     "bernoulli_entropy_bits",

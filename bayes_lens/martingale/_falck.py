@@ -17,6 +17,23 @@ i.e. θ_k ~ Beta(n·p̂ + 1, n(1 − p̂) + 1), z i.i.d. Bernoulli(θ_k), over `
 N/n ∈ {0.5, 2}. Paths for the smaller N/n are prefixes of those for the largest (sampling is sequential,
 so they are exactly distributed as shorter paths).
 
+Two definitions (``definition=``):
+
+* ``"library"`` (default) — the statistics above: T₂ is the per-path, mean-centred sample
+  autocorrelation averaged over paths; every path is kept; every band comes from the posterior given
+  the data. Each path's centring removes its own θ, so T₂ measures serial dependence within paths
+  and is not diluted by the spread of θ across paths.
+* ``"falck"`` — the definitions of Falck et al.'s public code (github.com/meta-inf/bayes_icl,
+  ``plotting.py``/``agg_plot.py``), reproduced from their description: paths whose mean |z| is an
+  outlier (outside [Q1 − 1.5·IQR, Q3 + 1.5·IQR] across paths) are dropped first (the reference
+  paths are not filtered); T₁ = pooled mean of the first ⌊N/2⌋ symbols − pooled mean of the rest;
+  T₂(lag) = ρ(lag) − ρ(1) with the pooled, uncentred ρ(k) = E[z_{t+k} z_t] / (10⁻⁵ + E[z²]), where
+  E[z_{t+k} z_t] is the mean over paths of each path's lag-k product mean after dropping outlying
+  paths (the same 1.5·IQR rule) and E[z²] is taken over positions k … N−k−1 of every path; the T₁
+  band comes from the posterior *matched to the paths' mean* (Beta(n·z̄ + 1, n(1 − z̄) + 1), so a
+  model whose paths drift in level is not penalised on T₁), and the T₂ band of every lag is the band
+  of the first lag (under exchangeability the differences are identically distributed); T₃ as above.
+
 Example
 -------
 >>> from bayes_lens.martingale import falck_checks, laplace
@@ -39,13 +56,51 @@ from .._validate import check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, _predict_with_next
 
-__all__ = ["FalckResult", "falck_checks", "resample_paths", "t1", "t2", "t3"]
+__all__ = ["FalckResult", "falck_checks", "resample_paths", "t1", "t2", "t3", "drop_outlier_paths", "falck_statistics",
+           "DEFINITIONS"]
+
+DEFINITIONS = ("library", "falck")
 
 
-def t1(z: np.ndarray) -> float:
-    """Mean over paths of (first-half mean − second-half mean) of z [K, N]."""
+def _check_definition(definition: str) -> str:
+    if definition not in DEFINITIONS:
+        raise InvalidInputError(
+            f"definition must be one of {DEFINITIONS} ('library': per-path centred T2, all paths, data-posterior "
+            f"bands; 'falck': Falck et al.'s pooled uncentred T2, outlier paths dropped), got {definition!r}.")
+    return definition
+
+
+def _iqr_keep(a: np.ndarray) -> np.ndarray:
+    """Mask of values inside [Q1 − 1.5·IQR, Q3 + 1.5·IQR] (Tukey's fences)."""
+    q1, q3 = np.quantile(a, [0.25, 0.75])
+    iqr = q3 - q1
+    return (q1 - 1.5 * iqr <= a) & (a <= q3 + 1.5 * iqr)
+
+
+def drop_outlier_paths(z: np.ndarray) -> np.ndarray:
+    """Paths [K, N] whose mean |z| lies inside Tukey's fences across paths (Falck et al.'s filter)."""
+    z = np.asarray(z, dtype=np.float64)
+    return z[_iqr_keep(np.abs(z).mean(1))]
+
+
+def t1(z: np.ndarray, definition: str = "library") -> float:
+    """Mean over paths of (first-half mean − second-half mean) of z [K, N].
+
+    ``"library"``: halves of ⌊N/2⌋ symbols each (an odd last symbol is left out); ``"falck"``: pooled
+    mean of the first ⌊N/2⌋ symbols minus pooled mean of the remaining ⌈N/2⌉.
+    """
     h = z.shape[1] // 2
+    if _check_definition(definition) == "falck":
+        return float(z[:, :h].mean() - z[:, h:].mean())
     return float((z[:, :h].mean(1) - z[:, h: 2 * h].mean(1)).mean())
+
+
+def _falck_acf(z: np.ndarray, lag: int) -> float:
+    if z.shape[1] <= 2 * lag:  # no positions lag … N−lag−1 for E[z²] (the reference code gives NaN too)
+        return float("nan")
+    prod = (z[:, lag:] * z[:, :-lag]).mean(1)
+    prod = prod[_iqr_keep(prod)]
+    return float(prod.mean() / (1e-5 + (z[:, lag:-lag] ** 2).mean()))
 
 
 def _acf(z: np.ndarray, lag: int) -> np.ndarray:
@@ -56,8 +111,16 @@ def _acf(z: np.ndarray, lag: int) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def t2(z: np.ndarray, lags: Sequence[int] = (2, 3, 4, 5)) -> np.ndarray:
-    """Mean over paths of acf(lag) − acf(1), per lag (constant paths are skipped)."""
+def t2(z: np.ndarray, lags: Sequence[int] = (2, 3, 4, 5), definition: str = "library") -> np.ndarray:
+    """acf(lag) − acf(1), per lag.
+
+    ``"library"``: mean over paths of the per-path, mean-centred sample autocorrelation (constant
+    paths are skipped). ``"falck"``: pooled, uncentred ρ(k) = E[z_{t+k} z_t] / (10⁻⁵ + E[z²]) with
+    outlying per-path lag products dropped (see the module docstring).
+    """
+    if _check_definition(definition) == "falck":
+        r1 = _falck_acf(z, 1)
+        return np.asarray([_falck_acf(z, int(lag)) - r1 for lag in lags])
     a1 = _acf(z, 1)
     out = []
     for lag in lags:
@@ -71,6 +134,20 @@ def t3(z: np.ndarray) -> float:
     m = z.mean(1)
     q75, q25 = np.quantile(m, [0.75, 0.25])
     return float(q75 - q25)
+
+
+def falck_statistics(z, lags: Sequence[int] = (2, 3, 4, 5), definition: str = "library") -> dict:
+    """T₁, T₂ (one value per lag) and T₃ of continuation paths ``z`` [K, N] under ``definition``.
+
+    With ``definition="falck"`` the paths are first filtered by :func:`drop_outlier_paths`, as
+    :func:`falck_checks` does; ``"K"`` is the number of paths used.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2 or z.shape[1] < 2:
+        raise InvalidInputError(f"paths must be a [K, N] array with N >= 2, got shape {list(z.shape)}.")
+    if _check_definition(definition) == "falck":
+        z = drop_outlier_paths(z)
+    return {"T1": t1(z, definition), "T2": t2(z, lags, definition), "T3": t3(z), "K": int(z.shape[0])}
 
 
 def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: int = 0,
@@ -99,11 +176,12 @@ def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: 
     return state[:, data.size:]
 
 
-def _reference(n: int, k1: int, n_paths: int, length: int, lags, n_ref: int, rng: np.random.Generator):
+def _reference(n: int, k1: float, n_paths: int, length: int, lags, n_ref: int, rng: np.random.Generator,
+               definition: str = "library"):
     th = rng.beta(k1 + 1, n - k1 + 1, size=(n_ref, n_paths))
     z = (rng.random((n_ref, n_paths, length)) < th[..., None]).astype(np.float64)
-    T1 = np.array([t1(zz) for zz in z])
-    T2 = np.array([t2(zz, lags) for zz in z])
+    T1 = np.array([t1(zz, definition) for zz in z])
+    T2 = np.array([t2(zz, lags, definition) for zz in z])
     T3 = np.array([t3(zz) for zz in z])
     return T1, T2, T3
 
@@ -118,6 +196,7 @@ class FalckResult(Result):
     n_paths: int
     n_ref: int
     seed: int
+    definition: str = "library"
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.table.copy()
@@ -145,8 +224,15 @@ class FalckResult(Result):
 def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequence[int] = (20, 50, 100),
                  ratios: Sequence[float] = (0.5, 2.0), n_paths: int = 50, lags: Sequence[int] = (2, 3, 4, 5),
                  n_ref: int = 1000, seed: int = 0, template: Optional[BernoulliTemplate] = None,
-                 batch_size: int = 8, progress: Optional[bool] = None) -> FalckResult:
-    """T₁, T₂, T₃ by predictive resampling for every (θ, n, N/n), each against its Beta-posterior band."""
+                 batch_size: int = 8, definition: str = "library", progress: Optional[bool] = None) -> FalckResult:
+    """T₁, T₂, T₃ by predictive resampling for every (θ, n, N/n), each against its Beta-posterior band.
+
+    ``definition="library"`` (default) or ``"falck"`` (Falck et al.'s reference definitions: outlier
+    paths dropped, pooled uncentred T₂, T₁ band matched to the paths' mean); see the module docstring.
+    The table's ``n_paths_used`` column is K after any outlier dropping, ``band_source`` says which
+    posterior each band came from.
+    """
+    _check_definition(definition)
     seed = check_seed(seed)
     n_paths = check_int(n_paths, "n_paths")
     n_ref = check_int(n_ref, "n_ref")
@@ -183,11 +269,23 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
         for r in ratios:
             N = int(round(r * n))
             z = paths[:, :N]
-            ref1, ref2, ref3 = _reference(n, k1, n_paths, N, lags, n_ref, np.random.default_rng(seed + 7 * i + N))
-            vals = [("T1", float("nan"), t1(z), ref1), ("T3", float("nan"), t3(z), ref3)]
-            v2 = t2(z, lags)
-            vals += [("T2", lag, v2[j], ref2[:, j]) for j, lag in enumerate(lags)]
-            for stat, lag, v, ref in vals:
+            if definition == "library":
+                ref1, ref2, ref3 = _reference(n, k1, n_paths, N, lags, n_ref, np.random.default_rng(seed + 7 * i + N))
+                v2 = t2(z, lags)
+                vals = [("T1", float("nan"), t1(z), ref1, "data"), ("T3", float("nan"), t3(z), ref3, "data")]
+                vals += [("T2", lag, v2[j], ref2[:, j], "data") for j, lag in enumerate(lags)]
+            else:
+                z = drop_outlier_paths(z)
+                k_used = z.shape[0]
+                ss = [np.random.SeedSequence([seed, i, N, j]) for j in (0, 1)]
+                _, ref2, ref3 = _reference(n, k1, k_used, N, lags, n_ref, np.random.default_rng(ss[0]), "falck")
+                ref1 = _reference(n, n * float(z.mean()), k_used, N, lags, n_ref, np.random.default_rng(ss[1]),
+                                  "falck")[0]
+                v2 = t2(z, lags, "falck")
+                vals = [("T1", float("nan"), t1(z, "falck"), ref1, "paths' mean"),
+                        ("T3", float("nan"), t3(z), ref3, "data")]
+                vals += [("T2", lag, v2[j], ref2[:, 0], f"data, lag {lags[0]}") for j, lag in enumerate(lags)]
+            for stat, lag, v, ref, source in vals:
                 ref = ref[np.isfinite(ref)]
                 lo, hi = (np.quantile(ref, [0.025, 0.975]) if ref.size else (np.nan, np.nan))
                 p_two = (float(min(1.0, 2 * min(np.mean(ref <= v), np.mean(ref >= v)) + 1.0 / (ref.size + 1)))
@@ -196,7 +294,8 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
                              "value": v, "band_low": float(lo), "band_high": float(hi),
                              "reference_mean": float(ref.mean()) if ref.size else float("nan"),
                              "inside": bool(lo <= v <= hi) if np.isfinite(v) and np.isfinite(lo) else np.nan,
-                             "p_value": p_two})
+                             "p_value": p_two, "n_paths_used": int(z.shape[0]), "band_source": source,
+                             "definition": definition})
     table = pd.DataFrame(rows)
     slopes = []
     t3rows = table[table.statistic == "T3"]
@@ -209,4 +308,5 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
         else:
             sm = sr = float("nan")
         slopes.append({"theta": th, "ratio": r, "t3_slope_model": sm, "t3_slope_bayes": sr, "theory": -0.5})
-    return FalckResult(table=table, t3_slopes=pd.DataFrame(slopes), n_paths=n_paths, n_ref=n_ref, seed=seed)
+    return FalckResult(table=table, t3_slopes=pd.DataFrame(slopes), n_paths=n_paths, n_ref=n_ref, seed=seed,
+                       definition=definition)

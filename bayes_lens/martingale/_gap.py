@@ -13,9 +13,14 @@ P(x_n | x_{1:n−1}) = m/(n+1) always, and P(x_n | x_{1:n−2}) = (m − 1)/n wh
 (probability (m − 1)/(n − 1)) or ½ otherwise, so E Δ̂_n = ((m−1)/(n−1))·log(n²/(2(n+1)(m−1)))
 + (m/(n−1))·log((n+1)/n) ≈ 1/n: the 1/n shape with A ≈ 1.
 
-Fits (see ``_fit``): A·log(n)/n + B and A/n + B by WLS with adjusted R², likelihood-ratio comparison,
-bootstrap CIs. Paper B (GPT-3 text-davinci-002): A = 0.182 ± 0.021, B = −0.0043 ± 0.0018,
-adjusted R² 0.759; the 1/n model R² < 0.3.
+Fits (see ``_fit``): A·log(n)/n + B and A/n + B by weighted least squares (IRLS with
+w = N/fitted² by default, ``weights="observed"`` for Paper B's N/Δ̂²) with adjusted R²,
+likelihood-ratio comparison, bootstrap CIs. Paper B (GPT-3 text-davinci-002): A = 0.182 ± 0.021,
+B = −0.0043 ± 0.0018, adjusted R² 0.759; the 1/n model R² < 0.3.
+
+Random streams: ``seed`` seeds a :class:`numpy.random.SeedSequence` whose three children drive,
+independently, the balanced sequences, the per-n bootstrap CIs and the bootstrap of the fits
+(the log n/n and 1/n fits share their resamples, a paired comparison). Same seed, same numbers.
 
 Example
 -------
@@ -38,7 +43,7 @@ from .._results import Result, plotly
 from ..metrics.stats import bootstrap_ci
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._fit import GapFit, compare_fits, fit_gap
+from ._fit import GapFit, check_weights, compare_fits, fit_gap
 from ._predict import BernoulliTemplate, _predict, _prob_of, laplace
 
 __all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "martingale_gap"]
@@ -122,7 +127,7 @@ class GapResult(Result):
                        ("laplace", self.laplace_fit_inv)):
             rows.append({"predictor": who, "formula": f.formula, "A": f.A, "A_se": f.A_se, "A_ci_low": f.A_ci[0],
                          "A_ci_high": f.A_ci[1], "B": f.B, "B_se": f.B_se, "B_ci_low": f.B_ci[0],
-                         "B_ci_high": f.B_ci[1], "adj_r2": f.adj_r2})
+                         "B_ci_high": f.B_ci[1], "adj_r2": f.adj_r2, "weights": f.weights})
         rows.append({"predictor": f"paper B ({PAPER_B['model']})", "formula": "A*log(n)/n + B", "A": PAPER_B["A"],
                      "A_se": PAPER_B["A_se"], "B": PAPER_B["B"], "B_se": PAPER_B["B_se"], "adj_r2": PAPER_B["adj_r2"]})
         return pd.DataFrame(rows)
@@ -164,11 +169,14 @@ def _check_ns(ns) -> list:
 
 def gap(model, ns: Sequence[int] = range(10, 200, 2), *, n_seqs: int = 100, seed: int = 0,
         template: Optional[BernoulliTemplate] = None, n_boot: int = 1000, batch_size: int = 8,
-        progress: Optional[bool] = None) -> GapResult:
+        weights: str = "fitted", progress: Optional[bool] = None) -> GapResult:
     """Paper B's Δ̂_n over balanced sequences for every n in ``ns``, with Laplace's rule alongside.
 
     ``model`` is a TransformerLens model or a predictor callable. ``n_boot`` bootstrap resamples of
-    sequences give the per-n CIs and the CIs of A and B (0 skips them).
+    sequences give the per-n CIs and the CIs of A and B (0 skips them). ``weights``: ``"fitted"``
+    (IRLS, w = N/fitted², default) or ``"observed"`` (w = N/Δ̂², Paper B as written, biased low);
+    see :func:`fit_gap`. ``seed`` is split into independent child streams for the sequences, the
+    per-n CIs and the fit bootstrap (``numpy.random.SeedSequence(seed).spawn``).
     """
     seed = check_seed(seed)
     n_seqs = check_int(n_seqs, "n_seqs")
@@ -179,16 +187,19 @@ def gap(model, ns: Sequence[int] = range(10, 200, 2), *, n_seqs: int = 100, seed
         raise InvalidInputError(f"gap() needs at least 3 values of n to fit the curve, got {len(ns)}.")
     if n_seqs < 2:
         raise InvalidInputError(f"n_seqs must be >= 2 (for a spread), got {n_seqs}.")
-    rng = np.random.default_rng(seed)
+    check_weights(weights)
+    data_ss, ci_ss, fit_ss = np.random.SeedSequence(seed).spawn(3)
+    rng = np.random.default_rng(data_ss)
+    ci_seeds = [int(v) for v in ci_ss.generate_state(len(ns), dtype=np.uint32)]
     rows, per_seq, masses = [], [], []
-    for n in _progress_bar(ns, desc="martingale gap", enabled=progress, unit="n"):
+    for j, n in enumerate(_progress_bar(ns, desc="martingale gap", enabled=progress, unit="n")):
         x = balanced_sequences(n, n_seqs, rng)
         p1, mass = _predict(model, x, template=template, batch_size=batch_size, progress=False)
         d = martingale_gap(p1, x)
         lap = martingale_gap(laplace(x), x)
         if not np.all(np.isfinite(d)):
             raise InvalidInputError(f"the predictive is 0 or NaN for an observed symbol at n={n}; cannot take logs.")
-        lo, hi = bootstrap_ci(np.mean, d, n_boot=n_boot, seed=seed + n) if n_boot else (np.nan, np.nan)
+        lo, hi = bootstrap_ci(np.mean, d, n_boot=n_boot, seed=ci_seeds[j]) if n_boot else (np.nan, np.nan)
         per_seq.append(d)
         m_mean = float(np.nanmean(mass[:, -2:])) if np.isfinite(mass).any() else float("nan")
         masses.append(m_mean)
@@ -198,11 +209,11 @@ def gap(model, ns: Sequence[int] = range(10, 200, 2), *, n_seqs: int = 100, seed
     per_n = pd.DataFrame(rows)
     counts = per_n.n_seqs.to_numpy(float)
     nv, gv, lv = per_n.n.to_numpy(float), per_n.gap_nats.to_numpy(), per_n.laplace_gap_nats.to_numpy()
-    fit = fit_gap(nv, gv, counts, shape="log", per_seq=per_seq, n_boot=n_boot, seed=seed)
-    fit_inv = fit_gap(nv, gv, counts, shape="inv", per_seq=per_seq, n_boot=n_boot, seed=seed)
-    comparison = compare_fits(nv, gv, counts)
-    lfit = fit_gap(nv, lv, counts, shape="log")
-    lfit_inv = fit_gap(nv, lv, counts, shape="inv")
+    fit = fit_gap(nv, gv, counts, shape="log", per_seq=per_seq, n_boot=n_boot, seed=fit_ss, weights=weights)
+    fit_inv = fit_gap(nv, gv, counts, shape="inv", per_seq=per_seq, n_boot=n_boot, seed=fit_ss, weights=weights)
+    comparison = compare_fits(nv, gv, counts, weights=weights)
+    lfit = fit_gap(nv, lv, counts, shape="log", weights=weights)
+    lfit_inv = fit_gap(nv, lv, counts, shape="inv", weights=weights)
     mass_all = np.array(masses)
     return GapResult(per_n=per_n, fit=fit, fit_inv=fit_inv, comparison=comparison, laplace_fit=lfit,
                      laplace_fit_inv=lfit_inv,

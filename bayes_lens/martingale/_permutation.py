@@ -2,19 +2,34 @@
 
 For each of ``n_seqs`` i.i.d. Bernoulli(p) prefixes x_{1:n}, ``n_perms`` random orderings are scored
 in one batched call (include the predictive after the whole prefix), giving P_j = P(next = 1 | π_j(x)).
-An exchangeable predictor gives the same P_j for every ordering (Laplace: (k+1)/(n+2)), so the SD is
-exactly 0. For a position-sensitive model, the SD of the mean of k orderings shrinks like k^(−1/2) if
-the orderings act as independent noise. The SD at each k is estimated without finite-pool bias from
-disjoint groups of k orderings (many random partitions of the pool, variances averaged), then averaged
-over sequences; the slope of log SD vs log k is fitted by least squares with a bootstrap CI over
-sequences (theory −0.5; Paper B −0.48, CI [−0.52, −0.44]).
+
+Headline: the SD across orderings at k = 1 (``sd_k1``, averaged over sequences, bootstrap CI over
+sequences). An exchangeable predictor gives the same P_j for every ordering, so its SD is exactly 0:
+the reference ``exchangeable_sd_k1`` is Laplace's rule ((k+1)/(n+2)) scored on the *same* orderings
+(0 up to rounding), and ``sd_k1`` − reference is the order sensitivity of the model. To give it a
+scale, ``sd_k1_over_posterior_sd`` divides each sequence's SD by the SD of the Beta(k+1, n−k+1)
+posterior of θ (how large the ordering noise is next to the Bayesian uncertainty). Next to it,
+``mean_abs_dev_from_laplace`` is |mean over orderings − Laplace|: whether the ordering-averaged
+predictive is Bayes ("in expectation").
+
+What the slope can and cannot say. The SD of the mean of k orderings is also estimated for each k
+(without finite-pool bias, from disjoint groups of k orderings over many random partitions of the
+pool, variances averaged, then averaged over sequences), and the slope of log SD vs log k is fitted
+with a bootstrap CI over sequences (Paper B: −0.48, CI [−0.52, −0.44]). Because the orderings are
+drawn independently, the k-ordering mean of *any* predictor has SD = SD(k = 1)/√k, so the slope is
+−0.5 by construction: an order-dependent "recency" predictor gives −0.50 just like a model with
+tiny position noise, and an exchangeable predictor has no slope (SD 0). The slope therefore only
+checks the design and the estimator (a slope away from −0.5 means correlated orderings or a biased
+SD estimate) and tells how many orderings an average needs; it says nothing about whether the model
+is exchangeable or Bayesian. That is what ``sd_k1`` (order sensitivity) and
+``mean_abs_dev_from_laplace`` (distance of the average from Bayes) measure.
 
 Example
 -------
 >>> from bayes_lens.martingale import permutation_average, laplace
 >>> res = permutation_average(laplace, n=20, n_seqs=4, n_perms=16, ks=(1, 2, 4, 8), n_boot=0)
->>> float(res.per_k.sd.max())
-0.0
+>>> float(res.sd_k1), float(res.per_k.sd.max())
+(0.0, 0.0)
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ import pandas as pd
 from .._results import Result, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, _predict_with_next
+from ._predict import BernoulliTemplate, _predict_with_next, laplace
 
 __all__ = ["PermutationResult", "permutation_average"]
 
@@ -54,7 +69,8 @@ def _slope(ks: np.ndarray, sd: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class PermutationResult(Result):
-    """``per_k``: SD of the k-ordering average vs k; ``slope`` (log-log) with ``slope_ci``."""
+    """Headline ``sd_k1`` (SD across orderings, exchangeable reference 0) with ``sd_k1_ci``; ``per_k``:
+    SD of the k-ordering average vs k; ``slope`` (log-log, −0.5 by construction) with ``slope_ci``."""
 
     per_k: pd.DataFrame  # k, sd, sd_ci_low, sd_ci_high
     slope: float
@@ -68,6 +84,15 @@ class PermutationResult(Result):
     n_seqs: int
     n_perms: int
     seed: int
+    sd_k1: float = float("nan")  # mean over sequences of the SD of P(next=1) across orderings
+    sd_k1_ci: Tuple[float, float] = (float("nan"), float("nan"))
+    exchangeable_sd_k1: float = 0.0  # the same statistic for Laplace's rule on the same orderings
+    sd_k1_over_posterior_sd: float = float("nan")  # mean of SD_i / SD of the Beta(k+1, n−k+1) posterior
+
+    @property
+    def sd_k1_excess(self) -> float:
+        """``sd_k1`` minus the exchangeable (Laplace) reference: the order sensitivity."""
+        return self.sd_k1 - self.exchangeable_sd_k1
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.per_k.copy()
@@ -79,7 +104,8 @@ class PermutationResult(Result):
         if np.isfinite(self.slope) and (d.sd > 0).any():
             ref = d.sd.iloc[0] * (d.k / d.k.iloc[0]) ** -0.5
             fig.add_trace(go.Scatter(x=d.k, y=ref, name="k^-1/2", line=dict(dash="dash")))
-        fig.update_layout(title=f"Permutation averaging (slope {self.slope:.3f})", xaxis_type="log",
+        fig.update_layout(title=f"Permutation averaging: SD at k = 1 {self.sd_k1:.3g} (exchangeable: 0); "
+                                f"slope {self.slope:.3f} (−0.5 by construction)", xaxis_type="log",
                           yaxis_type="log", xaxis_title="k orderings", yaxis_title="SD of P(next=1)")
         return fig
 
@@ -88,7 +114,8 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
                         ks: Sequence[int] = (1, 2, 4, 8, 16), p: float = 0.5, seed: int = 0,
                         template: Optional[BernoulliTemplate] = None, n_partitions: int = 50, n_boot: int = 1000,
                         batch_size: int = 8, progress: Optional[bool] = None) -> PermutationResult:
-    """SD of the predictive averaged over k random orderings of a length-``n`` prefix, vs k."""
+    """SD of the predictive across random orderings of a length-``n`` prefix (headline: k = 1, against the
+    exchangeable reference 0) and of its average over k orderings, vs k (slope −0.5 by construction)."""
     seed = check_seed(seed)
     n = check_int(n, "n")
     n_seqs = check_int(n_seqs, "n_seqs")
@@ -114,15 +141,22 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     p1, _ = _predict_with_next(model, perms, template=template, batch_size=batch_size, progress=progress,
                                desc="permutation average")
     pnext = p1[:, -1].reshape(n_seqs, n_perms)
+    sd1 = pnext.std(axis=1, ddof=1)  # per sequence, k = 1
+    lap_sd1 = _predict_with_next(laplace, perms)[0][:, -1].reshape(n_seqs, n_perms).std(axis=1, ddof=1)
+    ones = x.sum(1).astype(np.float64)
+    a, b = ones + 1.0, n - ones + 1.0
+    post_sd = np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0)))
     prng = np.random.default_rng(seed + 1)
     sd = np.array([[_group_sd(pnext[i], int(k), n_partitions, prng) for k in ks] for i in range(n_seqs)])
     mean_sd = sd.mean(0)
     slope = _slope(ks.astype(float), mean_sd)
     lo = hi = np.full(ks.size, np.nan)
-    slope_ci = (float("nan"), float("nan"))
+    slope_ci = sd1_ci = (float("nan"), float("nan"))
     if n_boot and n_seqs >= 2:
         brng = np.random.default_rng(seed + 2)
         idx = brng.integers(0, n_seqs, size=(n_boot, n_seqs))
+        b1 = sd1[idx].mean(1)
+        sd1_ci = (float(np.quantile(b1, 0.025)), float(np.quantile(b1, 0.975)))
         boot = sd[idx].mean(1)  # [n_boot, n_k]
         lo, hi = np.quantile(boot, 0.025, axis=0), np.quantile(boot, 0.975, axis=0)
         slopes = np.array([_slope(ks.astype(float), b) for b in boot])
@@ -134,4 +168,6 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     return PermutationResult(per_k=per_k, slope=slope, slope_ci=slope_ci, theory_slope=-0.5, paper_b_slope=-0.48,
                              predictive=pnext, laplace_predictive=lap,
                              mean_abs_dev_from_laplace=float(np.abs(pnext.mean(1) - lap).mean()),
-                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed)
+                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed, sd_k1=float(sd1.mean()),
+                             sd_k1_ci=sd1_ci, exchangeable_sd_k1=float(lap_sd1.mean()),
+                             sd_k1_over_posterior_sd=float(np.mean(sd1 / post_sd)))

@@ -10,7 +10,8 @@ from sklearn.preprocessing import StandardScaler
 
 import bayes_lens as bl
 from bayes_lens.metrics.pca import (
-    bootstrap_pca_stats, gaussian_null_pca_stats, participation_ratio, pca, standardize,
+    CI_METHOD_LABELS, CI_METHODS, bootstrap_interval, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label,
+    participation_ratio, pca, pca_bootstrap_cis, pr_interval_covers_population, standardize,
 )
 
 
@@ -122,3 +123,68 @@ def test_gaussian_null_matches_marchenko_pastur():
     assert np.all(np.abs(big[:, 0] - 0.25) < 0.03) and np.all(np.abs(big[:, 2] - 4) < 0.1)
     with pytest.raises(bl.InvalidInputError):
         gaussian_null_pca_stats(2, 5)
+
+
+# ----------------------------------------------------------------------------- interval methods
+
+def test_bootstrap_interval_formulas():
+    rng = np.random.default_rng(4)
+    reps = rng.gamma(3.0, 0.02, size=999) + 0.1
+    est = 0.12
+    lo, med, hi = np.quantile(reps, [0.025, 0.5, 0.975])
+    assert bootstrap_interval(reps, est, "percentile") == pytest.approx((lo, hi), rel=1e-12)
+    assert bootstrap_interval(reps, est, "recentered") == pytest.approx((est + lo - med, est + hi - med), rel=1e-12)
+    assert bootstrap_interval(reps, est, "basic") == pytest.approx((2 * est - hi, 2 * est - lo), rel=1e-12)
+    a = 0.05
+    assert bootstrap_interval(reps, est, "basic", level=0.9) == pytest.approx(
+        (2 * est - np.quantile(reps, 1 - a), 2 * est - np.quantile(reps, a)), rel=1e-12)
+    assert np.isnan(bootstrap_interval([np.nan, np.inf], est, "basic")[0])
+    with pytest.raises(bl.InvalidInputError, match="ci_method must be one of"):
+        bootstrap_interval(reps, est, "bca")
+    boot = np.stack([reps, reps + 0.1, reps * 100], 1)
+    cis, bias = pca_bootstrap_cis(boot, (est, est + 0.1, 12.0), "basic")
+    assert cis[2] == pytest.approx(bootstrap_interval(reps * 100, 12.0, "basic"), rel=1e-12)
+    assert bias[0] == pytest.approx(med - est) and bias[2] == pytest.approx(100 * med - 12.0)
+
+
+def test_interval_labels_name_the_method_and_the_pr_caveat():
+    assert "recentred" in interval_label("pc1", "recentered", 75, 192)
+    assert "same-n statistic" in interval_label("pc1", "recentered", 75, 192)
+    assert "basic bootstrap" in interval_label("pc12", "basic", 75, 192)
+    pr = interval_label("participation_ratio", "basic", 75, 192)
+    assert "does not cover the population PR" in pr and "n = 75" in pr
+    assert "does not cover" not in interval_label("participation_ratio", "basic", 5000, 20)
+    assert not pr_interval_covers_population(75, 192) and pr_interval_covers_population(2000, 100)
+    assert set(CI_METHOD_LABELS) == set(CI_METHODS) == {"recentered", "basic", "percentile"}
+
+
+def test_interval_targets_in_simulation():
+    """Spiked population correlation (d = 100, eigenvalues 20, 10, 1, …), n = 50 rows, 150 data sets ×
+    200 resamples: the basic interval covers the population PC1 and PC1+PC2 at ≈ 0.9; the percentile
+    interval misses PC1+PC2; no interval covers the population participation ratio at n < d (it is
+    biased low: sample PR ≤ n − 1), which is why its label says so."""
+    n, d, sets = 50, 100, 150
+    rng = np.random.default_rng(3)
+    v = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    lam = np.ones(d)
+    lam[:2] = (20, 10)
+    cov = (v * lam) @ v.T
+    corr = cov / np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
+    ev = np.sort(np.linalg.eigvalsh(corr))[::-1]
+    pop = np.array([ev[0] / ev.sum(), ev[:2].sum() / ev.sum(), ev.sum() ** 2 / (ev ** 2).sum()])
+    chol = np.linalg.cholesky(corr)
+    cover = {m: np.zeros(3) for m in CI_METHODS}
+    for s in range(sets):
+        x = rng.standard_normal((n, d)) @ chol.T
+        fit = pca(x)
+        est = (fit.explained_variance_ratio[0], fit.explained_variance_ratio[:2].sum(), fit.participation_ratio)
+        boot = bootstrap_pca_stats(x, n_boot=200, seed=s)
+        for m in CI_METHODS:
+            cis, _ = pca_bootstrap_cis(boot, est, m)
+            cover[m] += [lo <= p <= hi for (lo, hi), p in zip(cis, pop)]
+    cover = {m: c / sets for m, c in cover.items()}
+    assert 0.85 <= cover["basic"][0] <= 0.99 and 0.85 <= cover["basic"][1] <= 0.99
+    assert cover["percentile"][1] < 0.5 < cover["basic"][1]
+    assert cover["recentered"][1] < cover["basic"][1]
+    assert all(cover[m][2] < 0.5 for m in CI_METHODS)
+    assert not pr_interval_covers_population(n, d)
