@@ -183,9 +183,9 @@ def _domain_specs(domains) -> Dict[str, object]:
 
 def _diff_ci(boot_d: np.ndarray, boot_r: np.ndarray, est: float, ci_method: str) -> CI:
     """Interval of a domain difference from independent bootstraps, by the value manifold's method."""
-    from ._geometry._manifold import pca_intervals
+    from .metrics.pca import pca_bootstrap_cis
 
-    (ci,), _ = pca_intervals((boot_d - boot_r)[:, None], (est,), ci_method)
+    (ci,), _ = pca_bootstrap_cis((boot_d - boot_r)[:, None], (est,), ci_method)
     return ci
 
 

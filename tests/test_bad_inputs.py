@@ -481,7 +481,7 @@ def _one_line(capsys, pattern):
 
 
 def test_cli_windtunnel_train_out_is_a_file(tmp_path, capsys):
-    from bayes_lens.windtunnel import cli_main
+    from bayes_lens.cli import windtunnel_main as cli_main
 
     f = a_file(tmp_path)
     rc = cli_main(["train", "--task", "bijection", "--V", "4", "--layers", "1", "--d-model", "16", "--heads", "2",

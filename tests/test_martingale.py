@@ -25,7 +25,7 @@ from bayes_lens.martingale import (BernoulliTemplate, balanced_sequences, clippe
                                    falck_statistics, fit_gap, gap, harmonic_fit, krichevsky_trofimov, laplace,
                                    laplace_expected_gap, martingale_gap, mixture_codelength_bits, permutation_average,
                                    positional_spectrum, predictive, refine_period, resample_paths)
-from bayes_lens.martingale._predict import _layout
+from bayes_lens.martingale._predict import symbol_layout
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -42,10 +42,10 @@ def _sequential_probs(seq, a=1.0, b=1.0):
 def _per_prefix(model, seqs, template=bl.martingale.DEFAULT_TEMPLATE):
     """The slow reference: one forward pass per prefix, read at the last token."""
     tok = model.tokenizer
-    _, _, sym = _layout(tok, template, [0, 1])
+    _, _, sym = symbol_layout(tok, template, [0, 1])
     out = np.zeros(np.shape(seqs))
     for i, s in enumerate(seqs):
-        ids, pos, _ = _layout(tok, template, s)
+        ids, pos, _ = symbol_layout(tok, template, s)
         for t in range(len(s)):
             with torch.inference_mode():
                 lg = model(torch.tensor([ids[: pos[t]]]), return_type="logits")[0, -1].double()
@@ -527,7 +527,7 @@ def test_tiny_model_one_pass_equals_per_prefix(tiny):
 
 @pytest.mark.real
 def test_smol_symbols_tokenize_as_expected(smol):
-    ids, pos, sym = _layout(smol.tokenizer, bl.martingale.DEFAULT_TEMPLATE, [0, 1, 1])
+    ids, pos, sym = symbol_layout(smol.tokenizer, bl.martingale.DEFAULT_TEMPLATE, [0, 1, 1])
     toks = [smol.tokenizer.decode([i]) for i in ids]
     assert [toks[j] for j in pos] == ["0", "1", "1"]
     assert all(toks[j - 1] == " " for j in pos)  # read at the space right before each symbol

@@ -22,11 +22,11 @@ import torch
 from .. import adapter
 from .._results import Result, plotly
 from ..errors import InvalidInputError
-from ..metrics.pca import bootstrap_pca_stats, gaussian_null_pca_stats, pca
+from ..metrics.pca import CI_METHODS, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label, pca, pca_bootstrap_cis
 from ..metrics.stats import as_numpy, percentile_interval
 from ._sources import check_site, check_stats, expand_kv_heads, resolve_layer, source_collection, source_model
 
-__all__ = ["ValueManifold", "value_manifold", "manifold_from_samples", "pca_intervals", "CI_METHODS"]
+__all__ = ["ValueManifold", "value_manifold", "manifold_from_samples", "CI_METHODS"]
 
 CI = Tuple[float, float]
 
@@ -57,6 +57,9 @@ class ValueManifold(Result):
     coords: torch.Tensor  # [n_prompts, n_components]
     bootstrap_bias: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # median(boot) − estimate: PC1, PC1+2, PR
     ci_method: str = "recentered"
+    pc1_ci_label: str = ""
+    pc12_ci_label: str = ""
+    participation_ratio_ci_label: str = ""
     expand_kv: bool = False
     n_boot: int = 1000
     n_null: int = 200
@@ -67,15 +70,17 @@ class ValueManifold(Result):
         import pandas as pd
 
         rows = []
-        for stat, val, ci, null, nint in (
-            ("pc1_explained_variance_fraction", self.pc1, self.pc1_ci, self.null_pc1, self.null_pc1_interval),
-            ("pc12_explained_variance_fraction", self.pc12, self.pc12_ci, self.null_pc12, self.null_pc12_interval),
+        for stat, val, ci, null, nint, label in (
+            ("pc1_explained_variance_fraction", self.pc1, self.pc1_ci, self.null_pc1, self.null_pc1_interval,
+             self.pc1_ci_label),
+            ("pc12_explained_variance_fraction", self.pc12, self.pc12_ci, self.null_pc12, self.null_pc12_interval,
+             self.pc12_ci_label),
             ("participation_ratio_dims", self.participation_ratio, self.participation_ratio_ci,
-             self.null_participation_ratio, self.null_participation_ratio_interval),
+             self.null_participation_ratio, self.null_participation_ratio_interval, self.participation_ratio_ci_label),
         ):
             rows.append(dict(metric="value_manifold", layer=self.layer, site=self.site, statistic=stat, value=val,
-                             ci_low=ci[0], ci_high=ci[1], null_mean=null, null_low=nint[0], null_high=nint[1],
-                             n_prompts=self.n_prompts, dim=self.dim))
+                             ci_low=ci[0], ci_high=ci[1], ci_method=label, null_mean=null, null_low=nint[0],
+                             null_high=nint[1], n_prompts=self.n_prompts, dim=self.dim))
         return pd.DataFrame(rows)
 
     def plot(self):
@@ -92,29 +97,6 @@ class ValueManifold(Result):
 
 
 
-#: bootstrap interval methods for the PCA statistics (see :func:`pca_intervals`)
-CI_METHODS = ("recentered", "percentile")
-
-
-def pca_intervals(boot: np.ndarray, estimates, ci_method: str):
-    """CIs of (PC1, PC1+PC2, PR) from bootstrap replicates, and the bootstrap bias (median − estimate).
-
-    Resampling prompts with replacement duplicates rows; with n < d that lowers the rank of the
-    standardized matrix and inflates PC1 / lowers PR in every replicate, so the plain percentile
-    interval can miss the estimate entirely. ``"recentered"`` (default) keeps the percentile
-    interval's shape and width but centres it on the estimate: [θ̂ + q_lo − med, θ̂ + q_hi − med].
-    ``"percentile"`` is the plain percentile interval.
-    """
-    cis, bias = [], []
-    for j, est in enumerate(estimates):
-        col = boot[:, j][np.isfinite(boot[:, j])]
-        lo, hi = percentile_interval(col, min_finite=0.0)
-        med = float(np.median(col)) if col.size else float("nan")
-        bias.append(med - est)
-        cis.append((lo, hi) if ci_method == "percentile" else (est + lo - med, est + hi - med))
-    return cis, tuple(bias)
-
-
 def manifold_from_samples(x: np.ndarray, *, layer, site, name, seed, n_boot, n_null, n_components,
                           expand_kv, ci_method="recentered") -> ValueManifold:
     """The value-manifold statistics of samples ``x`` [n, d] (float64), with bootstrap CIs and the null."""
@@ -124,12 +106,15 @@ def manifold_from_samples(x: np.ndarray, *, layer, site, name, seed, n_boot, n_n
     evr = fit.explained_variance_ratio
     pc1, pc12, pr = float(evr[0]), float(evr[:2].sum()), fit.participation_ratio
     boot = bootstrap_pca_stats(x, n_boot=n_boot, seed=seed)
-    (pc1_ci, pc12_ci, pr_ci), bias = pca_intervals(boot, (pc1, pc12, pr), ci_method)
+    (pc1_ci, pc12_ci, pr_ci), bias = pca_bootstrap_cis(boot, (pc1, pc12, pr), ci_method)
     null = gaussian_null_pca_stats(x.shape[0], int(fit.kept.sum()), n_sims=n_null, seed=seed + 1)
     return ValueManifold(
         layer=layer, site=site, hook_name=name, n_prompts=x.shape[0], dim=x.shape[1], n_constant_dims=fit.n_constant,
         pc1=pc1, pc12=pc12, pc1_ci=pc1_ci, pc12_ci=pc12_ci,
         participation_ratio=pr, participation_ratio_ci=pr_ci, bootstrap_bias=bias, ci_method=ci_method,
+        pc1_ci_label=interval_label("pc1", ci_method, x.shape[0], int(fit.kept.sum())),
+        pc12_ci_label=interval_label("pc12", ci_method, x.shape[0], int(fit.kept.sum())),
+        participation_ratio_ci_label=interval_label("participation_ratio", ci_method, x.shape[0], int(fit.kept.sum())),
         explained_variance_ratio=evr[: min(len(evr), 20)].copy(),
         null_pc1=float(null[:, 0].mean()), null_pc12=float(null[:, 1].mean()),
         null_participation_ratio=float(null[:, 2].mean()),
@@ -153,9 +138,13 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     their ``attention_mask``, when the batch is padded) or a :class:`~bayes_lens.collect.Collection`.
     ``site="resid_post"`` uses residual states (the paper script's variant). ``expand_kv=True``
     repeats KV heads to the query-head layout (off: repeated copies inflate PCA). ``n_null``
-    Gaussian simulations at the same n × d give the null. ``ci_method``: ``"recentered"`` (default)
-    or ``"percentile"``; see :func:`pca_intervals` — resamples with duplicated prompts inflate PC1,
-    so the plain percentile interval is biased upwards.
+    Gaussian simulations at the same n × d give the null. ``ci_method`` says what the intervals
+    target (:func:`bayes_lens.metrics.pca.bootstrap_interval`): ``"recentered"`` (default) the same-n
+    statistic — the quantity the same-n null is compared with; ``"basic"`` the population value
+    (covered PC1 and PC1+PC2 at 0.86–0.96 in simulation); ``"percentile"`` the plain interval, biased
+    upwards (resamples with duplicated prompts inflate PC1 when n < d). No interval covers the
+    population participation ratio when n ≲ d; each result's ``*_ci_label`` names the method used
+    and says so.
 
     Example
     -------

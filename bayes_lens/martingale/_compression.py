@@ -36,7 +36,7 @@ from scipy.stats import binom
 from .._results import Result, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, _predict, _prob_of, clipped_mle, krichevsky_trofimov, laplace
+from ._predict import BernoulliTemplate, predict_array, prob_of, clipped_mle, krichevsky_trofimov, laplace
 
 __all__ = ["CompressionResult", "compression", "bernoulli_entropy_bits", "mixture_codelength_bits",
            "expected_ce_bits"]
@@ -118,9 +118,9 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
         h = float(bernoulli_entropy_bits(th))
         exact = {"laplace": expected_ce_bits(th, ns, 1, 1), "kt": expected_ce_bits(th, ns, 0.5, 0.5)}
         for who, pred in predictors.items():
-            p1, _ = _predict(pred, x, template=template, batch_size=batch_size, progress=progress,
+            p1, _ = predict_array(pred, x, template=template, batch_size=batch_size, progress=progress,
                              desc=f"compression θ={th}")
-            q = _prob_of(p1, x)
+            q = prob_of(p1, x)
             if np.isnan(q[:, 0]).any():
                 raise InvalidInputError(
                     "the predictive for the first symbol is undefined (template prefix is empty and the model "

@@ -50,11 +50,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .._progress import progress as _progress_bar
+from .._progress import progress as progress_bar
 from .._results import Result, plotly
 from .._validate import check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, _predict_with_next
+from ._predict import BernoulliTemplate, predict_with_next
 
 __all__ = ["FalckResult", "falck_checks", "resample_paths", "t1", "t2", "t3", "drop_outlier_paths", "falck_statistics",
            "DEFINITIONS"]
@@ -167,7 +167,7 @@ def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: 
     data = np.asarray(data, dtype=np.int64).ravel()
     state = np.tile(data, (n_paths, 1))
     for _ in range(length):
-        p1, _ = _predict_with_next(model, state, template=template, batch_size=batch_size, progress=False)
+        p1, _ = predict_with_next(model, state, template=template, batch_size=batch_size, progress=False)
         pn = p1[:, -1]
         if not np.all(np.isfinite(pn)):
             raise InvalidInputError("the predictive is NaN after the data; check the template/model.")
@@ -260,7 +260,7 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
     rng = np.random.default_rng(seed)
     rows = []
     settings = [(th, n) for th in thetas for n in ns]
-    for i, (th, n) in enumerate(_progress_bar(settings, desc="Falck checks", enabled=progress, unit="setting")):
+    for i, (th, n) in enumerate(progress_bar(settings, desc="Falck checks", enabled=progress, unit="setting")):
         data = (rng.random(n) < th).astype(np.int64)
         k1 = int(data.sum())
         n_max = int(round(max(ratios) * n))

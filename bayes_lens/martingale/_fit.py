@@ -171,7 +171,8 @@ def fit_gap(ns, gaps, counts=None, *, shape: str = "log", per_seq: Optional[Sequ
     from resampling sequences within each n (each replicate refitted the same way). ``seed`` is an
     int, a :class:`numpy.random.SeedSequence` or a Generator.
     """
-    seed = check_seed(seed)
+    if not isinstance(seed, (np.random.SeedSequence, np.random.Generator)):  # a child stream passes as is
+        seed = check_seed(seed)
     n_boot = check_nonneg_int(n_boot, "n_boot")
     if shape not in SHAPES:
         raise InvalidInputError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}.")

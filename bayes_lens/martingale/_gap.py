@@ -38,13 +38,13 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .._progress import progress as _progress_bar
+from .._progress import progress as progress_bar
 from .._results import Result, plotly
 from ..metrics.stats import bootstrap_ci
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._fit import GapFit, check_weights, compare_fits, fit_gap
-from ._predict import BernoulliTemplate, _predict, _prob_of, laplace
+from ._predict import BernoulliTemplate, predict_array, prob_of, laplace
 
 __all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "martingale_gap"]
 
@@ -61,8 +61,8 @@ def balanced_sequences(n: int, n_seqs: int, rng: np.random.Generator) -> np.ndar
 def martingale_gap(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Per-sequence |log P(x_n | x_{1:n−1}) − log P(x_n | x_{1:n−2})| from predictives ``p1`` [N, n]."""
     xn = x[:, -1]
-    a = _prob_of(p1[:, -1], xn)
-    b = _prob_of(p1[:, -2], xn)
+    a = prob_of(p1[:, -1], xn)
+    b = prob_of(p1[:, -2], xn)
     with np.errstate(divide="ignore"):
         return np.abs(np.log(a) - np.log(b))
 
@@ -192,9 +192,9 @@ def gap(model, ns: Sequence[int] = range(10, 200, 2), *, n_seqs: int = 100, seed
     rng = np.random.default_rng(data_ss)
     ci_seeds = [int(v) for v in ci_ss.generate_state(len(ns), dtype=np.uint32)]
     rows, per_seq, masses = [], [], []
-    for j, n in enumerate(_progress_bar(ns, desc="martingale gap", enabled=progress, unit="n")):
+    for j, n in enumerate(progress_bar(ns, desc="martingale gap", enabled=progress, unit="n")):
         x = balanced_sequences(n, n_seqs, rng)
-        p1, mass = _predict(model, x, template=template, batch_size=batch_size, progress=False)
+        p1, mass = predict_array(model, x, template=template, batch_size=batch_size, progress=False)
         d = martingale_gap(p1, x)
         lap = martingale_gap(laplace(x), x)
         if not np.all(np.isfinite(d)):

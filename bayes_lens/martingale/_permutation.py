@@ -43,7 +43,7 @@ import pandas as pd
 from .._results import Result, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, _predict_with_next, laplace
+from ._predict import BernoulliTemplate, predict_with_next, laplace
 
 __all__ = ["PermutationResult", "permutation_average"]
 
@@ -138,11 +138,11 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     rng = np.random.default_rng(seed)
     x = (rng.random((n_seqs, n)) < p).astype(np.int64)
     perms = np.stack([x[i][rng.permutation(n)] for i in range(n_seqs) for _ in range(n_perms)])
-    p1, _ = _predict_with_next(model, perms, template=template, batch_size=batch_size, progress=progress,
+    p1, _ = predict_with_next(model, perms, template=template, batch_size=batch_size, progress=progress,
                                desc="permutation average")
     pnext = p1[:, -1].reshape(n_seqs, n_perms)
     sd1 = pnext.std(axis=1, ddof=1)  # per sequence, k = 1
-    lap_sd1 = _predict_with_next(laplace, perms)[0][:, -1].reshape(n_seqs, n_perms).std(axis=1, ddof=1)
+    lap_sd1 = predict_with_next(laplace, perms)[0][:, -1].reshape(n_seqs, n_perms).std(axis=1, ddof=1)
     ones = x.sum(1).astype(np.float64)
     a, b = ones + 1.0, n - ones + 1.0
     post_sd = np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0)))

@@ -206,7 +206,7 @@ def _encode(tokenizer, text: str):
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
 
-def _layout(tokenizer, template: BernoulliTemplate, seq) -> Tuple[list, np.ndarray, dict]:
+def symbol_layout(tokenizer, template: BernoulliTemplate, seq) -> Tuple[list, np.ndarray, dict]:
     """Token ids of the rendered ``seq``, the token index of every symbol, and symbol -> token id."""
     text = template.render(seq)
     try:
@@ -250,7 +250,7 @@ def _layout(tokenizer, template: BernoulliTemplate, seq) -> Tuple[list, np.ndarr
 
 def _symbol_token_ids(tokenizer, template: BernoulliTemplate) -> Tuple[int, int]:
     """Token ids of symbol 0 and symbol 1 as they appear inside a rendered sequence."""
-    _, _, ids = _layout(tokenizer, template, [0, 1, 0, 1])
+    _, _, ids = symbol_layout(tokenizer, template, [0, 1, 0, 1])
     if ids[0] == ids[1]:
         raise TokenizationError(f"symbols {template.symbols!r} map to the same token; choose distinct symbols.")
     return int(ids[0]), int(ids[1])
@@ -269,7 +269,7 @@ def _layouts(model, seqs: np.ndarray, template: BernoulliTemplate):
     t0, t1 = _symbol_token_ids(tok, template)
     texts, layouts = [], []
     for seq in seqs:
-        ids, positions, sym = _layout(tok, template, seq)
+        ids, positions, sym = symbol_layout(tok, template, seq)
         if any(sym.get(s, tid) != tid for s, tid in ((0, t0), (1, t1))):
             raise TokenizationError("symbol tokens differ between sequences; use a template with a separator.")
         texts.append(template.render(seq))
@@ -343,7 +343,7 @@ def predictive_from_logits(model, sequences, logits, tokens, *, template: Option
     return (p, m) if return_mass else p
 
 
-def _predict(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,
+def predict_array(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,
              batch_size: int = 8, progress: Optional[bool] = None,
              desc: str = "predictive") -> Tuple[np.ndarray, np.ndarray]:
     """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables."""
@@ -365,10 +365,10 @@ def _predict(model_or_predictor, seqs: np.ndarray, *, template: Optional[Bernoul
     return out, np.full(out.shape, np.nan)
 
 
-def _predict_with_next(model_or_predictor, seqs: np.ndarray, **kw) -> Tuple[np.ndarray, np.ndarray]:
-    """Like :func:`_predict` but with one more column: the predictive after the whole sequence."""
+def predict_with_next(model_or_predictor, seqs: np.ndarray, **kw) -> Tuple[np.ndarray, np.ndarray]:
+    """Like :func:`predict_array` but with one more column: the predictive after the whole sequence."""
     ext = np.concatenate([seqs, np.zeros((seqs.shape[0], 1), dtype=np.int64)], axis=1)
-    return _predict(model_or_predictor, ext, **kw)
+    return predict_array(model_or_predictor, ext, **kw)
 
 
 def predictive(model, sequences, *, template: Optional[BernoulliTemplate] = None, include_next: bool = False,
@@ -389,12 +389,12 @@ def predictive(model, sequences, *, template: Optional[BernoulliTemplate] = None
     empty prefix (given only the template's preamble); with ``return_mass`` a pair ``(p, mass)``.
     """
     seqs = _as_sequences(sequences)
-    fn = _predict_with_next if include_next else _predict
+    fn = predict_with_next if include_next else predict_array
     p, mass = fn(model, seqs, template=template, batch_size=batch_size, progress=progress)
     p, mass = torch.from_numpy(p), torch.from_numpy(mass)
     return (p, mass) if return_mass else p
 
 
-def _prob_of(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
+def prob_of(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
     """P(observed symbol) from P(symbol = 1)."""
     return np.where(x == 1, p1, 1.0 - p1)

@@ -49,7 +49,7 @@ import pandas as pd
 from .._results import Result, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, _predict, _prob_of, is_model, laplace
+from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, predict_array, prob_of, is_model, laplace
 
 __all__ = ["SpectrumResult", "positional_spectrum", "per_position_gap", "harmonic_fit", "dominant_periods",
            "refine_period"]
@@ -57,8 +57,8 @@ __all__ = ["SpectrumResult", "positional_spectrum", "per_position_gap", "harmoni
 
 def per_position_gap(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
     """|log P(x_t | x_{<t}) − log P(x_t | x_{<t−1})| for t = 3 … L (1-based); shape [N, L − 2]."""
-    a = _prob_of(p1[:, 2:], x[:, 2:])
-    b = _prob_of(p1[:, 1:-1], x[:, 2:])
+    a = prob_of(p1[:, 2:], x[:, 2:])
+    b = prob_of(p1[:, 1:-1], x[:, 2:])
     with np.errstate(divide="ignore"):
         return np.abs(np.log(a) - np.log(b))
 
@@ -229,9 +229,9 @@ class SpectrumResult(Result):
 def _tokens_per_symbol(model, template: BernoulliTemplate) -> float:
     if not is_model(model):
         return float("nan")
-    from ._predict import _layout
+    from ._predict import symbol_layout
 
-    _, positions, _ = _layout(model.tokenizer, template, [0, 1, 0, 1, 1, 0])
+    _, positions, _ = symbol_layout(model.tokenizer, template, [0, 1, 0, 1, 1, 0])
     steps = np.diff(positions)
     return float(steps[0]) if np.all(steps == steps[0]) else float(np.mean(steps))
 
@@ -263,7 +263,7 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
         raise InvalidInputError(f"n_harmonics must be >= 1, got {n_harmonics}.")
     rng = np.random.default_rng(seed)
     x = (rng.random((n_seqs, length)) < p).astype(np.int64)
-    p1, _ = _predict(model, x, template=template, batch_size=batch_size, progress=progress,
+    p1, _ = predict_array(model, x, template=template, batch_size=batch_size, progress=progress,
                      desc="positional spectrum")
     d = per_position_gap(p1, x)
     if not np.all(np.isfinite(d)):

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidInputError, NonFiniteError
-from .pca import _small_blas
+from .pca import small_blas
 from .stats import as_numpy
 
 __all__ = [
@@ -52,7 +52,7 @@ def mean_abs_offdiag_cosine(w) -> np.ndarray | float:
     if (norms == 0).any():
         raise InvalidInputError("a W_K column is all zeros; its cosine is undefined.")
     u = w / norms
-    with _small_blas():
+    with small_blas():
         cos = np.abs(np.swapaxes(u, -1, -2) @ u)
     m = w.shape[-1]
     off = (cos.sum(axis=(-1, -2)) - np.trace(cos, axis1=-2, axis2=-1)) / (m * (m - 1))
@@ -100,7 +100,7 @@ def simulate_gaussian_abs_cosine(d_model: int, d_head: int, *, n_sims: int = 200
         low = np.tril(rng.standard_normal((b, m, m)), k=-1)
         diag = np.arange(m)
         low[:, diag, diag] = np.sqrt(rng.chisquare(d - diag, size=(b, m)))
-        with _small_blas():
+        with small_blas():
             gram = low @ np.swapaxes(low, 1, 2)
         norm = np.sqrt(np.diagonal(gram, axis1=1, axis2=2))
         cos = np.abs(gram / (norm[:, :, None] * norm[:, None, :]))

@@ -57,6 +57,7 @@ from ..errors import InvalidInputError, NonFiniteError
 from .stats import as_numpy
 
 __all__ = [
+    "small_blas",
     "PCAFit",
     "standardize",
     "pca",
@@ -88,7 +89,7 @@ _REL_EPS = 1e-10
 _BLAS_CONTROLLER = None
 
 
-def _small_blas():
+def small_blas():
     """Limit BLAS/LAPACK to one thread for these small matrices.
 
     Multi-threaded OpenBLAS on a busy 2-core machine took ~1 s for one 64 × 192 SVD (1 ms on one
@@ -173,7 +174,7 @@ def pca(x, n_components: int | None = None, *, standardized: bool = True) -> PCA
         z = x - mean
     if z.shape[1] == 0:
         raise InvalidInputError("every coordinate is constant across the samples; PCA is undefined.")
-    with _small_blas():
+    with small_blas():
         u, s, vt = np.linalg.svd(z, full_matrices=False)
     lam = s ** 2 / (n - 1)
     total = lam.sum()
@@ -200,7 +201,7 @@ def _batched_evr_stats(xb: np.ndarray, floor) -> np.ndarray:
     var = np.einsum("bnd,bnd->bd", xb, xb) / n
     ok = var > floor
     xb *= np.where(ok, 1.0 / np.sqrt(np.where(ok, var, 1.0)), 0.0)[:, None, :]
-    with _small_blas():
+    with small_blas():
         gram = xb @ np.swapaxes(xb, 1, 2) if n <= d else np.swapaxes(xb, 1, 2) @ xb
         lam = np.clip(np.linalg.eigvalsh(gram)[:, ::-1], 0.0, None)
     total = lam.sum(axis=1)
