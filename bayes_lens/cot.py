@@ -46,6 +46,7 @@ import pandas as pd
 
 from ._results import Result, plotly
 from .errors import InvalidInputError
+from .metrics.stats import percentile_interval
 
 __all__ = ["CotLength", "cot_length", "CotFit", "estimate_cot_params"]
 
@@ -241,8 +242,7 @@ def estimate_cot_params(k, B, *, n_boot: int = 1000, seed: int = 0) -> CotFit:
         reps = np.asarray(reps)
         if reps.shape[0] >= n_boot / 2:
             for j, name in enumerate(("alpha", "k0", "b_opt", "gap")):
-                lo, hi = np.quantile(reps[:, j], [0.025, 0.975])
-                cis[name] = (float(lo), float(hi))
+                cis[name] = percentile_interval(reps[:, j], min_finite=0.0)
     return CotFit(alpha=float(alpha), k0=float(k0), b_opt=float(b_opt), b0=float(b_opt + alpha / k0),
                   gap=float(alpha / k0), alpha_ci=cis["alpha"], k0_ci=cis["k0"], b_opt_ci=cis["b_opt"],
                   gap_ci=cis["gap"], rmse=rmse, points=pd.DataFrame({"k": k, "B": B}))

@@ -101,7 +101,7 @@ def focusing_from_entropies(ent: np.ndarray, *, uniform: float, positions: str, 
 
     idx = bootstrap_indices(n, n_boot, seed)
     boot = per_prompt[idx].mean(axis=1)  # [B, L]
-    lo, hi = np.quantile(boot, [0.025, 0.975], axis=0) if n > 1 else (np.full_like(curve, np.nan),) * 2
+    lo, hi = percentile_interval(boot, axis=0, min_finite=0.0) if n > 1 else (np.full_like(curve, np.nan),) * 2
     nan_ci = (float("nan"), float("nan"))
     return AttentionFocusing(
         layer_entropy_bits=torch.from_numpy(curve.copy()),

@@ -34,6 +34,8 @@ from scipy.special import gammaln
 from scipy.stats import binom
 
 from .._results import Result, plotly
+from ..metrics.calibration import binary_entropy_bits
+from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, predict_array, prob_of, clipped_mle, krichevsky_trofimov, laplace
@@ -44,10 +46,7 @@ __all__ = ["CompressionResult", "compression", "bernoulli_entropy_bits", "mixtur
 
 def bernoulli_entropy_bits(theta) -> np.ndarray:
     """H(θ) in bits."""
-    t = np.asarray(theta, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = -(t * np.log2(t) + (1 - t) * np.log2(1 - t))
-    return np.where((t == 0) | (t == 1), 0.0, h)
+    return binary_entropy_bits(theta)
 
 
 def mixture_codelength_bits(k, n, a: float = 1.0, b: float = 1.0) -> np.ndarray:
@@ -132,8 +131,8 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
             mean = ce.mean(0)
             if n_boot and n_seqs >= 2:
                 brng = np.random.default_rng(seed + 11)
-                boot = ce[brng.integers(0, n_seqs, size=(n_boot, n_seqs))].mean(1)
-                lo, hi = np.quantile(boot, 0.025, axis=0), np.quantile(boot, 0.975, axis=0)
+                boot = ce[bootstrap_indices(n_seqs, n_boot, brng)].mean(1)
+                lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)
             else:
                 lo = hi = np.full(length, np.nan)
             eff = h / mean

@@ -43,6 +43,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..metrics.stats import percentile_interval
 from .._validate import check_nonneg_int, check_seed
 from ..errors import InvalidInputError
 
@@ -209,10 +210,7 @@ def _bootstrap(ns, per_seq, X, *, n_boot: int, seed, level: float, weights: str)
         idx = rng.integers(0, vals.size, size=(n_boot, vals.size))
         means[:, j] = vals[idx].mean(axis=1)
     beta = _weighted_fit(X, means, counts, weights)[0]
-    alpha = (1 - level) / 2
-    qa = np.quantile(beta[:, 0], [alpha, 1 - alpha])
-    qb = np.quantile(beta[:, 1], [alpha, 1 - alpha])
-    return (float(qa[0]), float(qa[1])), (float(qb[0]), float(qb[1]))
+    return percentile_interval(beta[:, 0], level, min_finite=0.0), percentile_interval(beta[:, 1], level, min_finite=0.0)
 
 
 def compare_fits(ns, gaps, counts=None, *, weights: str = "fitted") -> dict:

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from .._results import Result, plotly
+from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, predict_with_next, laplace
@@ -154,15 +155,11 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     slope_ci = sd1_ci = (float("nan"), float("nan"))
     if n_boot and n_seqs >= 2:
         brng = np.random.default_rng(seed + 2)
-        idx = brng.integers(0, n_seqs, size=(n_boot, n_seqs))
-        b1 = sd1[idx].mean(1)
-        sd1_ci = (float(np.quantile(b1, 0.025)), float(np.quantile(b1, 0.975)))
+        idx = bootstrap_indices(n_seqs, n_boot, brng)
+        sd1_ci = percentile_interval(sd1[idx].mean(1), min_finite=0.0)
         boot = sd[idx].mean(1)  # [n_boot, n_k]
-        lo, hi = np.quantile(boot, 0.025, axis=0), np.quantile(boot, 0.975, axis=0)
-        slopes = np.array([_slope(ks.astype(float), b) for b in boot])
-        slopes = slopes[np.isfinite(slopes)]
-        if slopes.size >= n_boot / 2:
-            slope_ci = (float(np.quantile(slopes, 0.025)), float(np.quantile(slopes, 0.975)))
+        lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)
+        slope_ci = percentile_interval(np.array([_slope(ks.astype(float), b) for b in boot]))
     lap = (x.sum(1) + 1.0) / (n + 2.0)
     per_k = pd.DataFrame({"k": ks, "sd": mean_sd, "sd_ci_low": lo, "sd_ci_high": hi})
     return PermutationResult(per_k=per_k, slope=slope, slope_ci=slope_ci, theory_slope=-0.5, paper_b_slope=-0.48,

@@ -195,11 +195,24 @@ def bootstrap_indices(n: int, n_boot: int, seed_or_rng=0) -> np.ndarray:
     return _rng(seed_or_rng).integers(0, n, size=(n_boot, n))
 
 
-def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5) -> Interval:
+def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5, axis: Optional[int] = None):
     """Percentile interval [q_α/2, q_1−α/2] of bootstrap replicates, NaN replicates dropped.
 
-    (NaN, NaN) when fewer than ``min_finite`` of the replicates are finite.
+    (NaN, NaN) when fewer than ``min_finite`` of the replicates are finite. With ``axis`` (the axis of
+    the replicates), one interval per remaining entry: ``(low_array, high_array)``.
     """
+    if axis is not None:
+        r = np.moveaxis(np.asarray(reps, dtype=np.float64), axis, 0)
+        fin = np.isfinite(r)
+        a = (1 - level) / 2
+        ok = (fin.sum(0) > 0) & (fin.sum(0) >= min_finite * r.shape[0])
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lo, hi = np.nanquantile(np.where(fin, r, np.nan), [a, 1 - a], axis=0)
+        return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
     reps = np.asarray(reps, dtype=np.float64).ravel()
     fin = reps[np.isfinite(reps)]
     if fin.size == 0 or fin.size < min_finite * reps.size:

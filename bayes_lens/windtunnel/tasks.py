@@ -50,6 +50,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..metrics.stats import entropy_bits
 
 __all__ = ["Batch", "BijectionTask", "HMMTask", "make_task", "task_from_dict", "hmm_forward", "SPECIAL_TOKENS"]
 
@@ -83,9 +84,7 @@ class Batch:
 
 
 def _entropy_bits(p: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
-    return terms.sum(-1)
+    return entropy_bits(p)
 
 
 def _check_int(name: str, value, minimum: int, hint: str) -> int:
