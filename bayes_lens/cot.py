@@ -72,7 +72,7 @@ def _positive(name: str, value) -> float:
     return float(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CotLength(Result):
     """k* of Theorem 4.5, the ξ_n band, and the validity checks (``checks``: True/False/None = unknown)."""
 
@@ -159,7 +159,7 @@ def _model(k, b_opt, alpha, k0):
     return b_opt + alpha / (k + k0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CotFit(Result):
     """α, k₀, B_opt of B(k) = B_opt + α/(k + k₀) with bootstrap CIs; ``gap`` = B(0) − B_opt = α/k₀."""
 

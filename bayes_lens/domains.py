@@ -56,7 +56,7 @@ PAPER_A_PC12 = {
 CI = Tuple[float, float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DomainComparison(Result):
     """The geometry of one model on several prompt domains (METHODS.md §5)."""
 

@@ -285,7 +285,7 @@ def _draw(candidates: np.ndarray, kinds: List[str], k: int, rng: np.random.Gener
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Selection(Result):
     """An entropy-stratified draw from a pool (``prompts`` is what the analyses take)."""
 

@@ -67,7 +67,7 @@ def expected_ce_bits(theta: float, n, a: float = 1.0, b: float = 1.0) -> np.ndar
     return np.asarray(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CompressionResult(Result):
     """``curves``: one row per (θ, predictor, n) with ``ce_bits`` (+ CI), ``entropy_bits``,
     ``efficiency`` = H(θ)/CE (≤ 1 in expectation) and, for Laplace/KT, the exact ``expected_ce_bits``;

@@ -186,7 +186,7 @@ def _reference(n: int, k1: float, n_paths: int, length: int, lags, n_ref: int, r
     return T1, T2, T3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FalckResult(Result):
     """``table``: one row per (θ, n, N/n, statistic) with the model value, the Bayes band and whether
     the value lies inside; ``t3_slopes``: log-log slope of T₃ vs n (Bayes: about −0.5)."""

@@ -59,7 +59,7 @@ _MAX_ITER = 100
 _TOL = 1e-10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GapFit:
     """One weighted least-squares fit of Δ̂_n; ``A_ci``/``B_ci`` are bootstrap CIs when available.
 

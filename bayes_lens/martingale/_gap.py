@@ -90,7 +90,7 @@ def laplace_expected_gap(n) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GapResult(Result):
     """Δ̂_n per n (``per_n``), the fits for the model (``fit`` = A·log n/n + B, ``fit_inv`` = A/n + B),
     their comparison, and the same fits for Laplace's rule on the same sequences."""

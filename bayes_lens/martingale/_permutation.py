@@ -68,7 +68,7 @@ def _slope(ks: np.ndarray, sd: np.ndarray) -> float:
     return float(np.polyfit(np.log(ks[ok]), np.log(sd[ok]), 1)[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PermutationResult(Result):
     """Headline ``sd_k1`` (SD across orderings, exchangeable reference 0) with ``sd_k1_ci``; ``per_k``:
     SD of the k-ordering average vs k; ``slope`` (log-log, −0.5 by construction) with ``slope_ci``."""

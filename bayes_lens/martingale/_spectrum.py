@@ -184,7 +184,7 @@ def refine_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics:
     return (float(best[0]) if g.ndim == 1 else best), step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SpectrumResult(Result):
     """Per-position gap series (``series``), spectrum, dominant periods and the harmonic fit."""
 

@@ -138,7 +138,7 @@ def participation_ratio(eigenvalues) -> float:
     return float(lam.sum() ** 2 / den) if den > 0 else float("nan")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PCAFit:
     """Result of :func:`pca` (all float64)."""
 

@@ -247,7 +247,7 @@ def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_o
     return float((np.sum(null >= abs(observed) - 1e-12) + 1) / (n_perm + 1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CorrelationInference:
     """A correlation with its 95% percentile bootstrap interval and permutation p-value."""
 

@@ -47,7 +47,7 @@ PAPER_REFERENCE = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WindTunnelComparison(Result):
     """Trained vs untrained geometry on a wind-tunnel task; ``table`` has one row per metric."""
 

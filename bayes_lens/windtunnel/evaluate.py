@@ -40,7 +40,7 @@ from .tasks import Batch, make_task
 __all__ = ["WindTunnelEval", "evaluate", "entropy_stats", "position_mae_bits"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WindTunnelEval(Result):
     """Entropy error of a model on a wind-tunnel task.
 

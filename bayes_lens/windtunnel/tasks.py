@@ -58,7 +58,7 @@ __all__ = ["Batch", "BijectionTask", "HMMTask", "make_task", "task_from_dict", "
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<bos>")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Batch:
     """A batch of generated sequences with their exact Bayes predictives.
 

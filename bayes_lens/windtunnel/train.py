@@ -103,7 +103,7 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TrainResult(Result):
     """A finished (or resumed-and-finished) training run.
 
