@@ -112,7 +112,7 @@ class LlamaSpec:
     sliding_window: Optional[int] = None  # keys a local layer sees (its own position included)
     rope_base_local: Optional[float] = None  # rotary base of the local layers
     layer_types: Optional[List[str]] = None  # per layer "local" | "global" (None: all global)
-    query_pre_attn_scalar: Optional[float] = None  # attention scale 1/sqrt(this); None: d_head
+    query_pre_attn_scalar: Optional[int] = None  # attention scale 1/sqrt(this); None: d_head
 
     @property
     def is_gemma3(self) -> bool:
@@ -271,7 +271,7 @@ def read_gguf(path: str | os.PathLike) -> LlamaSpec:
             rope_base_local=float(meta.get(f"{arch}.rope.freq_base_swa", 10000.0)),
             layer_types=types,
             # llama.cpp: 1/sqrt(d_model / n_heads) for the 27B model (62 layers), 1/sqrt(d_head) otherwise
-            query_pre_attn_scalar=float(d_model // n_heads if n_layers == 62 else d_head),
+            query_pre_attn_scalar=int(d_model // n_heads if n_layers == 62 else d_head),
         )
     return LlamaSpec(
         path=path,
@@ -553,7 +553,7 @@ def _hf_gemma3_config(c: LlamaSpec):
                          "sliding_attention": {"rope_type": "default", "rope_theta": c.rope_base_local}},
         sliding_window=c.sliding_window,
         layer_types=["sliding_attention" if t == "local" else "full_attention" for t in c.layer_types],
-        query_pre_attn_scalar=c.query_pre_attn_scalar or c.d_head,
+        query_pre_attn_scalar=int(c.query_pre_attn_scalar or c.d_head),
         tie_word_embeddings=c.tied_embeddings,
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
