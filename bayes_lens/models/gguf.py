@@ -52,7 +52,8 @@ import torch
 
 from ..errors import ModelLoadError, require_extra
 
-__all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict", "gguf_architecture", "SUPPORTED_ARCHITECTURES"]
+__all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict", "gguf_architecture", "SUPPORTED_ARCHITECTURES",
+           "from_weights"]
 
 _GGUF_MAGIC = b"GGUF"
 SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
@@ -675,6 +676,19 @@ def _to_bridge(c: LlamaSpec, tokenizer, device: str | None, weights=None):
     bridge.cfg.model_name = c.path.stem
     bridge.eval()
     return bridge
+
+
+def from_weights(spec: LlamaSpec, weights, tokenizer, kind: str = "hooked", *, device: str | None = None):
+    """Build a model of ``kind`` (``"hooked"`` or ``"bridge"``) from a spec and HF-named weights.
+
+    ``weights`` yields ``(hf_name, tensor)`` pairs in transformers' convention (what
+    :func:`hf_state_dict` yields) - e.g. random weights for a tiny model of a real architecture.
+    """
+    if kind == "hooked":
+        return _to_hooked(spec, tokenizer, device, weights)
+    if kind == "bridge":
+        return _to_bridge(spec, tokenizer, device, weights)
+    raise ModelLoadError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
 
 
 def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None = None):
