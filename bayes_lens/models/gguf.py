@@ -387,8 +387,10 @@ def _tokenizer(contents: LlamaSpec):
         eos_token=special("eos_token_id"),
         unk_token=special("unknown_token_id"),
         pad_token=special("padding_token_id") or special("eos_token_id"),
-        name_or_path=str(contents.path),
+        # no name_or_path here: for a vocabulary over 100k transformers would look the name up (on the
+        # hub, or as a local folder with a config.json) to check for a Mistral pre-tokenizer bug
     )
+    tok.name_or_path = str(contents.path)
     tok.init_kwargs["name_or_path"] = str(contents.path)
     # TL 3.x's set_tokenizer re-loads a tokenizer "with BOS" from name_or_path unless init_kwargs
     # says add_bos_token; that re-load cannot read a GGUF path. Our tokenizer never adds BOS
