@@ -34,7 +34,7 @@ LONG = ("The committee met on Tuesday to discuss the budget for the coming year.
         "roads, schools and the new library, the members agreed to postpone the vote until the next meeting. ")
 TEXTS = [
     "The capital of France is",
-    LONG * 13,  # ~530 tokens: longer than the 512-token window of the local layers
+    LONG * 14,  # ~548 tokens: longer than the 512-token window of the local layers
 ]
 TOKENIZER_TEXTS = TEXTS + ["def fibonacci(n):\n    if n < 2:\n        return n\n    return",
                            "  leading spaces, émojis 🤖 and 12345 digits"]
