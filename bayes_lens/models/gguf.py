@@ -56,6 +56,7 @@ __all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict", "gguf_archite
            "from_weights", "FastGGUFReader"]
 
 _GGUF_MAGIC = b"GGUF"
+_CHUNK_BYTES = 16 * 2 ** 20  # quantized bytes dequantized at once for large tensors
 SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
 
 # GGUF tensor name (per block "blk.{l}.") -> Hugging Face Llama name
@@ -454,6 +455,16 @@ def hf_state_dict(contents: LlamaSpec) -> Iterator[Tuple[str, torch.Tensor]]:
         try:
             if t.tensor_type == GGMLQuantizationType.F32:
                 arr = np.asarray(t.data, dtype=np.float32)
+            elif t.data.ndim == 2 and t.data.size > _CHUNK_BYTES:
+                # a large tensor (Gemma's 262k x 640 embedding) row block by row block, so the
+                # dequantizer's float intermediates stay small: the peak memory is the weights
+                rows = t.data.shape[0]
+                step = max(1, _CHUNK_BYTES // t.data.shape[1])
+                first = dequantize(t.data[:step], t.tensor_type)
+                arr = np.empty((rows, first.shape[1]), dtype=np.float32)
+                arr[:step] = first
+                for i in range(step, rows, step):
+                    arr[i:i + step] = dequantize(t.data[i:i + step], t.tensor_type)
             else:
                 arr = dequantize(t.data, t.tensor_type)
         except (NotImplementedError, KeyError, ValueError) as err:
