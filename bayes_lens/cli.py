@@ -96,12 +96,15 @@ def _load(args):
 
 def _cmd_models(args) -> int:
     from . import adapter
-    from .models import available_models
+    from .models import model_catalog
 
     print(f"TransformerLens HookedTransformer available: {adapter.has_hooked_transformer()}")
-    for name, where in available_models().items():
-        print(f"{name:10s} {where}")
-    print("Also accepted by --model: a path to a llama-architecture .gguf file, or a local Hugging Face folder.")
+    for e in model_catalog():
+        size = f"{e.size_bytes / 1e6:.0f} MB" if e.size_bytes else "-"
+        print(f"{e.name:13s} {e.description}; {size}; licence: {e.licence}")
+        print(f"{'':13s} {e.where}")
+    print("Also accepted by --model: a path to a llama- or gemma3-architecture .gguf file, or a local Hugging "
+          "Face folder.")
     return 0
 
 

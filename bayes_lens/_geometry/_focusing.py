@@ -12,17 +12,19 @@ entropy rises), and the same row entropy under uniform attention as a no-focusin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from .. import adapter
 from .._results import Result, plotly
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
 from ._sources import check_stats, source_collection
 
-__all__ = ["AttentionFocusing", "attention_focusing", "focusing_from_entropies", "uniform_entropy_bits"]
+__all__ = ["AttentionFocusing", "attention_focusing", "focusing_from_entropies", "uniform_entropy_bits",
+           "focusing_uniform"]
 
 CI = Tuple[float, float]
 
@@ -39,9 +41,10 @@ class AttentionFocusing(Result):
     depth_spearman: float  # Spearman(layer index, layer entropy): negative = focusing with depth
     depth_spearman_ci: CI
     n_rises: int  # layers whose entropy exceeds the previous layer's
-    uniform_entropy_bits: float  # the same row entropy under uniform attention (a no-focusing null)
+    uniform_entropy_bits: float  # the same row entropy under uniform attention (a no-focusing null), layer mean
     positions: str = "last"
     n_prompts: int = 0
+    layer_uniform_entropy_bits: Optional[torch.Tensor] = None  # [n_layers]: per layer (sliding windows see fewer keys)
     paper_threshold: float = 0.30
 
     @property
@@ -72,7 +75,11 @@ class AttentionFocusing(Result):
         fig.add_scatter(x=x, y=self.layer_entropy_ci[:, 0].tolist(), mode="lines", line_width=0, fill="tonexty",
                         name="95% CI")
         fig.add_scatter(x=x, y=self.layer_entropy_bits.tolist(), mode="lines+markers", name="mean over heads")
-        fig.add_hline(y=self.uniform_entropy_bits, line_dash="dash", annotation_text="uniform attention")
+        u = self.layer_uniform_entropy_bits
+        if u is not None and float(u.max() - u.min()) > 1e-9:  # sliding-window layers see fewer keys
+            fig.add_scatter(x=x, y=u.tolist(), mode="lines", line_dash="dash", name="uniform attention")
+        else:
+            fig.add_hline(y=self.uniform_entropy_bits, line_dash="dash", annotation_text="uniform attention")
         fig.update_layout(title=f"Attention focusing: reduction {self.reduction:.1%}", xaxis_title="layer",
                           yaxis_title="attention entropy (bits)")
         return fig
@@ -86,9 +93,13 @@ def _depth_spearman(curves: np.ndarray) -> np.ndarray:
     return spearman_rows(np.broadcast_to(depth, curves.shape), curves)
 
 
-def focusing_from_entropies(ent: np.ndarray, *, uniform: float, positions: str, seed: int,
+def focusing_from_entropies(ent: np.ndarray, *, uniform, positions: str, seed: int,
                             n_boot: int) -> AttentionFocusing:
-    """Focusing statistics from ``ent`` [n, n_layers, n_heads] per-prompt per-head entropies (bits)."""
+    """Focusing statistics from ``ent`` [n, n_layers, n_heads] per-prompt per-head entropies (bits).
+
+    ``uniform``: the no-focusing reference (:func:`uniform_entropy_bits`), one number or one per layer.
+    """
+    uniform_layers = np.broadcast_to(np.asarray(uniform, dtype=np.float64), (ent.shape[1],)).copy()
     n = ent.shape[0]
     if n < 1:
         raise InvalidInputError("attention focusing needs at least one prompt.")
@@ -110,16 +121,41 @@ def focusing_from_entropies(ent: np.ndarray, *, uniform: float, positions: str, 
         reduction=float(reduction(curve)), reduction_ci=percentile_interval(reduction(boot), min_finite=0.0) if n > 1 else nan_ci,
         depth_spearman=float(_depth_spearman(curve)),
         depth_spearman_ci=percentile_interval(_depth_spearman(boot), min_finite=0.0) if n > 1 else nan_ci,
-        n_rises=int((np.diff(curve) > 0).sum()), uniform_entropy_bits=uniform, positions=positions, n_prompts=n,
+        n_rises=int((np.diff(curve) > 0).sum()), uniform_entropy_bits=float(uniform_layers.mean()),
+        layer_uniform_entropy_bits=torch.from_numpy(uniform_layers), positions=positions, n_prompts=n,
     )
 
 
-def uniform_entropy_bits(n_tokens: np.ndarray, positions: str) -> float:
-    """Mean entropy (bits) of the same attention rows under uniform attention over the keys they see."""
+def uniform_entropy_bits(n_tokens: np.ndarray, positions: str, windows: Optional[Sequence[Optional[int]]] = None):
+    """Mean entropy (bits) of the same attention rows under uniform attention over the keys they see.
+
+    A query at position q of a prompt of n real tokens sees min(q + 1, W) keys in a layer with a
+    sliding window W (None: global), so uniform attention has log₂ of that. ``positions="last"``:
+    the mean over prompts of log₂ min(n, W); ``"all"``: of the mean over q of log₂ min(q + 1, W).
+    Without ``windows`` every layer is global and one number is returned; with one window per layer,
+    an array ``[n_layers]``.
+    """
     n_tokens = np.asarray(n_tokens, dtype=np.float64)
-    if positions == "last":
-        return float(np.log2(n_tokens).mean())
-    return float(np.mean([np.log2(np.arange(1, int(t) + 1)).mean() for t in n_tokens]))
+
+    def one(window):
+        cap = np.inf if window is None else float(window)
+        if positions == "last":
+            return float(np.log2(np.minimum(n_tokens, cap)).mean())
+        return float(np.mean([np.log2(np.minimum(np.arange(1, int(t) + 1), cap)).mean() for t in n_tokens]))
+
+    if windows is None:
+        return one(None)
+    return np.array([one(w) for w in windows], dtype=np.float64)
+
+
+def focusing_uniform(col, model, positions: str):
+    """Per-layer uniform baselines when the model (its windows) is known, else the global one."""
+    if model is None:
+        return uniform_entropy_bits(col.n_tokens.numpy(), positions)
+    windows = [adapter.attention_window(model, layer) for layer in range(int(model.cfg.n_layers))]
+    if all(w is None for w in windows):
+        return uniform_entropy_bits(col.n_tokens.numpy(), positions)
+    return uniform_entropy_bits(col.n_tokens.numpy(), positions, windows)
 
 
 def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
@@ -140,7 +176,7 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
     check_stats(seed, n_boot=n_boot)
-    col, _ = source_collection(model_or_cache, prompts, attention=True, positions=positions,
+    col, m = source_collection(model_or_cache, prompts, attention=True, positions=positions,
                                attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
                                padding_side=padding_side, progress=progress, desc="attention_focusing: collect",
                                min_prompts=1)
@@ -148,6 +184,5 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
         raise MissingHookError("the Collection was made without attention=True.")
     if col.attention_positions != positions:
         raise InvalidInputError(f"the Collection holds positions={col.attention_positions!r} entropies.")
-    return focusing_from_entropies(as_numpy(col.attn_entropy_bits),
-                                   uniform=uniform_entropy_bits(col.n_tokens.numpy(), positions),
+    return focusing_from_entropies(as_numpy(col.attn_entropy_bits), uniform=focusing_uniform(col, m, positions),
                                    positions=positions, seed=seed, n_boot=n_boot)

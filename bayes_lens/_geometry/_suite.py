@@ -17,7 +17,7 @@ from .._results import Result, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
 from ._alignment import EntropyAlignment, alignment_from
-from ._focusing import AttentionFocusing, focusing_from_entropies, uniform_entropy_bits
+from ._focusing import AttentionFocusing, focusing_from_entropies, focusing_uniform
 from ._keys import KeyOrthogonality, key_orthogonality
 from ._manifold import CI_METHODS, ValueManifold, manifold_from_samples
 from ._sources import check_site, check_stats, expand_kv_heads, source_collection, source_model
@@ -99,8 +99,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
     vm = manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
                                n_boot=n_boot, n_null=n_null, n_components=10, expand_kv=expand_kv,
                                ci_method=ci_method)
-    focusing = focusing_from_entropies(as_numpy(col.attn_entropy_bits),
-                                       uniform=uniform_entropy_bits(col.n_tokens.numpy(), positions),
+    focusing = focusing_from_entropies(as_numpy(col.attn_entropy_bits), uniform=focusing_uniform(col, m, positions),
                                        positions=positions, seed=seed, n_boot=n_boot)
     align = alignment_from(vm.coords[:, 0].numpy(), as_numpy(col.require_entropy()), layer=layer, site=s,
                            seed=seed, n_boot=n_boot, n_perm=n_perm)

@@ -25,7 +25,7 @@ from typing import Tuple
 import torch
 
 from ..errors import InvalidInputError
-from .gguf import LlamaSpec, _to_bridge, _to_hooked
+from .gguf import LlamaSpec, from_weights
 
 __all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "TINY_WORDS"]
 
@@ -123,11 +123,9 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
         spec = _spec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv, d_head=d_head,
                      d_mlp=4 * d_model, d_vocab=d_vocab, n_ctx=n_ctx)
         weights = _random_llama_weights(spec, seed)
-        if kind == "hooked":
-            return _to_hooked(spec, tok, None, weights)
-        if kind == "bridge":
-            return _to_bridge(spec, tok, None, weights)
-        raise InvalidInputError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
+        if kind not in ("hooked", "bridge"):
+            raise InvalidInputError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
+        return from_weights(spec, weights, tok, kind)
     if kind == "hooked":
         from transformer_lens import HookedTransformer, HookedTransformerConfig
 

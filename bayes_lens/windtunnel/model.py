@@ -132,7 +132,7 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     """Build a TransformerLens model (``"hooked"``, ``"bridge"`` or ``"auto"``) from HF-named weights."""
     from ..adapter import has_hooked_transformer
     from ..errors import ModelLoadError
-    from ..models.gguf import _to_bridge, _to_hooked
+    from ..models.gguf import from_weights
 
     if kind not in ("auto", "hooked", "bridge"):
         raise InvalidInputError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
@@ -142,10 +142,7 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     items = [(k, v.detach().float().clone()) for k, v in items if not k.endswith("rotary_emb.inv_freq")]
     spec = _spec(cfg, len(vocab), name)
     tok = word_tokenizer(vocab)
-    if kind == "hooked":
-        model = _to_hooked(spec, tok, device, items)
-    else:
-        model = _to_bridge(spec, tok, device, items)
+    model = from_weights(spec, items, tok, kind, device=device)
     if getattr(model.cfg, "d_vocab", len(vocab)) != len(vocab):  # pragma: no cover - defensive
         raise ModelLoadError("the converted model's vocabulary does not match the task's.")
     for p in model.parameters():
