@@ -166,6 +166,15 @@ def test_attention_entropy_with_sliding_window(kind, positions, tiny_gemmas):
         want.append(per_layer)
     np.testing.assert_allclose(foc.layer_entropy_bits.numpy(), np.mean(want, axis=0), atol=1e-6)
     assert foc.layer_entropy_bits[0] <= 2.0 + 1e-9  # a 4-key window allows at most 2 bits
+    # the uniform (no-focusing) baseline counts only the keys each layer can see
+    lengths = [adapter.tokenize(model, [p])[0].shape[1] for p in prompts]
+    if positions == "last":
+        expect = [np.mean([math.log2(min(n, 4)) for n in lengths]), np.mean([math.log2(n) for n in lengths])]
+    else:
+        expect = [np.mean([np.log2(np.minimum(np.arange(1, n + 1), w)).mean() for n in lengths])
+                  for w in (4, np.inf)]
+    np.testing.assert_allclose(foc.layer_uniform_entropy_bits.numpy(), expect, atol=1e-12)
+    assert foc.uniform_entropy_bits == pytest.approx(np.mean(expect))
 
 
 def test_key_weights_mqa_tiny(tiny_gemmas):
