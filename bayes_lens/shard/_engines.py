@@ -21,6 +21,7 @@ Example (``torchrun --nproc_per_node 2 job.py``)
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 from pathlib import Path
@@ -56,7 +57,10 @@ class LocalEngine:
 
     name = "local"
 
-    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs):
+    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
+            prepare=None):
+        if prepare is not None:
+            prepare()
         run_shards(model, prompts, shards, out_dir, task=task, overwrite=overwrite, **collect_kwargs)
         return merge(out_dir, prompts, layers=merge_layers)
 
@@ -81,45 +85,54 @@ class TorchrunEngine:
     def world_size(self) -> int:
         return dist_rank_world()[1]
 
-    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs):
+    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
+            prepare=None):
         import torch.distributed as dist
 
-        created = False
         if not (dist.is_available() and dist.is_initialized()) and "RANK" in os.environ:
+            # created once per process and kept for later calls (re-initializing a destroyed group can hang
+            # in the rendezvous); destroyed when the process exits
             cuda = isinstance(model, ModelSpec) and str(model.kwargs.get("device", "")).startswith("cuda")
             dist.init_process_group(self.backend or ("nccl" if cuda else "gloo"),
                                     timeout=datetime.timedelta(seconds=self.timeout_s))
-            created = True
+            atexit.register(_destroy_group)
+        rank, world = dist_rank_world()
+        group = dist.is_available() and dist.is_initialized()
+        if isinstance(model, ModelSpec) and model.kwargs.get("device") == "cuda":
+            model = ModelSpec(model.loader, {**model.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        error = None
         try:
-            rank, world = dist_rank_world()
-            group = dist.is_available() and dist.is_initialized()
-            if isinstance(model, ModelSpec) and model.kwargs.get("device") == "cuda":
-                model = ModelSpec(model.loader, {**model.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
-            error = None
-            try:
-                run_shards(model, prompts, shards_for_rank(shards, rank, world), out_dir, task=task,
-                           overwrite=overwrite, **collect_kwargs)
-            except Exception as err:  # noqa: BLE001 - reported to every rank below
-                error = err
-            outcomes = [None] * world
-            if group:
-                dist.all_gather_object(outcomes, None if error is None else f"{type(error).__name__}: {error}")
-            else:
-                outcomes = [None if error is None else str(error)]
-            if error is not None:
-                raise error
-            failed = [(r, msg) for r, msg in enumerate(outcomes) if msg is not None]
-            if failed:
-                raise ShardError("rank(s) " + "; ".join(f"{r} failed: {msg}" for r, msg in failed) +
-                                 ". Their shards stay unfinished; rerun the job to complete them.")
-            return merge(out_dir, prompts, layers=merge_layers) if rank == 0 else None
-        finally:
-            if created:
-                dist.destroy_process_group()
+            if prepare is not None and rank == 0:
+                prepare()
+            run_shards(model, prompts, shards_for_rank(shards, rank, world), out_dir, task=task,
+                       overwrite=overwrite, **collect_kwargs)
+        except Exception as err:  # noqa: BLE001 - reported to every rank below
+            error = err
+        outcomes = [None] * world
+        if group:
+            dist.all_gather_object(outcomes, None if error is None else f"{type(error).__name__}: {error}")
+        else:
+            outcomes = [None if error is None else str(error)]
+        if error is not None:
+            raise error
+        failed = [(r, msg) for r, msg in enumerate(outcomes) if msg is not None]
+        if failed:
+            raise ShardError("rank(s) " + "; ".join(f"{r} failed: {msg}" for r, msg in failed) +
+                             ". Their shards stay unfinished; rerun the job to complete them.")
+        return merge(out_dir, prompts, layers=merge_layers) if rank == 0 else None
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def resolve_engine(engine) -> Any:
-    """``"local"`` / ``"torchrun"`` or an engine object (anything with ``run`` and ``world_size``)."""
+    """``"local"`` / ``"torchrun"`` or an engine object: anything with ``world_size()`` and
+    ``run(model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs, prepare)``
+    that runs the shards (calling ``prepare()`` once first) and returns the merged Collection or None."""
     if engine == "local":
         return LocalEngine()
     if engine == "torchrun":
@@ -149,8 +162,9 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     k = n_shards if n_shards is not None else max(world, -(-n_batches // 8))
     shards = plan(len(prompts), batch_size, k)
     spec = model if isinstance(model, ModelSpec) else None
-    rank = dist_rank_world()[0]
-    if rank == 0:
+
+    def prepare():  # the job file, written once (by rank 0 under torchrun)
         write_plan(out_dir, spec, prompts, shards, collect_kwargs, task, overwrite=overwrite)
+
     return eng.run(model, prompts, shards, out_dir, task=task, overwrite=overwrite, merge_layers=merge_layers,
-                   collect_kwargs=collect_kwargs)
+                   collect_kwargs=collect_kwargs, prepare=prepare)

@@ -212,6 +212,20 @@ def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], o
     return status
 
 
+def _worker() -> Dict[str, Any]:
+    """Which process wrote a shard: torch.distributed rank (or RANK / SLURM_PROCID), world size, pid."""
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+        world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", 1)))
+    return {"rank": rank, "world_size": world, "pid": os.getpid()}
+
+
 def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, collect_kwargs) -> str:
     mpath = manifest_path(out, shard)
     if mpath.exists():  # unfinished or replaced: the old commit mark goes first
@@ -240,6 +254,7 @@ def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, 
         "device": device,
         "dtype": dtype,
         "host": socket.gethostname(),
+        "worker": _worker(),
         "attention_positions": col.attention_positions,
         "tensors_file": tpath.name,
         "tensors_bytes": tpath.stat().st_size,
