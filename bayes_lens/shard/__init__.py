@@ -23,14 +23,14 @@ from ._errors import ShardCoverageError, ShardError, ShardIntegrityError, ShardM
 from ._job import Job, read_plan, write_plan
 from ._merge import MixedShardsWarning, ShardSet, merge, open_shards, status
 from ._plan import Shard, plan, shards_for_rank
-from ._run import collect_settings, read_manifest, run_shard, run_shards, settings_hash
+from ._run import collect_settings, commit_shard, read_manifest, run_shard, run_shards, settings_hash
 from ._spec import ModelSpec, model_fingerprint
 from ._store import load_collection, save_collection
 
 __all__ = [
     "Shard", "plan", "shards_for_rank",
     "ModelSpec", "model_fingerprint",
-    "run_shard", "run_shards", "collect_settings", "settings_hash", "read_manifest",
+    "run_shard", "run_shards", "commit_shard", "collect_settings", "settings_hash", "read_manifest",
     "merge", "open_shards", "ShardSet", "status", "MixedShardsWarning",
     "save_collection", "load_collection",
     "Job", "write_plan", "read_plan",

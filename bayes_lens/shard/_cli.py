@@ -144,7 +144,8 @@ def _cmd_status(args) -> int:
 def add_subparsers(sub) -> argparse.ArgumentParser:
     """Register ``shard plan|run|merge|status`` on an argparse sub-parsers object."""
     sh = sub.add_parser("shard", help="sharded runs: plan, run (torchrun / SLURM / any runner), merge, status",
-                        description=__doc__.splitlines()[0])
+                        description="Sharded runs: plan a job, run its shards (torchrun, srun, a SLURM array, any "
+                        "job runner), check and merge them. See the README, 'Large models and sweeps'.")
     ssub = sh.add_subparsers(dest="shard_command", required=True, parser_class=type(sh))
 
     p = ssub.add_parser("plan", help="write a job (plan.json + prompts.jsonl) into DIR")

@@ -41,7 +41,7 @@ from ._store import (
     write_tensors_atomic,
 )
 
-__all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "read_manifest", "versions",
+__all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "commit_shard", "read_manifest", "versions",
            "manifest_path", "tensors_path"]
 
 _SETTINGS = {"value_layers": (), "resid_layers": (), "attention": False, "attention_positions": "last",
@@ -236,20 +236,36 @@ def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, 
     t0 = time.perf_counter()
     col = collect(m, prompts[shard.start:shard.stop], start_index=shard.start, **kw)
     seconds = time.perf_counter() - t0
+    device, dtype = model_device_dtype(m)
+    commit_shard(out, shard, col, n_prompts=len(prompts), prompt_sha256=hashes, settings=settings,
+                 model_spec=None if model.spec is None else model.spec.to_dict(),
+                 model_fingerprint=model.fingerprint(), device=device, dtype=dtype, seconds=seconds)
+    return "done"
+
+
+def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int, prompt_sha256: Sequence[str],
+                 settings: Dict[str, Any], model_fingerprint: str, model_spec: Optional[Dict[str, Any]] = None,
+                 device: str = "cpu", dtype: str = "float32", seconds: float = 0.0) -> Path:
+    """Write ``col`` (the rows of ``shard``) as ``shard-XXXXX.safetensors``, then its manifest (the commit mark).
+
+    :func:`run_shard` calls this after running the model; it is public for engines that compute rows
+    another way (and for tests and benchmarks that write synthetic shards).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     tensors = collection_tensors(col)
     tpath = tensors_path(out, shard)
     write_tensors_atomic(tpath, tensors, {"attention_positions": col.attention_positions,
                                           "format": "bayes-lens-collection/1"})
-    device, dtype = model_device_dtype(m)
     manifest = {
         "format": MANIFEST_FORMAT,
         "shard": {"index": shard.index, "start": shard.start, "stop": shard.stop},
-        "n_prompts": len(prompts),
-        "prompt_sha256": hashes,
+        "n_prompts": int(n_prompts),
+        "prompt_sha256": list(prompt_sha256),
         "settings": settings,
         "settings_sha256": settings_hash(settings),
-        "model_spec": None if model.spec is None else model.spec.to_dict(),
-        "model_fingerprint": model.fingerprint(),
+        "model_spec": model_spec,
+        "model_fingerprint": model_fingerprint,
         "versions": versions(),
         "device": device,
         "dtype": dtype,
@@ -260,8 +276,9 @@ def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, 
         "tensors_bytes": tpath.stat().st_size,
         "tensors_sha256": sha256_file(tpath),
         "tensors": {k: list(v.shape) for k, v in tensors.items()},
-        "seconds": round(seconds, 3),
+        "seconds": round(float(seconds), 3),
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    mpath = manifest_path(out, shard)
     write_json_atomic(mpath, manifest)
-    return "done"
+    return mpath
