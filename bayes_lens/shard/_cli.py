@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
@@ -122,7 +121,8 @@ def _cmd_merge(args) -> int:
 
     prompts = read_plan(args.dir).prompts if (Path(args.dir) / "plan.json").is_file() else None
     shards = open_shards(args.dir, prompts)
-    col = shards.collection(_layers(args.layers) if args.layers else None)
+    layers = _layers(args.layers) if args.layers else None
+    col = shards.collection(None if layers == "all" else layers)
     out = Path(args.out) if args.out else Path(args.dir) / "merged.safetensors"
     save_collection(col, out, {"settings_sha256": shards.manifests[0]["settings_sha256"],
                                "model_fingerprint": shards.model_fingerprint})

@@ -25,14 +25,14 @@ import atexit
 import datetime
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from ..collect import Collection, check_prompts
 from ..errors import InvalidInputError
 from ._errors import ShardError
 from ._job import write_plan
 from ._merge import merge
-from ._plan import Shard, plan, shards_for_rank
+from ._plan import plan, shards_for_rank
 from ._run import run_shards
 from ._spec import ModelSpec
 

@@ -126,7 +126,8 @@ def model_fingerprint(model) -> str:
             if p.device.type == "meta" or p.numel() == 0:
                 continue
             flat = p.detach().reshape(-1)
-            idx = torch.linspace(0, flat.numel() - 1, min(_SAMPLES, flat.numel())).round().long()
+            k = min(_SAMPLES, flat.numel())  # integer spacing: float linspace overruns 2^24+ elements
+            idx = torch.arange(k, dtype=torch.long) * (flat.numel() - 1) // max(k - 1, 1)
             sample = flat[idx.to(flat.device)].to("cpu", torch.float32).to(torch.bfloat16).to(torch.float32)
             h.update(sample.numpy().tobytes())
     return h.hexdigest()

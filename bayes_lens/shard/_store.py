@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Union
 
-import torch
 from torch import Tensor
 
 from ..collect import Collection
