@@ -2,7 +2,7 @@
 
 Part 1 (``workers``): SmolLM2-135M (``bl.load_model()``), the same prompts, ``collect`` with every
 layer's final-token values and the attention entropies (batch 8). "1 process" runs all shards in one
-process (``engine="local"``, torch's default threads); "2 workers" is ``torchrun --standalone
+process (``engine="local"``), with torch's default threads and with ``OMP_NUM_THREADS=1``; "2 workers" is ``torchrun --standalone
 --nproc_per_node 2`` (gloo; torchrun gives each worker one thread), each rank running half the shards,
 rank 0 merging. Reported: wall time of each (model load included, and the collect part alone),
 their ratio, and peak RSS (``ru_maxrss``) per worker. Both results are checked ``torch.equal``.
@@ -83,27 +83,32 @@ def part_workers(n_prompts: int, n_shards: int, tmp: Path) -> dict:
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     res = {}
-    for name, cmd in [
-        ("1 process", [sys.executable, str(HERE), "_worker", str(tmp / "one"), str(n_prompts), str(n_shards), "local"]),
-        ("2 workers (torchrun)", [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node",
-                                  "2", str(HERE), "_worker", str(tmp / "two"), str(n_prompts), str(n_shards),
-                                  "torchrun"]),
-    ]:
+    one_cmd = [sys.executable, str(HERE), "_worker", None, str(n_prompts), str(n_shards), "local"]
+    runs = [
+        ("1 process", "one", one_cmd, {}),
+        ("1 process, 1 thread", "one1", one_cmd, {"OMP_NUM_THREADS": "1"}),
+        ("2 workers (torchrun)", "two", [str(Path(sys.executable).parent / "torchrun"), "--standalone",
+                                         "--nproc_per_node", "2", str(HERE), "_worker", None, str(n_prompts),
+                                         str(n_shards), "torchrun"], {}),
+    ]
+    for name, folder, cmd, extra in runs:
+        cmd = [str(tmp / folder) if c is None else c for c in cmd]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, env=env)
-        res[name] = {"total_wall_s": time.perf_counter() - t0}
-    one = [json.loads(p.read_text()) for p in (tmp / "one").glob("timing-*.json")]
-    two = [json.loads(p.read_text()) for p in (tmp / "two").glob("timing-*.json")]
-    res["1 process"]["workers"] = one
-    res["2 workers (torchrun)"]["workers"] = sorted(two, key=lambda r: r["rank"])
+        subprocess.run(cmd, check=True, env=dict(env, **extra))
+        res[name] = {"total_wall_s": time.perf_counter() - t0,
+                     "workers": sorted((json.loads(p.read_text()) for p in (tmp / folder).glob("timing-*.json")),
+                                       key=lambda r: r["rank"])}
+    for base in ("1 process", "1 process, 1 thread"):
+        two, one = res["2 workers (torchrun)"], res[base]
+        res[f"ratio_total_wall vs {base}"] = two["total_wall_s"] / one["total_wall_s"]
+        res[f"ratio_collect vs {base}"] = (max(w["collect_s"] for w in two["workers"]) /
+                                           one["workers"][0]["collect_s"])
     a = sh.load_collection(tmp / "one" / "merged.safetensors")
     b = sh.load_collection(tmp / "two" / "merged.safetensors")
     from bayes_lens.shard._store import collection_tensors
 
     ta, tb = collection_tensors(a), collection_tensors(b)
     res["equal"] = sorted(ta) == sorted(tb) and all(torch.equal(ta[k], tb[k]) for k in ta)
-    res["ratio_total_wall"] = res["2 workers (torchrun)"]["total_wall_s"] / res["1 process"]["total_wall_s"]
-    res["ratio_collect"] = (max(w["collect_s"] for w in two) / one[0]["collect_s"])
     return res
 
 

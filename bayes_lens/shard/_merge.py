@@ -10,9 +10,9 @@ with a :class:`~bayes_lens.shard.ShardError` naming what differs, unless
 
 Shards from different devices, dtypes or library versions merge with a :class:`MixedShardsWarning`
 (float results may then differ in the last bits). :meth:`ShardSet.collection` then fills
-preallocated tensors shard by shard through safetensors' lazy ``safe_open``; with ``layers=[L]`` it
-reads only layer ``L``'s rows, so a layer-at-a-time reduction (:meth:`ShardSet.iter_layers`) holds at
-most one layer's rows (plus one shard's slice of them) in memory. With batch-aligned shards the merged
+preallocated tensors shard by shard, reading each tensor's bytes (located by the safetensors header)
+straight into its rows; with ``layers=[L]`` it reads only layer ``L``'s rows, so a layer-at-a-time
+reduction (:meth:`ShardSet.iter_layers`) holds at most one layer's rows in memory. With batch-aligned shards the merged
 Collection equals one process bit for bit; the existing reductions (PCA, bootstraps, nulls) then run
 on it unchanged, e.g. ``bl.value_manifold(merged, layer=L)``.
 """
@@ -30,7 +30,7 @@ from torch import Tensor
 from ..collect import Collection, check_prompts
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._run import read_manifest
-from ._store import prompt_hashes, sha256_file
+from ._store import SAFETENSORS_DTYPES, prompt_hashes, read_into, read_safetensors_header, sha256_file
 
 __all__ = ["ShardSet", "open_shards", "merge", "status", "MixedShardsWarning"]
 
@@ -89,37 +89,42 @@ class ShardSet:
         return {k: sorted(v) for k, v in out.items()}
 
     def _read(self, names: Sequence[str]) -> Dict[str, Tensor]:
-        """The merged tensors ``names``: preallocated, filled one shard at a time (lazy safe_open)."""
-        from safetensors import safe_open
+        """The merged tensors ``names``: preallocated, then each shard's bytes read straight into its rows.
 
+        The safetensors header gives each tensor's dtype, shape and byte range; the bytes are read with
+        ``readinto`` into the slice of the output they belong to, so reading one layer holds that layer's
+        rows and nothing else (no per-shard copy, no memory map).
+        """
         out: Dict[str, Tensor] = {}
         for m in self.manifests:
             start, stop = m["shard"]["start"], m["shard"]["stop"]
             path = self.out_dir / m["tensors_file"]
+            fix = f"delete {m['_file']} and rerun that shard."
             try:
-                with safe_open(str(path), framework="pt") as f:
-                    have = set(f.keys())
+                with open(path, "rb") as fh:
+                    header, data_start = read_safetensors_header(fh)
                     for name in names:
-                        if name not in have:
-                            raise ShardIntegrityError(f"{str(path)!r} lacks tensor {name!r} that its manifest lists; "
-                                                      f"delete {m['_file']} and rerun that shard.")
-                        part = f.get_tensor(name)
-                        if part.shape[0] != stop - start:
-                            raise ShardIntegrityError(f"{str(path)!r}: {name} has {part.shape[0]} rows for range "
-                                                      f"[{start}, {stop}); delete {m['_file']} and rerun that shard.")
-                        if name == "indices" and not torch.equal(part, torch.arange(start, stop, dtype=part.dtype)):
-                            raise ShardIntegrityError(f"{str(path)!r} holds prompts {part[:3].tolist()}... but its "
-                                                      f"manifest says [{start}, {stop}): the files were mixed up; "
-                                                      f"delete {m['_file']} and rerun that shard.")
+                        entry = header.get(name)
+                        if entry is None:
+                            raise ShardIntegrityError(f"{str(path)!r} lacks tensor {name!r} that its manifest lists; {fix}")
+                        dtype, shape = SAFETENSORS_DTYPES.get(entry["dtype"]), list(entry["shape"])
+                        if dtype is None or not shape or shape[0] != stop - start:
+                            raise ShardIntegrityError(f"{str(path)!r}: {name} is {entry['dtype']} {shape}, not "
+                                                      f"{stop - start} rows for range [{start}, {stop}); {fix}")
                         if name not in out:
-                            out[name] = torch.empty((self.n_prompts, *part.shape[1:]), dtype=part.dtype)
-                        out[name][start:stop] = part
-                        del part
+                            out[name] = torch.empty((self.n_prompts, *shape[1:]), dtype=dtype)
+                        elif out[name].dtype != dtype or list(out[name].shape[1:]) != shape[1:]:
+                            raise ShardIntegrityError(f"{str(path)!r}: {name} is {entry['dtype']} {shape}, unlike "
+                                                      f"the other shards; {fix}")
+                        read_into(fh, data_start, entry, out[name][start:stop])
+                        if name == "indices" and not torch.equal(out[name][start:stop],
+                                                                 torch.arange(start, stop, dtype=dtype)):
+                            raise ShardIntegrityError(f"{str(path)!r} holds other prompts than its manifest's range "
+                                                      f"[{start}, {stop}): the files were mixed up; {fix}")
             except ShardIntegrityError:
                 raise
             except Exception as err:  # noqa: BLE001 - unreadable file
-                raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}); delete {m['_file']} and rerun that "
-                                          "shard.") from err
+                raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}); {fix}") from err
         return out
 
     def _names(self, layers: Optional[Iterable[int]], sites: Sequence[str]) -> List[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Union
@@ -38,10 +39,55 @@ __all__ = [
     "sha256_text",
     "prompt_hashes",
     "MANIFEST_FORMAT",
+    "SAFETENSORS_DTYPES",
+    "read_safetensors_header",
+    "read_into",
 ]
 
 MANIFEST_FORMAT = "bayes-lens-shard/1"
 _SCALAR_FIELDS = ("attn_entropy_bits", "next_token_entropy_bits", "token_logprobs", "n_tokens", "indices")
+
+
+def _dtypes():
+    import torch
+
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool}
+
+
+SAFETENSORS_DTYPES = _dtypes()
+_MAX_HEADER = 100 << 20
+
+
+def read_safetensors_header(fh) -> tuple:
+    """(header dict, offset of the data) of an open safetensors file: an 8-byte little-endian length, then JSON."""
+    raw = fh.read(8)
+    if len(raw) != 8:
+        raise ShardIntegrityError("the file is shorter than a safetensors header.")
+    n = struct.unpack("<Q", raw)[0]
+    if n > _MAX_HEADER:
+        raise ShardIntegrityError(f"the safetensors header claims {n} bytes: not a safetensors file.")
+    header = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    return header, 8 + n
+
+
+def read_into(fh, data_start: int, entry: Dict, out: Tensor) -> None:
+    """Read one tensor's bytes (``entry`` of the header) into the contiguous tensor ``out`` (same size)."""
+    begin, end = entry["data_offsets"]
+    if not out.is_contiguous() or out.numel() * out.element_size() != end - begin:
+        raise ShardIntegrityError(f"a tensor's byte range ({end - begin} bytes) does not fit its declared shape.")
+    if end == begin:
+        return
+    view = memoryview(out.view(-1).view(SAFETENSORS_DTYPES["U8"]).numpy())
+    fh.seek(data_start + begin)
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:
+            raise ShardIntegrityError("the file ends inside a tensor (truncated).")
+        done += got
 
 
 def sha256_text(text: str) -> str:
