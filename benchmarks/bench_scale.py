@@ -12,7 +12,8 @@ layers of ``--dim`` (576, SmolLM2's d_model) float32 rows, written with
 :func:`bayes_lens.shard.commit_shard`; then, each in a fresh subprocess, (a) a layer-at-a-time
 read over :meth:`ShardSet.iter_layers`, (b) the same with a reduction per layer (the standardized
 covariance's top eigenvalue share, i.e. PC1, in float64: its own working copies add to the peak), and
-(c) a merge of all layers at once. Reported: peak RSS above the RSS after opening the shards, against
+(c) a merge of all layers at once. Reported: peak RSS (VmHWM, reset with ``/proc/self/clear_refs`` after
+the imports, whose own peak would otherwise hide the merge's) above the RSS after opening the shards, against
 one layer's rows (n × dim × 4 bytes) and all layers' rows.
 
 Usage::
@@ -49,12 +50,22 @@ def rss_peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def rss_now_mib() -> float:
+def rss_now_mib(field: str = "VmRSS") -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def reset_peak() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0: clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------------------ part 1, a worker
@@ -139,6 +150,8 @@ def merge_child(out: str, mode: str) -> None:
     import bayes_lens.shard as sh
 
     shards = sh.open_shards(out)
+    peak_before = rss_peak_mib()
+    reset = reset_peak()
     base = rss_now_mib()
     t0 = time.perf_counter()
     pc1, total = [], 0.0
@@ -160,7 +173,9 @@ def merge_child(out: str, mode: str) -> None:
         for layer, rows in col.final_values.items():
             total += float(rows.sum())
     pc1 = pc1 or [float("nan")]
-    print(json.dumps({"mode": mode, "base_rss_mib": base, "peak_rss_mib": rss_peak_mib(),
+    peak = rss_now_mib("VmHWM") if reset else rss_peak_mib()
+    print(json.dumps({"mode": mode, "base_rss_mib": base, "peak_before_mib": peak_before, "peak_reset": reset,
+                      "peak_rss_mib": peak,
                       "seconds": time.perf_counter() - t0, "pc1_mean": sum(pc1) / len(pc1)}))
 
 

@@ -47,6 +47,8 @@ __all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "comm
 _SETTINGS = {"value_layers": (), "resid_layers": (), "attention": False, "attention_positions": "last",
              "token_ids": None, "batch_size": 16, "padding_side": "right"}
 _UNHASHED = ("progress", "desc", "fwd_hooks")
+_MANIFEST_KEYS = ("shard", "n_prompts", "prompt_sha256", "settings", "settings_sha256", "model_fingerprint",
+                  "tensors_file", "tensors_bytes", "tensors_sha256", "tensors")
 
 
 def _layers(value, name: str):
@@ -120,6 +122,12 @@ def read_manifest(path: Union[str, Path]) -> Dict[str, Any]:
     if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
         raise ShardIntegrityError(f"{str(path)!r} is not a bayes_lens shard manifest (format "
                                   f"{m.get('format') if isinstance(m, dict) else None!r}, expected {MANIFEST_FORMAT!r}).")
+    missing = [k for k in _MANIFEST_KEYS if k not in m]
+    shard = m.get("shard")
+    if missing or not isinstance(shard, dict) or not all(isinstance(shard.get(k), int) for k in ("index", "start",
+                                                                                                 "stop")):
+        raise ShardIntegrityError(f"shard manifest {str(path)!r} is incomplete (missing {missing or ['shard range']}); "
+                                  "delete it and rerun that shard.")
     return m
 
 

@@ -191,6 +191,24 @@ def test_shuffled_shard_order_merges_but_swapped_files_do_not(shards, tmp_path):
         sh.merge(d)
 
 
+def test_corrupt_files_are_refused(shards):
+    d, _ = shards
+    t = d / "shard-00002.safetensors"
+    t.write_bytes(t.read_bytes()[:-100])  # truncated after it was committed
+    with pytest.raises(sh.ShardIntegrityError, match="does not match the SHA-256"):
+        sh.merge(d)
+    with pytest.raises(sh.ShardIntegrityError, match="ends inside a tensor"):
+        sh.merge(d, verify_hashes=False)
+    m = json.loads((d / "shard-00001.json").read_text())
+    del m["settings_sha256"]
+    (d / "shard-00001.json").write_text(json.dumps(m))
+    with pytest.raises(sh.ShardIntegrityError, match="incomplete"):
+        sh.merge(d)
+    (d / "shard-00001.json").write_text("{not json")
+    with pytest.raises(sh.ShardIntegrityError, match="cannot read shard manifest"):
+        sh.merge(d)
+
+
 def test_changed_or_reordered_prompts_are_refused(shards):
     d, _ = shards
     changed = list(PROMPTS)
