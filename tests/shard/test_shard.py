@@ -253,6 +253,19 @@ def test_mixed_dtypes_warn(shards):
         sh.merge(d)
 
 
+def test_nonfinite_value_is_reported_by_global_index(tmp_path):
+    """Prompt 9 is row 1 of shard [8, 16)'s first batch; the error names 9, not 1."""
+
+    def poison(act, hook):
+        act[1] = float("nan")
+        return act
+
+    with pytest.raises(bl.NonFiniteError, match=r"prompt\(s\) \[9\]"):
+        sh.run_shard(tiny_model(KINDS[0]), PROMPTS, sh.Shard(1, 8, 16), tmp_path, task="poison row 1",
+                     fwd_hooks=[("blocks.1.hook_resid_post", poison)], **KW)
+    assert not (tmp_path / "shard-00001.json").exists()
+
+
 def test_bad_collect_arguments_are_refused(tmp_path):
     with pytest.raises(bl.InvalidInputError, match="start_index"):
         sh.run_shard(sh.ModelSpec(TINY), PROMPTS, sh.Shard(0, 0, 4), tmp_path, start_index=3)
