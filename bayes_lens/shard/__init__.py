@@ -6,7 +6,7 @@ on its shard with global prompt indices and commits ``shard-XXXXX.safetensors`` 
 (:func:`run_shard`); :func:`merge` checks coverage, settings, model fingerprints and file hashes and
 returns a :class:`~bayes_lens.collect.Collection` equal to one process. Workers build their model
 from a :class:`ModelSpec`. :func:`collect_sharded` does all three with an engine (``"local"``,
-``"torchrun"``); the CLI is ``bayes-lens shard plan|run|merge|status``.
+``"torchrun"``, or a :class:`RayEngine` with the ``ray`` extra); the CLI is ``bayes-lens shard plan|run|merge|status``.
 
 Example
 -------
@@ -23,6 +23,7 @@ from ._errors import ShardCoverageError, ShardError, ShardIntegrityError, ShardM
 from ._job import Job, read_plan, write_plan
 from ._merge import MixedShardsWarning, ShardSet, merge, open_shards, status
 from ._plan import Shard, plan, shards_for_rank
+from ._ray import RayEngine
 from ._run import collect_settings, commit_shard, read_manifest, run_shard, run_shards, settings_hash
 from ._spec import ModelSpec, model_fingerprint
 from ._store import load_collection, save_collection
@@ -34,6 +35,6 @@ __all__ = [
     "merge", "open_shards", "ShardSet", "status", "MixedShardsWarning",
     "save_collection", "load_collection",
     "Job", "write_plan", "read_plan",
-    "collect_sharded", "LocalEngine", "TorchrunEngine", "dist_rank_world",
+    "collect_sharded", "LocalEngine", "TorchrunEngine", "RayEngine", "dist_rank_world",
     "ShardError", "ShardCoverageError", "ShardMismatchError", "ShardIntegrityError",
 ]

@@ -311,6 +311,25 @@ def test_torchrun_two_ranks_gloo_equal_one_process(tmp_path):
         assert_equal_collections(sh.load_collection(tmp_path / f"{kind}.safetensors"), ref)
 
 
+def test_ray_two_actors_equal_one_process(tmp_path):
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("Ray is not installed: pip install 'bayes-lens[ray]' to test the Ray engine")
+    kind = KINDS[0]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+                                       "BAYES_LENS_PROGRESS": "0", "OMP_NUM_THREADS": "1"}})
+    try:
+        eng = sh.RayEngine(n_replicas=2, num_cpus=1)
+        col = sh.collect_sharded(sh.ModelSpec(TINY, {"kind": kind}), PROMPTS, tmp_path, engine=eng, n_shards=3, **KW)
+    finally:
+        ray.shutdown()
+    workers = {json.loads(p.read_text())["worker"]["pid"] for p in tmp_path.glob("shard-*.json")}
+    assert len(workers) == 2 and os.getpid() not in workers  # two actors, not this process
+    assert_equal_collections(col, collect(tiny_model(kind), PROMPTS, **KW))
+
+
 CRASH_LOADER = '''
 """Test loader: the tiny model, which kills its process on the BL_CRASH_AT-th forward pass."""
 import os
