@@ -8,6 +8,7 @@ Sub-commands (each has ``--help``):
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
+* ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
 * ``models``      - what is installed and loadable offline; ``info`` - a model's facts
 
 The analysis commands share ``--model`` (``default``, a ``.gguf`` file or a local Hugging Face
@@ -232,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")
         p.set_defaults(func=_cmd_analysis)
     _add_windtunnel(sub)
+    from .shard._cli import add_subparsers as add_shard  # bayes-lens shard plan|run|merge|status
+
+    add_shard(sub)
     p = sub.add_parser("models", help="list the models installed and loadable offline")
     p.set_defaults(func=_cmd_models)
     p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation")

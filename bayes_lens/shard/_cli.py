@@ -1,0 +1,191 @@
+"""``bayes-lens shard plan|run|merge|status``: sharded runs from the command line (issue 13, point 2).
+
+* ``plan DIR --prompts FILE`` writes the job (``plan.json``, ``prompts.jsonl``) into ``DIR``;
+* ``run DIR`` runs shards of it: ``--shard I`` (e.g. ``$SLURM_ARRAY_TASK_ID``), or the shards of
+  ``--rank R --world-size W`` (default: ``RANK``/``WORLD_SIZE`` from torchrun, or
+  ``SLURM_PROCID``/``SLURM_NTASKS`` from srun; else every shard). Finished shards are skipped;
+* ``merge DIR`` checks the shards and writes the merged Collection (``DIR/merged.safetensors``);
+* ``status DIR`` lists finished and pending shards.
+
+``run`` joins no process group (each worker only writes its shards), so any job runner can start
+it; ``merge`` runs once all are done. A prompts FILE is ``.jsonl`` (a JSON string, or an object
+with ``"prompt"`` or ``"text"``, per line) or plain text (one prompt per line).
+
+Example
+-------
+$ bayes-lens shard plan jobs/a --prompts prompts.txt --value-layers all --attention --n-shards 8
+$ sbatch --array=0-7 --wrap 'bayes-lens shard run jobs/a --shard $SLURM_ARRAY_TASK_ID'
+$ bayes-lens shard merge jobs/a
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ..errors import InvalidInputError
+
+__all__ = ["add_subparsers", "read_prompts_file"]
+
+
+def read_prompts_file(path) -> list:
+    """Prompts from a ``.jsonl`` or plain-text file (see the module doc)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInputError(f"no prompts file {str(path)!r}; pass --prompts FILE (.jsonl or one prompt a line).")
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if path.suffix != ".jsonl":
+        return lines
+    out = []
+    for i, ln in enumerate(lines, 1):
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            raise InvalidInputError(f"{str(path)!r} line {i} is not JSON.") from None
+        if isinstance(obj, dict):
+            obj = obj.get("prompt", obj.get("text"))
+        if not isinstance(obj, str):
+            raise InvalidInputError(f"{str(path)!r} line {i}: expected a string or an object with 'prompt'/'text'.")
+        out.append(obj)
+    return out
+
+
+def _layers(text):
+    if text is None:
+        return ()
+    if text == "all":
+        return "all"
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or comma-separated integers, got {text!r}") from None
+
+
+def _cmd_plan(args) -> int:
+    from . import ModelSpec, plan, write_plan
+
+    prompts = read_prompts_file(args.prompts)
+    if args.loader:
+        try:
+            kwargs = json.loads(args.model_kwargs or "{}")
+        except ValueError:
+            raise InvalidInputError(f"--model-kwargs must be a JSON object, got {args.model_kwargs!r}.") from None
+        spec = ModelSpec(args.loader, kwargs)
+    else:
+        kw = {"kind": args.kind}
+        if args.device:
+            kw["device"] = args.device
+        spec = ModelSpec(str(args.model), kw)
+    ckw = {"value_layers": args.value_layers, "resid_layers": args.resid_layers, "attention": args.attention,
+           "attention_positions": args.attention_positions, "batch_size": args.batch_size,
+           "padding_side": args.padding_side}
+    if args.token_ids:
+        ckw["token_ids"] = [int(x) for x in args.token_ids.split(",")]
+    shards = plan(len(prompts), args.batch_size, args.n_shards)
+    path = write_plan(args.dir, spec, prompts, shards, ckw, args.task, overwrite=args.overwrite)
+    print(f"planned {len(shards)} shard(s) of {len(prompts)} prompts in {path}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from . import dist_rank_world, read_plan, run_shards, shards_for_rank
+
+    job = read_plan(args.dir)
+    if job.spec is None:
+        raise InvalidInputError("this plan records no model spec (it was made from a model object); rerun it from "
+                                "Python, or plan it again with --model / --loader.")
+    if args.shard is not None:
+        by_index = {s.index: s for s in job.shards}
+        missing = [i for i in args.shard if i not in by_index]
+        if missing:
+            raise InvalidInputError(f"--shard {missing}: the plan has shards 0..{len(job.shards) - 1}.")
+        shards = [by_index[i] for i in args.shard]
+    else:
+        rank, world = dist_rank_world()
+        rank = args.rank if args.rank is not None else rank
+        world = args.world_size if args.world_size is not None else world
+        shards = shards_for_rank(job.shards, rank, world)
+    if args.no_progress:
+        os.environ["BAYES_LENS_PROGRESS"] = "0"
+    done = run_shards(job.spec, job.prompts, shards, args.dir, task=job.task, overwrite=args.overwrite,
+                      **job.collect_kwargs)
+    for i, what in sorted(done.items()):
+        print(f"shard {i}: {what}")
+    return 0
+
+
+def _cmd_merge(args) -> int:
+    from . import open_shards, read_plan, save_collection
+
+    prompts = read_plan(args.dir).prompts if (Path(args.dir) / "plan.json").is_file() else None
+    shards = open_shards(args.dir, prompts)
+    layers = _layers(args.layers) if args.layers else None
+    col = shards.collection(None if layers == "all" else layers)
+    out = Path(args.out) if args.out else Path(args.dir) / "merged.safetensors"
+    save_collection(col, out, {"settings_sha256": shards.manifests[0]["settings_sha256"],
+                               "model_fingerprint": shards.model_fingerprint})
+    print(f"merged {len(shards.manifests)} shard(s), {col.n_prompts} prompts -> {out}")
+    return 0
+
+
+def _cmd_status(args) -> int:
+    from . import status
+
+    st = status(args.dir)
+    print(f"finished: {len(st['finished'])} shard(s) " + " ".join(f"{i}[{a},{b})" for i, a, b in st["finished"]))
+    if st["pending"] is not None:
+        print(f"pending:  {len(st['pending'])} of {st['n_planned']} " +
+              " ".join(f"{i}[{a},{b})" for i, a, b in st["pending"]))
+    return 0
+
+
+def add_subparsers(sub) -> argparse.ArgumentParser:
+    """Register ``shard plan|run|merge|status`` on an argparse sub-parsers object."""
+    sh = sub.add_parser("shard", help="sharded runs: plan, run (torchrun / SLURM / any runner), merge, status",
+                        description="Sharded runs: plan a job, run its shards (torchrun, srun, a SLURM array, any "
+                        "job runner), check and merge them. See the README, 'Large models and sweeps'.")
+    ssub = sh.add_subparsers(dest="shard_command", required=True, parser_class=type(sh))
+
+    p = ssub.add_parser("plan", help="write a job (plan.json + prompts.jsonl) into DIR")
+    p.add_argument("dir")
+    p.add_argument("--prompts", required=True, help=".jsonl or text file (one prompt a line)")
+    p.add_argument("--model", default="default", help="'default', a .gguf file or a local HF folder")
+    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--loader", default=None, help="'package.module:function' building the model (instead of --model)")
+    p.add_argument("--model-kwargs", default=None, help="JSON object of keyword arguments for --loader")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--n-shards", type=int, default=1)
+    p.add_argument("--value-layers", type=_layers, default=(), help="'all' or e.g. 0,5,-1")
+    p.add_argument("--resid-layers", type=_layers, default=())
+    p.add_argument("--attention", action="store_true")
+    p.add_argument("--attention-positions", default="last", choices=["last", "all"])
+    p.add_argument("--padding-side", default="right", choices=["left", "right"])
+    p.add_argument("--token-ids", default=None, help="comma-separated token ids")
+    p.add_argument("--task", default=None, help="a label hashed into the settings")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=_cmd_plan)
+
+    p = ssub.add_parser("run", help="run shards of the job in DIR (skips finished ones)")
+    p.add_argument("dir")
+    p.add_argument("--shard", type=int, action="append", default=None, help="shard number (repeatable)")
+    p.add_argument("--rank", type=int, default=None, help="default: RANK or SLURM_PROCID")
+    p.add_argument("--world-size", type=int, default=None, help="default: WORLD_SIZE or SLURM_NTASKS")
+    p.add_argument("--overwrite", action="store_true", help="redo shards made by another run")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_run)
+
+    p = ssub.add_parser("merge", help="check the shards in DIR and write the merged collection")
+    p.add_argument("dir")
+    p.add_argument("--out", default=None, help="output .safetensors (default DIR/merged.safetensors)")
+    p.add_argument("--layers", default=None, help="only these layers' rows ('all' or e.g. 0,5)")
+    p.set_defaults(func=_cmd_merge)
+
+    p = ssub.add_parser("status", help="finished and pending shards in DIR")
+    p.add_argument("dir")
+    p.set_defaults(func=_cmd_status)
+    return sh
+
+

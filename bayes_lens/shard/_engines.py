@@ -1,0 +1,170 @@
+"""Engines that run the shards of a job, and :func:`collect_sharded`, the sharded ``collect``.
+
+No home-made scheduler or RPC (issue 13, point 2): an engine only decides which process runs which
+shard and who merges.
+
+* :class:`LocalEngine` (``engine="local"``) - every shard in this process, one after another
+  (resumable: finished shards are skipped on a rerun).
+* :class:`TorchrunEngine` (``engine="torchrun"``) - inside a ``torch.distributed`` process group
+  (started by ``torchrun`` or ``srun``; the group is created from ``RANK``/``WORLD_SIZE`` if it does
+  not exist yet, with gloo on CPU and NCCL on CUDA). Rank ``r`` runs shards ``r, r+W, ...``; the
+  ranks then exchange their outcome (so a failing rank stops the others with its error instead of a
+  hang), and rank 0 merges and returns the Collection; other ranks return ``None``.
+
+Example (``torchrun --nproc_per_node 2 job.py``)
+-------
+>>> spec = bl.shard.ModelSpec("default")                                            # doctest: +SKIP
+>>> col = bl.shard.collect_sharded(spec, prompts, "shards/", engine="torchrun",      # doctest: +SKIP
+...                                value_layers="all", attention=True)
+>>> if col is not None: print(bl.value_manifold(col, layer=12).pc12)                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from ..collect import Collection, check_prompts
+from ..errors import InvalidInputError
+from ._errors import ShardError
+from ._job import write_plan
+from ._merge import merge
+from ._plan import plan, shards_for_rank
+from ._run import run_shards
+from ._spec import ModelSpec
+
+__all__ = ["LocalEngine", "TorchrunEngine", "collect_sharded", "dist_rank_world", "resolve_engine"]
+
+
+def dist_rank_world() -> tuple:
+    """(rank, world size) from torch.distributed, else RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_NTASKS
+    (srun), else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    for r, w in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if r in os.environ and w in os.environ:
+            return int(os.environ[r]), int(os.environ[w])
+    return 0, 1
+
+
+class LocalEngine:
+    """Run every shard in this process (see the module doc)."""
+
+    name = "local"
+
+    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
+            prepare=None):
+        if prepare is not None:
+            prepare()
+        run_shards(model, prompts, shards, out_dir, task=task, overwrite=overwrite, **collect_kwargs)
+        return merge(out_dir, prompts, layers=merge_layers)
+
+    def world_size(self) -> int:
+        return 1
+
+
+class TorchrunEngine:
+    """Run shards on the ranks of a torch.distributed group; rank 0 merges (see the module doc).
+
+    ``backend``: ``"gloo"`` / ``"nccl"`` when this engine creates the group (default: NCCL when the
+    model spec asks for CUDA, else gloo). ``timeout_s`` bounds how long a rank waits for the others.
+    A ModelSpec with ``device="cuda"`` is given ``cuda:LOCAL_RANK`` on each rank.
+    """
+
+    name = "torchrun"
+
+    def __init__(self, backend: Optional[str] = None, timeout_s: float = 24 * 3600.0):
+        self.backend = backend
+        self.timeout_s = timeout_s
+
+    def world_size(self) -> int:
+        return dist_rank_world()[1]
+
+    def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
+            prepare=None):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) and "RANK" in os.environ:
+            # created once per process and kept for later calls (re-initializing a destroyed group can hang
+            # in the rendezvous); destroyed when the process exits
+            cuda = isinstance(model, ModelSpec) and str(model.kwargs.get("device", "")).startswith("cuda")
+            dist.init_process_group(self.backend or ("nccl" if cuda else "gloo"),
+                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+            atexit.register(_destroy_group)
+        rank, world = dist_rank_world()
+        group = dist.is_available() and dist.is_initialized()
+        if isinstance(model, ModelSpec) and model.kwargs.get("device") == "cuda":
+            model = ModelSpec(model.loader, {**model.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        error = None
+        try:
+            if prepare is not None and rank == 0:
+                prepare()
+            run_shards(model, prompts, shards_for_rank(shards, rank, world), out_dir, task=task,
+                       overwrite=overwrite, **collect_kwargs)
+        except Exception as err:  # noqa: BLE001 - reported to every rank below
+            error = err
+        outcomes = [None] * world
+        if group:
+            dist.all_gather_object(outcomes, None if error is None else f"{type(error).__name__}: {error}")
+        else:
+            outcomes = [None if error is None else str(error)]
+        if error is not None:
+            raise error
+        failed = [(r, msg) for r, msg in enumerate(outcomes) if msg is not None]
+        if failed:
+            raise ShardError("rank(s) " + "; ".join(f"{r} failed: {msg}" for r, msg in failed) +
+                             ". Their shards stay unfinished; rerun the job to complete them.")
+        return merge(out_dir, prompts, layers=merge_layers) if rank == 0 else None
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_engine(engine) -> Any:
+    """``"local"`` / ``"torchrun"`` or an engine object: anything with ``world_size()`` and
+    ``run(model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs, prepare)``
+    that runs the shards (calling ``prepare()`` once first) and returns the merged Collection or None."""
+    if engine == "local":
+        return LocalEngine()
+    if engine == "torchrun":
+        return TorchrunEngine()
+    if hasattr(engine, "run") and hasattr(engine, "world_size"):
+        return engine
+    raise InvalidInputError(f"engine must be 'local', 'torchrun' or an engine object (e.g. "
+                            f"bl.shard.TorchrunEngine(backend='gloo')), got {engine!r}.")
+
+
+def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *, engine="local",
+                    n_shards: Optional[int] = None, task: Optional[str] = None, overwrite: bool = False,
+                    merge_layers=None, **collect_kwargs) -> Optional[Collection]:
+    """:func:`bayes_lens.collect.collect` split into shards under ``out_dir``, run by ``engine``, merged.
+
+    ``model`` is a :class:`ModelSpec` (what every worker builds) or, for ``engine="local"`` or inside
+    a torchrun script, a model object. ``n_shards`` defaults to one shard per 8 batches (at least one
+    per worker); boundaries fall on batch boundaries, so the result equals ``collect(model, prompts,
+    ...)`` bit for bit. Rerunning resumes: finished shards are skipped. Returns the merged
+    Collection (``None`` on torchrun ranks other than 0); ``merge_layers`` limits the rows merged.
+    """
+    prompts = check_prompts(prompts)
+    eng = resolve_engine(engine)
+    batch_size = int(collect_kwargs.get("batch_size", 16))
+    n_batches = -(-len(prompts) // batch_size) if batch_size > 0 else 1
+    world = max(1, int(eng.world_size()))
+    k = n_shards if n_shards is not None else max(world, -(-n_batches // 8))
+    shards = plan(len(prompts), batch_size, k)
+    spec = model if isinstance(model, ModelSpec) else None
+
+    def prepare():  # the job file, written once (by rank 0 under torchrun)
+        write_plan(out_dir, spec, prompts, shards, collect_kwargs, task, overwrite=overwrite)
+
+    return eng.run(model, prompts, shards, out_dir, task=task, overwrite=overwrite, merge_layers=merge_layers,
+                   collect_kwargs=collect_kwargs, prepare=prepare)

@@ -1,0 +1,110 @@
+"""A job folder: ``plan.json`` + ``prompts.jsonl`` say what every worker of a sharded run must do.
+
+:func:`write_plan` records the model spec, the prompts (one JSON string per line, so prompts may
+hold newlines), the collect settings, an optional task label and the shard ranges; a worker started
+by ``bayes-lens shard run DIR`` (torchrun, ``srun``, a SLURM array task, any job runner) needs
+nothing else. Writing a plan into a folder that holds a different plan is refused
+(:class:`~bayes_lens.shard.ShardMismatchError`) unless ``overwrite=True``: two jobs never share a
+folder by accident.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from ..collect import check_prompts
+from ._errors import ShardIntegrityError, ShardMismatchError
+from ._plan import Shard
+from ._run import collect_settings, settings_hash
+from ._spec import ModelSpec
+from ._store import prompt_hashes, sha256_text, write_atomic, write_json_atomic
+
+__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT"]
+
+PLAN_FORMAT = "bayes-lens-shard-plan/1"
+
+
+@dataclass
+class Job:
+    """A planned sharded run (see the module doc); ``collect_kwargs`` go to :func:`bayes_lens.collect.collect`."""
+
+    spec: Optional[ModelSpec]
+    prompts: List[str]
+    shards: List[Shard]
+    collect_kwargs: Dict[str, Any] = field(default_factory=dict)
+    task: Optional[str] = None
+
+
+def _prompts_digest(prompts: Sequence[str]) -> str:
+    return sha256_text("\n".join(prompt_hashes(prompts)))
+
+
+def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Sequence[str],
+               shards: Sequence[Shard], collect_kwargs: Optional[Dict[str, Any]] = None,
+               task: Optional[str] = None, *, overwrite: bool = False) -> Path:
+    """Write ``plan.json`` and ``prompts.jsonl`` into ``out_dir``; an identical plan there is kept."""
+    prompts = check_prompts(prompts)
+    settings = collect_settings(dict(collect_kwargs or {}), task)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": PLAN_FORMAT,
+        "model": None if spec is None else spec.to_dict(),
+        "prompts_file": "prompts.jsonl",
+        "prompts_sha256": _prompts_digest(prompts),
+        "n_prompts": len(prompts),
+        "settings": settings,
+        "settings_sha256": settings_hash(settings),
+        "shards": [[s.index, s.start, s.stop] for s in shards],
+    }
+    path = out / "plan.json"
+    if path.exists() and not overwrite:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old == doc:
+            return path
+        keys = [k for k in doc if old.get(k) != doc[k]]
+        raise ShardMismatchError(f"{str(path)!r} holds another plan ({', '.join(keys)} differ); use another folder or "
+                                 "overwrite=True (CLI: --overwrite).")
+    text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts)
+    write_atomic(out / "prompts.jsonl", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_json_atomic(path, doc)
+    return path
+
+
+def read_plan(out_dir: Union[str, Path]) -> Job:
+    """The :class:`Job` in ``out_dir`` (prompts checked against the plan's digest)."""
+    out = Path(out_dir)
+    path = out / "plan.json"
+    if not path.is_file():
+        raise ShardIntegrityError(f"{str(out)!r} has no plan.json; make one with `bayes-lens shard plan` (or "
+                                  "bl.shard.write_plan).")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        prompts = [json.loads(line) for line in (out / doc["prompts_file"]).read_text(encoding="utf-8").splitlines()
+                   if line.strip()]
+    except (OSError, ValueError, KeyError) as err:
+        raise ShardIntegrityError(f"cannot read the plan in {str(out)!r} ({err}); make it again.") from err
+    if doc.get("format") != PLAN_FORMAT:
+        raise ShardIntegrityError(f"{str(path)!r} is not a bayes_lens shard plan (format {doc.get('format')!r}).")
+    if _prompts_digest(prompts) != doc["prompts_sha256"]:
+        raise ShardIntegrityError(f"{str(out / doc['prompts_file'])!r} does not match plan.json (edited after "
+                                  "planning?); make the plan again.")
+    settings = dict(doc["settings"])
+    task = settings.pop("task", None)
+    return Job(spec=None if doc["model"] is None else ModelSpec.from_dict(doc["model"]), prompts=prompts,
+               shards=[Shard(i, a, b) for i, a, b in doc["shards"]], collect_kwargs=settings, task=task)
+
+
+def read_plan_shards(out_dir: Union[str, Path]) -> Optional[List[Shard]]:
+    """The planned shards in ``out_dir``, or None when there is no plan."""
+    path = Path(out_dir) / "plan.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return [Shard(i, a, b) for i, a, b in doc["shards"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err

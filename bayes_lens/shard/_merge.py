@@ -1,0 +1,272 @@
+"""Merge shards into one :class:`~bayes_lens.collect.Collection`, after checking they make one run.
+
+:func:`open_shards` reads every ``shard-*.json`` manifest in a folder (in any order) and refuses,
+with a :class:`~bayes_lens.shard.ShardError` naming what differs, unless
+
+* the shards' ranges cover ``[0, n_prompts)`` exactly once (no gap, no overlap; issue 13, point 1),
+* every shard has the same settings hash, model fingerprint, prompt count and stored fields,
+* each tensor file's size and SHA-256 match its manifest, and its ``indices`` are its range,
+* (with ``prompts=``) each prompt's SHA-256 matches the prompt list given now.
+
+Shards from different devices, dtypes or library versions merge with a :class:`MixedShardsWarning`
+(float results may then differ in the last bits). :meth:`ShardSet.collection` then fills
+preallocated tensors shard by shard, reading each tensor's bytes (located by the safetensors header)
+straight into its rows; with ``layers=[L]`` it reads only layer ``L``'s rows, so a layer-at-a-time
+reduction (:meth:`ShardSet.iter_layers`) holds at most one layer's rows in memory. With batch-aligned shards the merged
+Collection equals one process bit for bit; the existing reductions (PCA, bootstraps, nulls) then run
+on it unchanged, e.g. ``bl.value_manifold(merged, layer=L)``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from ..collect import Collection, check_prompts
+from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
+from ._run import read_manifest
+from ._store import SAFETENSORS_DTYPES, prompt_hashes, read_into, read_safetensors_header, sha256_file
+
+__all__ = ["ShardSet", "open_shards", "merge", "status", "MixedShardsWarning"]
+
+_ROW_PREFIXES = ("final_values.", "final_resid.")
+
+
+class MixedShardsWarning(UserWarning):
+    """Shards of one merge ran on different devices, dtypes or library versions."""
+
+
+def _describe(ms: List[Dict[str, Any]]) -> str:
+    return ", ".join(f"{m['_file']} [{m['shard']['start']}, {m['shard']['stop']})" for m in ms)
+
+
+def _check_same(manifests: List[Dict[str, Any]], key: str, what: str, fix: str) -> None:
+    groups: Dict[str, list] = {}
+    for m in manifests:
+        groups.setdefault(json.dumps(m.get(key), sort_keys=True), []).append(m)
+    if len(groups) <= 1:
+        return
+    parts = []
+    ref = manifests[0]
+    for value, ms in groups.items():
+        parts.append(f"{what} {json.loads(value)!r:.80} in {_describe(ms)}")
+    detail = ""
+    if key == "settings_sha256":
+        other = next(ms[0] for ms in groups.values() if ms[0] is not ref)
+        a, b = ref.get("settings") or {}, other.get("settings") or {}
+        keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        detail = " Differing settings: " + "; ".join(
+            f"{k}: {a.get(k)!r} in {ref['_file']} vs {b.get(k)!r} in {other['_file']}" for k in keys) + "."
+    raise ShardMismatchError(f"the shards do not come from one run: {'; '.join(parts)}.{detail} {fix}")
+
+
+class ShardSet:
+    """Checked shards of one run in ``out_dir`` (made by :func:`open_shards`)."""
+
+    def __init__(self, out_dir: Path, manifests: List[Dict[str, Any]]):
+        self.out_dir = out_dir
+        self.manifests = manifests
+        self.n_prompts = int(manifests[0]["n_prompts"])
+        self.settings = manifests[0]["settings"]
+        self.model_fingerprint = manifests[0]["model_fingerprint"]
+        self.attention_positions = manifests[0].get("attention_positions", "last")
+        self.tensor_shapes = manifests[0]["tensors"]
+
+    @property
+    def layers(self) -> Dict[str, List[int]]:
+        """Stored row layers per site: ``{"v": [...], "resid_post": [...]}``."""
+        out = {"v": [], "resid_post": []}
+        for name in self.tensor_shapes:
+            if name.startswith("final_values."):
+                out["v"].append(int(name.split(".", 1)[1]))
+            elif name.startswith("final_resid."):
+                out["resid_post"].append(int(name.split(".", 1)[1]))
+        return {k: sorted(v) for k, v in out.items()}
+
+    def _read(self, names: Sequence[str]) -> Dict[str, Tensor]:
+        """The merged tensors ``names``: preallocated, then each shard's bytes read straight into its rows.
+
+        The safetensors header gives each tensor's dtype, shape and byte range; the bytes are read with
+        ``readinto`` into the slice of the output they belong to, so reading one layer holds that layer's
+        rows and nothing else (no per-shard copy, no memory map).
+        """
+        out: Dict[str, Tensor] = {}
+        for m in self.manifests:
+            start, stop = m["shard"]["start"], m["shard"]["stop"]
+            path = self.out_dir / m["tensors_file"]
+            fix = f"delete {m['_file']} and rerun that shard."
+            try:
+                with open(path, "rb") as fh:
+                    header, data_start = read_safetensors_header(fh)
+                    for name in names:
+                        entry = header.get(name)
+                        if entry is None:
+                            raise ShardIntegrityError(f"{str(path)!r} lacks tensor {name!r} that its manifest lists; {fix}")
+                        dtype, shape = SAFETENSORS_DTYPES.get(entry["dtype"]), list(entry["shape"])
+                        if dtype is None or not shape or shape[0] != stop - start:
+                            raise ShardIntegrityError(f"{str(path)!r}: {name} is {entry['dtype']} {shape}, not "
+                                                      f"{stop - start} rows for range [{start}, {stop}); {fix}")
+                        if name not in out:
+                            out[name] = torch.empty((self.n_prompts, *shape[1:]), dtype=dtype)
+                        elif out[name].dtype != dtype or list(out[name].shape[1:]) != shape[1:]:
+                            raise ShardIntegrityError(f"{str(path)!r}: {name} is {entry['dtype']} {shape}, unlike "
+                                                      f"the other shards; {fix}")
+                        read_into(fh, data_start, entry, out[name][start:stop])
+                        if name == "indices" and not torch.equal(out[name][start:stop],
+                                                                 torch.arange(start, stop, dtype=dtype)):
+                            raise ShardIntegrityError(f"{str(path)!r} holds other prompts than its manifest's range "
+                                                      f"[{start}, {stop}): the files were mixed up; {fix}")
+            except ShardIntegrityError:
+                raise
+            except Exception as err:  # noqa: BLE001 - unreadable file
+                raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}); {fix}") from err
+        return out
+
+    def _names(self, layers: Optional[Iterable[int]], sites: Sequence[str]) -> List[str]:
+        keep = None if layers is None else {int(x) for x in layers}
+        names = []
+        for name in self.tensor_shapes:
+            if name.startswith(_ROW_PREFIXES):
+                site = "v" if name.startswith("final_values.") else "resid_post"
+                layer = int(name.split(".", 1)[1])
+                if site not in sites or (keep is not None and layer not in keep):
+                    continue
+            names.append(name)
+        if keep is not None:
+            held = set(self.layers["v"] if "v" in sites else []) | set(
+                self.layers["resid_post"] if "resid_post" in sites else [])
+            missing = sorted(keep - held)
+            if missing:
+                raise ShardMismatchError(f"the shards hold rows at layers {self.layers}, not {missing}; run the "
+                                         "shards with those layers in value_layers / resid_layers.")
+        return names
+
+    def collection(self, layers: Optional[Iterable[int]] = None,
+                   sites: Sequence[str] = ("v", "resid_post")) -> Collection:
+        """The merged Collection; ``layers`` (and ``sites``) restrict which layers' rows are read."""
+        from ._store import collection_from_tensors
+
+        return collection_from_tensors(self._read(self._names(layers, sites)), self.attention_positions)
+
+    def layer_rows(self, layer: int, site: str = "v") -> Tensor:
+        """The merged ``[n_prompts, dim]`` rows of one layer and site, read on their own."""
+        name = ("final_values." if site == "v" else "final_resid.") + str(int(layer))
+        if name not in self.tensor_shapes:
+            raise ShardMismatchError(f"the shards hold {site} rows at layers {self.layers[site]}, not {layer}.")
+        return self._read([name])[name]
+
+    def iter_layers(self, site: str = "v") -> Iterator[Tuple[int, Tensor]]:
+        """``(layer, rows)`` for every stored layer of ``site``, one layer in memory at a time."""
+        for layer in self.layers[site]:
+            yield layer, self.layer_rows(layer, site)
+
+
+def _manifests(out: Path) -> List[Dict[str, Any]]:
+    if not out.is_dir():
+        raise ShardCoverageError(f"no shard folder {str(out)!r}; run the shards first (bayes-lens shard run).")
+    ms = []
+    for path in sorted(out.glob("shard-*.json")):
+        m = read_manifest(path)
+        m["_file"] = path.name
+        ms.append(m)
+    return ms
+
+
+def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,
+                verify_hashes: bool = True) -> ShardSet:
+    """Check the finished shards in ``out_dir`` form one complete run (see the module doc)."""
+    out = Path(out_dir)
+    ms = _manifests(out)
+    if not ms:
+        raise ShardCoverageError(f"{str(out)!r} holds no finished shard (no shard-*.json manifest); run the shards "
+                                 "first (bayes-lens shard run), or check the folder.")
+    fix = "Rerun the odd shards with the same settings and model (delete their files first), or merge them apart."
+    _check_same(ms, "n_prompts", "prompt count", fix)
+    _check_same(ms, "settings_sha256", "settings hash", fix)
+    _check_same(ms, "model_fingerprint", "model fingerprint", fix)
+    _check_same(ms, "attention_positions", "attention_positions", fix)
+    names = [sorted(m["tensors"]) for m in ms]
+    if any(n != names[0] for n in names):
+        odd = [m for m, n in zip(ms, names) if n != names[0]]
+        raise ShardMismatchError(f"{_describe(odd)} store other tensors than {ms[0]['_file']} "
+                                 f"({sorted(set(names[0]) ^ set(sorted(odd[0]['tensors'])))} differ). {fix}")
+    ms.sort(key=lambda m: (m["shard"]["start"], m["shard"]["stop"]))
+    n = int(ms[0]["n_prompts"])
+    pos, prev = 0, None
+    for m in ms:
+        start, stop = m["shard"]["start"], m["shard"]["stop"]
+        if start > pos:
+            raise ShardCoverageError(f"prompts [{pos}, {start}) of {n} are in no finished shard (missing between "
+                                     f"{prev['_file'] if prev else 'the start'} and {m['_file']}); run the missing "
+                                     "shard(s) (bayes-lens shard status lists them), then merge again.")
+        if start < pos:
+            raise ShardCoverageError(f"{m['_file']} [{start}, {stop}) overlaps {prev['_file']} "
+                                     f"[{prev['shard']['start']}, {prev['shard']['stop']}) on prompts [{start}, "
+                                     f"{min(pos, stop)}); the folder mixes two plans: delete one of them.")
+        pos, prev = stop, m
+    if pos != n:
+        raise ShardCoverageError(f"prompts [{pos}, {n}) of {n} are in no finished shard (after {prev['_file']}); "
+                                 "run the missing shard(s), then merge again.")
+    if prompts is not None:
+        prompts = check_prompts(prompts)
+        if len(prompts) != n:
+            raise ShardMismatchError(f"the shards were run on {n} prompts, but {len(prompts)} were given now; pass "
+                                     "the prompt list the shards were run on.")
+        hashes = prompt_hashes(prompts)
+        for m in ms:
+            start = m["shard"]["start"]
+            for i, (a, b) in enumerate(zip(m["prompt_sha256"], hashes[start:m["shard"]["stop"]])):
+                if a != b:
+                    raise ShardMismatchError(f"prompt {start + i} differs from the one {m['_file']} ran (changed or "
+                                             "reordered prompts); pass the prompt list the shards were run on, or "
+                                             "rerun the shards on this one.")
+    if verify_hashes:
+        for m in ms:
+            path = out / m["tensors_file"]
+            if not path.is_file():
+                raise ShardIntegrityError(f"{m['_file']} names {m['tensors_file']!r}, which is missing; delete "
+                                          f"{m['_file']} and rerun that shard.")
+            if path.stat().st_size != m["tensors_bytes"] or sha256_file(path) != m["tensors_sha256"]:
+                raise ShardIntegrityError(f"{m['tensors_file']!r} does not match the SHA-256 in {m['_file']} (changed, "
+                                          f"swapped or truncated after it was written); delete both and rerun that "
+                                          "shard.")
+    for key, what in (("device", "devices"), ("dtype", "dtypes"), ("versions", "library versions")):
+        seen = {json.dumps(m.get(key), sort_keys=True) for m in ms}
+        if len(seen) > 1:
+            warnings.warn(f"the shards ran on different {what}: {sorted(seen)}; results may differ in the last bits "
+                          "from one process.", MixedShardsWarning, stacklevel=2)
+    return ShardSet(out, ms)
+
+
+def merge(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,
+          layers: Optional[Iterable[int]] = None, sites: Sequence[str] = ("v", "resid_post"),
+          verify_hashes: bool = True) -> Collection:
+    """Check the shards in ``out_dir`` (:func:`open_shards`) and return the merged Collection.
+
+    ``layers=[L, ...]`` reads only those layers' rows (the per-prompt fields are always read).
+
+    Example
+    -------
+    >>> col = bl.shard.merge("shards/", prompts)                  # doctest: +SKIP
+    >>> bl.value_manifold(col, layer=12)                           # doctest: +SKIP
+    """
+    return open_shards(out_dir, prompts, verify_hashes=verify_hashes).collection(layers, sites)
+
+
+def status(out_dir: Union[str, Path]) -> Dict[str, Any]:
+    """Finished shards in ``out_dir`` and, when a plan is there, the planned shards not finished yet."""
+    from ._job import read_plan_shards
+
+    out = Path(out_dir)
+    ms = _manifests(out) if out.is_dir() else []
+    done = {m["shard"]["index"]: (m["shard"]["start"], m["shard"]["stop"]) for m in ms}
+    planned = read_plan_shards(out)
+    pending = [(s.index, s.start, s.stop) for s in planned if s.index not in done] if planned is not None else None
+    return {"finished": sorted((i, a, b) for i, (a, b) in done.items()), "pending": pending,
+            "n_planned": None if planned is None else len(planned),
+            "n_prompts": ms[0]["n_prompts"] if ms else None}

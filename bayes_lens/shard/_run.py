@@ -1,0 +1,292 @@
+"""Run shards: :func:`run_shard` runs the one runner on a shard's prompts and commits its files.
+
+A worker calls :func:`bayes_lens.collect.collect` on ``prompts[shard.start:shard.stop]`` with
+``start_index=shard.start`` (so rows carry global prompt indices, and a non-finite value in prompt 37
+is reported as prompt 37 whichever worker ran it), then writes ``shard-XXXXX.safetensors`` and, last,
+``shard-XXXXX.json`` (see :mod:`bayes_lens.shard._store`). A shard whose manifest is on disk and
+matches this run (range, prompt hashes, settings hash, model) is skipped: rerunning a job resumes it.
+A manifest that does *not* match is refused rather than overwritten (``overwrite=True`` replaces it).
+
+The settings hash covers the collect arguments that change the numbers (layers, attention,
+positions, token ids, batch size, padding side) plus an optional ``task`` label; ``progress`` and
+``desc`` do not count. Layers are compared as given (``"all"`` and ``[0, 1]`` are different settings).
+``fwd_hooks`` (patches) cannot be hashed, so they need a ``task`` label that names them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Union
+
+import torch
+
+from .._progress import progress as progress_bar
+from ..collect import check_prompts, collect
+from ..errors import InvalidInputError
+from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
+from ._plan import Shard
+from ._spec import ModelSpec, model_device_dtype, model_fingerprint
+from ._store import (
+    MANIFEST_FORMAT,
+    collection_tensors,
+    prompt_hashes,
+    sha256_file,
+    write_json_atomic,
+    write_tensors_atomic,
+)
+
+__all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "commit_shard", "read_manifest", "versions",
+           "manifest_path", "tensors_path"]
+
+_SETTINGS = {"value_layers": (), "resid_layers": (), "attention": False, "attention_positions": "last",
+             "token_ids": None, "batch_size": 16, "padding_side": "right"}
+_UNHASHED = ("progress", "desc", "fwd_hooks")
+_MANIFEST_KEYS = ("shard", "n_prompts", "prompt_sha256", "settings", "settings_sha256", "model_fingerprint",
+                  "tensors_file", "tensors_bytes", "tensors_sha256", "tensors")
+
+
+def _layers(value, name: str):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    try:
+        return [int(x) for x in value]
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name} must be 'all', an int or a list of ints, got {value!r}.") from None
+
+
+def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None) -> Dict[str, Any]:
+    """The JSON form of the collect arguments that change the numbers (what the settings hash covers)."""
+    unknown = set(collect_kwargs) - set(_SETTINGS) - set(_UNHASHED)
+    if "start_index" in collect_kwargs:
+        raise InvalidInputError("do not pass start_index to a sharded run: each shard sets it to its start.")
+    if unknown:
+        raise InvalidInputError(f"unknown collect argument(s) {sorted(unknown)}; a sharded run accepts "
+                                f"{sorted(_SETTINGS) + list(_UNHASHED)}.")
+    if collect_kwargs.get("fwd_hooks") and not task:
+        raise InvalidInputError("fwd_hooks cannot be hashed into the shard settings: pass task='<a name for these "
+                                "hooks>' so shards made with different hooks are told apart (or put the patch "
+                                "in the model loader of the ModelSpec).")
+    s = dict(_SETTINGS)
+    s.update({k: v for k, v in collect_kwargs.items() if k in _SETTINGS})
+    tok = s["token_ids"]
+    if tok is not None:
+        tok = [int(x) for x in (tok.flatten().tolist() if isinstance(tok, torch.Tensor) else tok)]
+    return {"task": task, "value_layers": _layers(s["value_layers"], "value_layers"),
+            "resid_layers": _layers(s["resid_layers"], "resid_layers"), "attention": bool(s["attention"]),
+            "attention_positions": str(s["attention_positions"]), "token_ids": tok,
+            "batch_size": int(s["batch_size"]), "padding_side": str(s["padding_side"])}
+
+
+def settings_hash(settings: Dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def versions() -> Dict[str, str]:
+    """bayes_lens, transformer-lens, torch and safetensors versions of this process."""
+    from .. import __version__
+
+    def ver(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    return {"bayes_lens": __version__, "transformer_lens": ver("transformer-lens"), "torch": torch.__version__,
+            "safetensors": ver("safetensors"), "python": platform.python_version()}
+
+
+def manifest_path(out_dir: Union[str, Path], shard: Shard) -> Path:
+    return Path(out_dir) / f"{shard.name}.json"
+
+
+def tensors_path(out_dir: Union[str, Path], shard: Shard) -> Path:
+    return Path(out_dir) / f"{shard.name}.safetensors"
+
+
+def read_manifest(path: Union[str, Path]) -> Dict[str, Any]:
+    """A shard manifest, or ShardIntegrityError for a file that is not one."""
+    path = Path(path)
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ShardIntegrityError(f"cannot read shard manifest {str(path)!r} ({err}); delete it and rerun that "
+                                  "shard.") from err
+    if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT:
+        raise ShardIntegrityError(f"{str(path)!r} is not a bayes_lens shard manifest (format "
+                                  f"{m.get('format') if isinstance(m, dict) else None!r}, expected {MANIFEST_FORMAT!r}).")
+    missing = [k for k in _MANIFEST_KEYS if k not in m]
+    shard = m.get("shard")
+    if missing or not isinstance(shard, dict) or not all(isinstance(shard.get(k), int) for k in ("index", "start",
+                                                                                                 "stop")):
+        raise ShardIntegrityError(f"shard manifest {str(path)!r} is incomplete (missing {missing or ['shard range']}); "
+                                  "delete it and rerun that shard.")
+    return m
+
+
+class _Model:
+    """The model of a run, built from a spec only when a shard actually needs running."""
+
+    def __init__(self, model_or_spec):
+        if isinstance(model_or_spec, dict):
+            model_or_spec = ModelSpec.from_dict(model_or_spec)
+        self.spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else None
+        self._model = None if self.spec is not None else model_or_spec
+        self._fp = None
+
+    def get(self):
+        if self._model is None:
+            self._model = self.spec.load()
+        return self._model
+
+    def fingerprint(self) -> str:
+        if self._fp is None:
+            self._fp = model_fingerprint(self.get())
+        return self._fp
+
+    def matches(self, manifest: Dict[str, Any]) -> bool:
+        """Whether a finished shard was made by this model: same spec, or (a model object) same fingerprint."""
+        if self.spec is not None and self._model is None:
+            return manifest.get("model_spec") == self.spec.to_dict()
+        return manifest.get("model_fingerprint") == self.fingerprint()
+
+
+def _differences(m: Dict[str, Any], shard: Shard, n_prompts: int, hashes, settings, model: _Model) -> list:
+    diff = []
+    if (m.get("shard") or {}).get("start") != shard.start or m["shard"].get("stop") != shard.stop:
+        diff.append(f"range [{m['shard'].get('start')}, {m['shard'].get('stop')}) instead of "
+                    f"[{shard.start}, {shard.stop})")
+    if m.get("n_prompts") != n_prompts:
+        diff.append(f"{m.get('n_prompts')} prompts in all instead of {n_prompts}")
+    elif m.get("prompt_sha256") != hashes:
+        diff.append("different prompts")
+    if m.get("settings_sha256") != settings_hash(settings):
+        old = m.get("settings") or {}
+        keys = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+        diff.append("settings " + ", ".join(f"{k}={old.get(k)!r} (now {settings.get(k)!r})" for k in keys))
+    if not model.matches(m):
+        diff.append("another model")
+    return diff
+
+
+def _finished(out_dir: Path, shard: Shard, m: Dict[str, Any]) -> bool:
+    t = out_dir / str(m.get("tensors_file", ""))
+    return t.is_file() and t.stat().st_size == m.get("tensors_bytes") and sha256_file(t) == m.get("tensors_sha256")
+
+
+def run_shard(model_or_spec, prompts: Sequence[str], shard: Shard, out_dir: Union[str, Path], *,
+              task: Optional[str] = None, overwrite: bool = False, **collect_kwargs) -> str:
+    """Run one shard of ``prompts`` (the *whole* prompt list; the shard picks its range) and commit its
+    files in ``out_dir``. Returns ``"done"`` or ``"skipped"`` (already finished by a matching run)."""
+    return run_shards(model_or_spec, prompts, [shard], out_dir, task=task, overwrite=overwrite,
+                      **collect_kwargs)[shard.index]
+
+
+def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], out_dir: Union[str, Path], *,
+               task: Optional[str] = None, overwrite: bool = False, **collect_kwargs) -> Dict[int, str]:
+    """Run ``shards`` one after another in this process (the model is built once, and only if a shard
+    needs running); ``{shard index: "done" | "skipped"}``."""
+    prompts = check_prompts(prompts)
+    settings = collect_settings(collect_kwargs, task)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model_or_spec if isinstance(model_or_spec, _Model) else _Model(model_or_spec)
+    hashes_all = prompt_hashes(prompts)
+    status = {}
+    for shard in progress_bar(list(shards), desc=f"shards -> {out.name}", enabled=collect_kwargs.get("progress"),
+                              unit="shard"):
+        if shard.stop > len(prompts):
+            raise ShardCoverageError(f"{shard.name} covers prompts [{shard.start}, {shard.stop}) but there are only "
+                                     f"{len(prompts)} prompts; plan the shards for this prompt list.")
+        hashes = hashes_all[shard.start:shard.stop]
+        mpath = manifest_path(out, shard)
+        if mpath.exists() and not overwrite:
+            m = read_manifest(mpath)
+            diff = _differences(m, shard, len(prompts), hashes, settings, model)
+            if diff:
+                raise ShardMismatchError(f"{str(mpath)!r} was made by another run ({'; '.join(diff)}); use another "
+                                         "out_dir, or overwrite=True (CLI: --overwrite) to replace it.")
+            if _finished(out, shard, m):
+                status[shard.index] = "skipped"
+                continue
+        status[shard.index] = _run_one(model, prompts, shard, out, hashes, settings, collect_kwargs)
+    return status
+
+
+def _worker() -> Dict[str, Any]:
+    """Which process wrote a shard: torch.distributed rank (or RANK / SLURM_PROCID), world size, pid."""
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+        world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", 1)))
+    return {"rank": rank, "world_size": world, "pid": os.getpid()}
+
+
+def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, collect_kwargs) -> str:
+    mpath = manifest_path(out, shard)
+    if mpath.exists():  # unfinished or replaced: the old commit mark goes first
+        mpath.unlink()
+    m = model.get()
+    kw = dict(collect_kwargs)
+    kw.setdefault("desc", f"{shard.name} [{shard.start}, {shard.stop})")
+    t0 = time.perf_counter()
+    col = collect(m, prompts[shard.start:shard.stop], start_index=shard.start, **kw)
+    seconds = time.perf_counter() - t0
+    device, dtype = model_device_dtype(m)
+    commit_shard(out, shard, col, n_prompts=len(prompts), prompt_sha256=hashes, settings=settings,
+                 model_spec=None if model.spec is None else model.spec.to_dict(),
+                 model_fingerprint=model.fingerprint(), device=device, dtype=dtype, seconds=seconds)
+    return "done"
+
+
+def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int, prompt_sha256: Sequence[str],
+                 settings: Dict[str, Any], model_fingerprint: str, model_spec: Optional[Dict[str, Any]] = None,
+                 device: str = "cpu", dtype: str = "float32", seconds: float = 0.0) -> Path:
+    """Write ``col`` (the rows of ``shard``) as ``shard-XXXXX.safetensors``, then its manifest (the commit mark).
+
+    :func:`run_shard` calls this after running the model; it is public for engines that compute rows
+    another way (and for tests and benchmarks that write synthetic shards).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = collection_tensors(col)
+    tpath = tensors_path(out, shard)
+    write_tensors_atomic(tpath, tensors, {"attention_positions": col.attention_positions,
+                                          "format": "bayes-lens-collection/1"})
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "shard": {"index": shard.index, "start": shard.start, "stop": shard.stop},
+        "n_prompts": int(n_prompts),
+        "prompt_sha256": list(prompt_sha256),
+        "settings": settings,
+        "settings_sha256": settings_hash(settings),
+        "model_spec": model_spec,
+        "model_fingerprint": model_fingerprint,
+        "versions": versions(),
+        "device": device,
+        "dtype": dtype,
+        "host": socket.gethostname(),
+        "worker": _worker(),
+        "attention_positions": col.attention_positions,
+        "tensors_file": tpath.name,
+        "tensors_bytes": tpath.stat().st_size,
+        "tensors_sha256": sha256_file(tpath),
+        "tensors": {k: list(v.shape) for k, v in tensors.items()},
+        "seconds": round(float(seconds), 3),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    mpath = manifest_path(out, shard)
+    write_json_atomic(mpath, manifest)
+    return mpath

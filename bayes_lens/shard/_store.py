@@ -1,0 +1,218 @@
+"""Shard files on disk: one ``.safetensors`` of rows plus a JSON manifest, written atomically.
+
+Every tensor of a :class:`bayes_lens.collect.Collection` is stored under a flat name - dict fields as
+``final_values.12`` / ``final_resid.12``, the rest under their field names (``attn_entropy_bits``,
+``next_token_entropy_bits``, ``token_logprobs``, ``n_tokens``, ``indices``); fields that are
+``None`` are absent. ``attention_positions`` goes in the safetensors metadata. safetensors holds no
+code, so nothing here unpickles (the project rule: no pickle on disk).
+
+Writes are atomic (issue 13, point 1): each file is written to a temporary name in the same folder,
+flushed, ``fsync``-ed and moved into place with ``os.replace``. The manifest is written last and
+records the SHA-256 of the tensor file, so a manifest on disk is the commit mark of a finished shard;
+a worker killed before it leaves no manifest, and a rerun redoes that shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence, Union
+
+from torch import Tensor
+
+from ..collect import Collection
+from ._errors import ShardIntegrityError
+
+__all__ = [
+    "collection_tensors",
+    "collection_from_tensors",
+    "save_collection",
+    "load_collection",
+    "write_atomic",
+    "write_json_atomic",
+    "write_tensors_atomic",
+    "sha256_file",
+    "sha256_text",
+    "prompt_hashes",
+    "MANIFEST_FORMAT",
+    "SAFETENSORS_DTYPES",
+    "read_safetensors_header",
+    "read_into",
+]
+
+MANIFEST_FORMAT = "bayes-lens-shard/1"
+_SCALAR_FIELDS = ("attn_entropy_bits", "next_token_entropy_bits", "token_logprobs", "n_tokens", "indices")
+
+
+def _dtypes():
+    import torch
+
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool}
+
+
+SAFETENSORS_DTYPES = _dtypes()
+_MAX_HEADER = 100 << 20
+
+
+def read_safetensors_header(fh) -> tuple:
+    """(header dict, offset of the data) of an open safetensors file: an 8-byte little-endian length, then JSON."""
+    raw = fh.read(8)
+    if len(raw) != 8:
+        raise ShardIntegrityError("the file is shorter than a safetensors header.")
+    n = struct.unpack("<Q", raw)[0]
+    if n > _MAX_HEADER:
+        raise ShardIntegrityError(f"the safetensors header claims {n} bytes: not a safetensors file.")
+    header = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    return header, 8 + n
+
+
+def read_into(fh, data_start: int, entry: Dict, out: Tensor) -> None:
+    """Read one tensor's bytes (``entry`` of the header) into the contiguous tensor ``out`` (same size)."""
+    begin, end = entry["data_offsets"]
+    if not out.is_contiguous() or out.numel() * out.element_size() != end - begin:
+        raise ShardIntegrityError(f"a tensor's byte range ({end - begin} bytes) does not fit its declared shape.")
+    if end == begin:
+        return
+    view = memoryview(out.view(-1).view(SAFETENSORS_DTYPES["U8"]).numpy())
+    fh.seek(data_start + begin)
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:
+            raise ShardIntegrityError("the file ends inside a tensor (truncated).")
+        done += got
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prompt_hashes(prompts: Sequence[str]) -> list:
+    """SHA-256 (hex) of each prompt's UTF-8 bytes."""
+    return [sha256_text(p) for p in prompts]
+
+
+def sha256_file(path: Union[str, Path]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Union[str, Path], write) -> None:
+    """Call ``write(tmp_path)`` on a temporary file next to ``path``, fsync it, then ``os.replace`` it in."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Union[str, Path], obj) -> None:
+    text = json.dumps(obj, indent=1, sort_keys=True) + "\n"
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_tensors_atomic(path: Union[str, Path], tensors: Dict[str, Tensor], metadata: Dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+
+
+def collection_tensors(col: Collection) -> Dict[str, Tensor]:
+    """The Collection's tensors under flat names (``final_values.12``, ``n_tokens``, ...)."""
+    out = {}
+    for layer, rows in col.final_values.items():
+        out[f"final_values.{int(layer)}"] = rows
+    for layer, rows in col.final_resid.items():
+        out[f"final_resid.{int(layer)}"] = rows
+    for name in _SCALAR_FIELDS:
+        value = getattr(col, name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def collection_from_tensors(tensors: Dict[str, Tensor], attention_positions: str = "last") -> Collection:
+    """Inverse of :func:`collection_tensors`."""
+    fv, fr = {}, {}
+    for name, t in tensors.items():
+        if name.startswith("final_values."):
+            fv[int(name.split(".", 1)[1])] = t
+        elif name.startswith("final_resid."):
+            fr[int(name.split(".", 1)[1])] = t
+    return Collection(
+        final_values=dict(sorted(fv.items())), final_resid=dict(sorted(fr.items())),
+        attn_entropy_bits=tensors.get("attn_entropy_bits"),
+        next_token_entropy_bits=tensors.get("next_token_entropy_bits"),
+        token_logprobs=tensors.get("token_logprobs"), n_tokens=tensors["n_tokens"],
+        attention_positions=attention_positions, indices=tensors.get("indices"),
+    )
+
+
+def save_collection(col: Collection, path: Union[str, Path], metadata: Optional[Dict[str, str]] = None) -> Path:
+    """Write a Collection to one ``.safetensors`` file (atomically); read it back with :func:`load_collection`."""
+    path = Path(path)
+    meta = {"attention_positions": col.attention_positions, "format": "bayes-lens-collection/1"}
+    meta.update(metadata or {})
+    write_tensors_atomic(path, collection_tensors(col), meta)
+    return path
+
+
+def load_collection(path: Union[str, Path], layers: Optional[Iterable[int]] = None) -> Collection:
+    """Read a Collection written by :func:`save_collection` or a shard; ``layers`` keeps only those rows."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise ShardIntegrityError(f"no such collection file: {str(path)!r}.")
+    keep = None if layers is None else {int(x) for x in layers}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {}
+            for name in f.keys():
+                if keep is not None and name.startswith(("final_values.", "final_resid.")):
+                    if int(name.split(".", 1)[1]) not in keep:
+                        continue
+                tensors[name] = f.get_tensor(name)
+    except ShardIntegrityError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file
+        raise ShardIntegrityError(f"cannot read {str(path)!r} as safetensors ({err}); rerun the shard that wrote "
+                                  "it.") from err
+    if "n_tokens" not in tensors:
+        raise ShardIntegrityError(f"{str(path)!r} holds no 'n_tokens': not a bayes_lens collection file.")
+    return collection_from_tensors(tensors, meta.get("attention_positions", "last"))

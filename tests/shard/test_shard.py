@@ -1,0 +1,383 @@
+"""Sharded runs (issue 13): shard files merge to exactly one process's Collection, or are refused.
+
+One-process reference: :func:`bayes_lens.collect.collect` on all prompts. Batch-aligned shards must
+give every tensor ``torch.equal`` and the geometry results built on them equal to 1e-6; unaligned
+shards (other padding widths) agree to 1e-5. ``torchrun --nproc_per_node 2`` (gloo, CPU) and an
+interrupted-then-resumed CLI run give the same tensors. Every way a shard set can fail to be one
+run (gap, overlap, swapped files, changed prompts, settings, model) raises its ShardError subclass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bayes_lens as bl
+import bayes_lens.shard as sh
+from bayes_lens.collect import collect
+from bayes_lens.models.tiny import tiny_model
+
+from bayes_lens.adapter import has_hooked_transformer
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = [f"the cat {i} is a {'dog ' * (i % 4)}tree" for i in range(23)]
+KW = dict(value_layers="all", resid_layers=[1], attention=True, token_ids=[5, 6], batch_size=4)
+TINY = "bayes_lens.models.tiny:tiny_model"
+KINDS = (["hooked"] if has_hooked_transformer() else []) + ["bridge"]  # as tests/conftest.py
+
+
+def tensors(col):
+    from bayes_lens.shard._store import collection_tensors
+
+    return collection_tensors(col)
+
+
+def assert_equal_collections(a, b, atol=None):
+    ta, tb = tensors(a), tensors(b)
+    assert sorted(ta) == sorted(tb)
+    assert a.attention_positions == b.attention_positions
+    for k in ta:
+        assert ta[k].dtype == tb[k].dtype and ta[k].shape == tb[k].shape, k
+        if atol is None or k in ("n_tokens", "indices"):
+            assert torch.equal(ta[k], tb[k]), k
+        else:
+            assert torch.allclose(ta[k], tb[k], atol=atol, rtol=0), (k, (ta[k] - tb[k]).abs().max())
+
+
+def assert_same_result(a, b, tol=1e-6):
+    """Two result dicts (to_dict()) equal: numbers to ``tol``, everything else exactly."""
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            assert_same_result(a[k], b[k], tol)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same_result(x, y, tol)
+    elif isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, bool):
+        assert np.isclose(float(a), float(b), atol=tol, rtol=0, equal_nan=True), (a, b)
+    elif isinstance(a, (np.ndarray, torch.Tensor)):
+        np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), atol=tol, rtol=0)
+    else:
+        assert a == b
+
+
+# ---------------------------------------------------------------------------------- plans
+
+
+def test_plan_boundaries_fall_on_batches_and_cover_once():
+    for n, bs, k in [(23, 4, 3), (10, 3, 2), (100, 16, 7), (5, 8, 4), (64, 16, 4)]:
+        shards = sh.plan(n, bs, k)
+        assert shards[0].start == 0 and shards[-1].stop == n
+        assert all(a.stop == b.start for a, b in zip(shards, shards[1:]))
+        assert all(s.start % bs == 0 for s in shards)
+        n_batches = [-(-len(s) // bs) for s in shards]
+        assert max(n_batches) - min(n_batches) <= 1
+        assert len(shards) == min(k, -(-n // bs))
+    assert [(s.start, s.stop) for s in sh.plan(10, 3, 2)] == [(0, 6), (6, 10)]
+    assert [s.index for s in sh.shards_for_rank(sh.plan(23, 2, 7), 1, 3)] == [1, 4]
+    with pytest.raises(bl.InvalidInputError, match="batch_size"):
+        sh.plan(10, 0, 2)
+    with pytest.raises(bl.InvalidInputError, match="rank"):
+        sh.shards_for_rank(sh.plan(10, 2, 2), 2, 2)
+
+
+def test_model_spec_round_trip_and_fingerprint():
+    spec = sh.ModelSpec(TINY, {"kind": KINDS[0], "seed": 0})
+    assert sh.ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    a, b, c = spec.load(), sh.ModelSpec(TINY, {"kind": KINDS[0], "seed": 0}).load(), tiny_model(KINDS[0], seed=1)
+    assert sh.model_fingerprint(a) == sh.model_fingerprint(b) != sh.model_fingerprint(c)
+    with pytest.raises(bl.InvalidInputError, match="JSON-serializable"):
+        sh.ModelSpec(TINY, {"x": object()})
+    with pytest.raises(bl.ModelLoadError, match="no 'nope'"):
+        sh.ModelSpec("bayes_lens.models.tiny:nope").load()
+
+
+# ------------------------------------------------------------------- equality with one process
+
+
+def test_batch_aligned_shards_equal_one_process(tiny_kind, tmp_path):
+    model = tiny_model(tiny_kind)
+    ref = collect(model, PROMPTS, **KW)
+    merged = sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=3, **KW)
+    assert len(list(tmp_path.glob("shard-*.json"))) == 3
+    assert_equal_collections(merged, ref)
+    assert torch.equal(merged.indices, torch.arange(len(PROMPTS)))
+    # the reductions on the merged rows equal the one-process ones
+    kw = dict(n_boot=50, seed=3)
+    assert_same_result(bl.value_manifold(merged, layer=1, n_null=20, **kw).to_dict(),
+                       bl.value_manifold(ref, layer=1, n_null=20, **kw).to_dict())
+    assert_same_result(bl.entropy_alignment(merged, layer=1, n_perm=50, **kw).to_dict(),
+                       bl.entropy_alignment(ref, layer=1, n_perm=50, **kw).to_dict())
+    assert_same_result(bl.attention_focusing(merged, **kw).to_dict(), bl.attention_focusing(ref, **kw).to_dict())
+    # layer-at-a-time: only the asked layer's rows are read, and they are the same
+    one = sh.merge(tmp_path, PROMPTS, layers=[0])
+    assert sorted(one.final_values) == [0] and one.final_resid == {}
+    assert torch.equal(one.final_values[0], ref.final_values[0])
+    rows = dict(sh.open_shards(tmp_path).iter_layers("v"))
+    assert all(torch.equal(rows[k], ref.final_values[k]) for k in ref.final_values)
+    # a rerun resumes: every shard is skipped and no file changes
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert sh.run_shards(model, PROMPTS, sh.plan(23, 4, 3), tmp_path, **KW) == {0: "skipped", 1: "skipped",
+                                                                                2: "skipped"}
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+
+
+def test_unaligned_shards_agree_to_1e5(tiny_kind, tmp_path):
+    model = tiny_model(tiny_kind)
+    ref = collect(model, PROMPTS, **KW)
+    for shard in [sh.Shard(0, 0, 5), sh.Shard(1, 5, 14), sh.Shard(2, 14, 23)]:  # not multiples of 4
+        assert sh.run_shard(model, PROMPTS, shard, tmp_path, **KW) == "done"
+    assert_equal_collections(sh.merge(tmp_path, PROMPTS), ref, atol=1e-5)
+
+
+# ------------------------------------------------------------------- refusals
+
+
+@pytest.fixture(scope="module")
+def done_dir(tmp_path_factory):
+    """Three finished batch-aligned shards of PROMPTS (first model kind), and the one-process reference."""
+    d = tmp_path_factory.mktemp("done")
+    spec = sh.ModelSpec(TINY, {"kind": KINDS[0]})
+    sh.run_shards(spec, PROMPTS, sh.plan(len(PROMPTS), 4, 3), d, **KW)
+    return d, spec
+
+
+@pytest.fixture
+def shards(done_dir, tmp_path):
+    d = tmp_path / "shards"
+    shutil.copytree(done_dir[0], d)
+    return d, done_dir[1]
+
+
+def test_missing_shard_is_named(shards):
+    d, _ = shards
+    (d / "shard-00001.json").unlink()  # its tensors may stay: without a manifest it is unfinished
+    with pytest.raises(sh.ShardCoverageError, match=r"prompts \[8, 16\) of 23 are in no finished shard"):
+        sh.merge(d)
+    (d / "shard-00002.json").unlink()
+    with pytest.raises(sh.ShardCoverageError, match=r"\[8, 23\)"):
+        sh.merge(d)
+
+
+def test_overlapping_shards_are_refused(shards):
+    d, spec = shards
+    sh.run_shard(spec, PROMPTS, sh.Shard(7, 4, 12), d, **KW)
+    with pytest.raises(sh.ShardCoverageError, match="overlaps"):
+        sh.merge(d)
+
+
+def test_shuffled_shard_order_merges_but_swapped_files_do_not(shards, tmp_path):
+    d, spec = shards
+    ref = sh.merge(d, PROMPTS)
+    other = tmp_path / "shuffled"  # shard numbers in another order than the ranges
+    for i, (a, b) in enumerate([(16, 23), (0, 8), (8, 16)]):
+        sh.run_shard(spec, PROMPTS, sh.Shard(i, a, b), other, **KW)
+    assert_equal_collections(sh.merge(other, PROMPTS), ref)
+    t0, t1 = d / "shard-00000.safetensors", d / "shard-00001.safetensors"
+    tmp = d / "swap"
+    os.replace(t0, tmp), os.replace(t1, t0), os.replace(tmp, t1)
+    with pytest.raises(sh.ShardIntegrityError, match="does not match the SHA-256"):
+        sh.merge(d)
+
+
+def test_corrupt_files_are_refused(shards):
+    d, _ = shards
+    t = d / "shard-00002.safetensors"
+    t.write_bytes(t.read_bytes()[:-100])  # truncated after it was committed
+    with pytest.raises(sh.ShardIntegrityError, match="does not match the SHA-256"):
+        sh.merge(d)
+    with pytest.raises(sh.ShardIntegrityError, match="ends inside a tensor"):
+        sh.merge(d, verify_hashes=False)
+    m = json.loads((d / "shard-00001.json").read_text())
+    del m["settings_sha256"]
+    (d / "shard-00001.json").write_text(json.dumps(m))
+    with pytest.raises(sh.ShardIntegrityError, match="incomplete"):
+        sh.merge(d)
+    (d / "shard-00001.json").write_text("{not json")
+    with pytest.raises(sh.ShardIntegrityError, match="cannot read shard manifest"):
+        sh.merge(d)
+
+
+def test_changed_or_reordered_prompts_are_refused(shards):
+    d, _ = shards
+    changed = list(PROMPTS)
+    changed[9] = "a different prompt"
+    with pytest.raises(sh.ShardMismatchError, match="prompt 9 differs"):
+        sh.merge(d, changed)
+    with pytest.raises(sh.ShardMismatchError, match="prompt 0 differs"):
+        sh.merge(d, PROMPTS[::-1])
+    with pytest.raises(sh.ShardMismatchError, match="23 prompts, but 22"):
+        sh.merge(d, PROMPTS[:-1])
+
+
+def test_changed_settings_are_refused_and_named(shards):
+    d, spec = shards
+    with pytest.raises(sh.ShardMismatchError, match="token_ids"):  # a rerun does not overwrite silently
+        sh.run_shard(spec, PROMPTS, sh.Shard(1, 8, 16), d, **{**KW, "token_ids": [7]})
+    sh.run_shard(spec, PROMPTS, sh.Shard(1, 8, 16), d, overwrite=True, **{**KW, "token_ids": [7]})
+    with pytest.raises(sh.ShardMismatchError, match=r"token_ids: \[5, 6\] in shard-00000.json vs \[7\]"):
+        sh.merge(d)
+
+
+def test_changed_model_is_refused(shards):
+    d, _ = shards
+    other = sh.ModelSpec(TINY, {"kind": KINDS[0], "seed": 1})
+    sh.run_shard(other, PROMPTS, sh.Shard(2, 16, 23), d, overwrite=True, **KW)
+    with pytest.raises(sh.ShardMismatchError, match="model fingerprint"):
+        sh.merge(d)
+
+
+def test_mixed_dtypes_warn(shards):
+    d, _ = shards
+    m = json.loads((d / "shard-00001.json").read_text())
+    m["dtype"] = "bfloat16"
+    (d / "shard-00001.json").write_text(json.dumps(m))
+    with pytest.warns(sh.MixedShardsWarning, match="dtypes"):
+        col = sh.merge(d)
+    assert col.n_prompts == len(PROMPTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m["dtype"] = "float32"
+        (d / "shard-00001.json").write_text(json.dumps(m))
+        sh.merge(d)
+
+
+def test_nonfinite_value_is_reported_by_global_index(tmp_path):
+    """Prompt 9 is row 1 of shard [8, 16)'s first batch; the error names 9, not 1."""
+
+    def poison(act, hook):
+        act[1] = float("nan")
+        return act
+
+    with pytest.raises(bl.NonFiniteError, match=r"prompt\(s\) \[9\]"):
+        sh.run_shard(tiny_model(KINDS[0]), PROMPTS, sh.Shard(1, 8, 16), tmp_path, task="poison row 1",
+                     fwd_hooks=[("blocks.1.hook_resid_post", poison)], **KW)
+    assert not (tmp_path / "shard-00001.json").exists()
+
+
+def test_bad_collect_arguments_are_refused(tmp_path):
+    with pytest.raises(bl.InvalidInputError, match="start_index"):
+        sh.run_shard(sh.ModelSpec(TINY), PROMPTS, sh.Shard(0, 0, 4), tmp_path, start_index=3)
+    with pytest.raises(bl.InvalidInputError, match="task="):
+        sh.run_shard(sh.ModelSpec(TINY), PROMPTS, sh.Shard(0, 0, 4), tmp_path, fwd_hooks=[("x", print)])
+    with pytest.raises(sh.ShardCoverageError, match="no finished shard"):
+        sh.merge(tmp_path)
+
+
+# ------------------------------------------------------------------- processes
+
+
+def _env(*extra_paths):
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, extra_paths), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_torchrun_two_ranks_gloo_equal_one_process(tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip(f"no torchrun next to {sys.executable}")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import bayes_lens.shard as sh
+        prompts, kw, kinds, out = {PROMPTS!r}, {KW!r}, {list(KINDS)!r}, sys.argv[1]
+        for kind in kinds:
+            spec = sh.ModelSpec({TINY!r}, {{"kind": kind}})
+            col = sh.collect_sharded(spec, prompts, f"{{out}}/{{kind}}", engine="torchrun", n_shards=4, **kw)
+            if col is not None:
+                sh.save_collection(col, f"{{out}}/{{kind}}.safetensors")
+    """))
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for kind in KINDS:
+        workers = {json.loads(p.read_text())["shard"]["index"]: json.loads(p.read_text())["worker"]
+                   for p in (tmp_path / kind).glob("shard-*.json")}
+        assert {i: (w["rank"], w["world_size"]) for i, w in workers.items()} == {0: (0, 2), 1: (1, 2), 2: (0, 2),
+                                                                                3: (1, 2)}
+        ref = collect(tiny_model(kind), PROMPTS, **KW)
+        assert_equal_collections(sh.load_collection(tmp_path / f"{kind}.safetensors"), ref)
+
+
+def test_ray_two_actors_equal_one_process(tmp_path):
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("Ray is not installed: pip install 'bayes-lens[ray]' to test the Ray engine")
+    kind = KINDS[0]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+                                       "BAYES_LENS_PROGRESS": "0", "OMP_NUM_THREADS": "1"}})
+    try:
+        eng = sh.RayEngine(n_replicas=2, num_cpus=1)
+        col = sh.collect_sharded(sh.ModelSpec(TINY, {"kind": kind}), PROMPTS, tmp_path, engine=eng, n_shards=3, **KW)
+    finally:
+        ray.shutdown()
+    workers = {json.loads(p.read_text())["worker"]["pid"] for p in tmp_path.glob("shard-*.json")}
+    assert len(workers) == 2 and os.getpid() not in workers  # two actors, not this process
+    assert_equal_collections(col, collect(tiny_model(kind), PROMPTS, **KW))
+
+
+CRASH_LOADER = '''
+"""Test loader: the tiny model, which kills its process on the BL_CRASH_AT-th forward pass."""
+import os
+
+from bayes_lens.models.tiny import tiny_model
+
+
+def model(kind):
+    m = tiny_model(kind)
+    at = int(os.environ.get("BL_CRASH_AT", "0"))
+    if at:
+        calls = [0]
+
+        def crash(module, args):
+            calls[0] += 1
+            if calls[0] == at:
+                os._exit(17)
+
+        m.unembed.register_forward_pre_hook(crash)
+    return m
+'''
+
+
+def test_killed_worker_resumes_to_the_same_result(tiny_kind, tmp_path, monkeypatch, capsys):
+    from bayes_lens.cli import main
+
+    (tmp_path / "bl_crash_loader.py").write_text(CRASH_LOADER)
+    prompts_file = tmp_path / "prompts.jsonl"
+    prompts_file.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    d = tmp_path / "job"
+    assert main(["shard", "plan", str(d), "--prompts", str(prompts_file), "--loader", "bl_crash_loader:model",
+                 "--model-kwargs", json.dumps({"kind": tiny_kind}), "--batch-size", "4", "--n-shards", "3",
+                 "--value-layers", "all", "--resid-layers", "1", "--attention", "--token-ids", "5,6"]) == 0
+    # 6 batches, 2 per shard: the 4th forward pass is the second batch of shard 1
+    env = dict(_env(tmp_path), BL_CRASH_AT="4")
+    proc = subprocess.run([sys.executable, "-m", "bayes_lens.cli", "shard", "run", str(d)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 17, proc.stderr[-2000:]
+    assert (d / "shard-00000.json").exists() and not (d / "shard-00001.json").exists()
+    assert not list(d.glob(".*.tmp"))
+    assert sh.status(d)["pending"] == [(1, 8, 16), (2, 16, 23)]
+    with pytest.raises(sh.ShardCoverageError, match=r"\[8, 23\)"):
+        sh.merge(d)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capsys.readouterr()
+    assert main(["shard", "run", str(d), "--no-progress"]) == 0
+    assert capsys.readouterr().out.split("\n")[:3] == ["shard 0: skipped", "shard 1: done", "shard 2: done"]
+    assert main(["shard", "status", str(d)]) == 0 and "pending:  0 of 3" in capsys.readouterr().out
+    assert main(["shard", "merge", str(d)]) == 0
+    ref = collect(tiny_model(tiny_kind), PROMPTS, **KW)
+    assert_equal_collections(sh.load_collection(d / "merged.safetensors"), ref)
