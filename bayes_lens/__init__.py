@@ -64,6 +64,7 @@ _LAZY = {
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
     "windtunnel": ("bayes_lens.windtunnel", None),
+    "shard": ("bayes_lens.shard", None),
     "reporting": ("bayes_lens.reporting", None),
     "report": ("bayes_lens.reporting", "report"),
 }
