@@ -115,7 +115,7 @@ def test_forward_batches_fields(tiny, side):
 def test_bad_input_errors(tiny):
     with pytest.raises(bl.InvalidInputError, match="empty"):
         collect(tiny, [], value_layers=[-1], progress=False)
-    with pytest.raises(bl.InvalidInputError, match="not one string"):
+    with pytest.raises(bl.InvalidInputError, match="single string"):
         collect(tiny, "the cat", progress=False)
     with pytest.raises(bl.TokenizationError, match="context"):
         collect(tiny, ["the cat"] + ["the" * 400], value_layers=[-1], progress=False)
