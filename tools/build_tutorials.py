@@ -268,8 +268,8 @@ worked examples come out with the natural log, which is the default here (`log_b
 for n, eps in ((100, 0.4), (1000, 0.2), (10000, 0.1)):
     r = bl.cot_length(n=n, eps=eps, h_cot=3, alpha=5, gap=6)
     print(f"n = {n}, eps = {eps}: k* = {r.k_star:.1f} (band {r.band[0]:.1f}-{r.band[1]:.1f}; valid: {r.valid})")'''),
-    md("""All three are inside the theorem's range (`valid: True`): k* grows with n, roughly like
-√n·log n here, because a longer input makes each reasoning step's error smaller to amortise."""),
+    md("""All three are inside the theorem's range (`valid: True`), so these k* are the lengths the
+theorem recommends; they increase along this list (longer inputs, smaller target errors)."""),
     code('''# the paper's own example, n = 100 with eps = 0.1, is outside it: 0.1 < 100^(-1/4) = 0.32
 r = bl.cot_length(100, 0.1, 3, 5, 6)
 print(f"k* = {r.k_star:.1f}, valid: {r.valid}; failed checks: {[k for k, v in r.checks.items() if v is False]}")'''),
