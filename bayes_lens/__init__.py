@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 
-from . import adapter
 from .errors import (
     BayesLensError,
     CheckpointError,
@@ -31,12 +30,14 @@ from .errors import (
     NonFiniteError,
     TokenizationError,
 )
-from .models import load_gguf, load_model
 
 __version__ = "0.1.0"
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
+    "adapter": ("bayes_lens.adapter", None),
+    "load_model": ("bayes_lens.models", "load_model"),
+    "load_gguf": ("bayes_lens.models", "load_gguf"),
     "metrics": ("bayes_lens.metrics", None),
     "models": ("bayes_lens.models", None),
     "collect": ("bayes_lens.collect", None),
@@ -71,9 +72,6 @@ _LAZY = {
 
 __all__ = [
     "__version__",
-    "adapter",
-    "load_model",
-    "load_gguf",
     "BayesLensError",
     "CheckpointError",
     "InvalidInputError",

@@ -36,7 +36,20 @@ from typing import List, Optional
 from ._validate import check_device
 from .errors import BayesLensError, InvalidInputError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "package_version"]
+
+# Nothing heavy (torch, TransformerLens, the analyses) is imported at module level: ``--help`` and
+# ``--version`` answer from argparse alone; each command imports what it needs when it runs.
+
+
+def package_version() -> str:
+    """The installed distribution's version (``importlib.metadata``; no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bayes-lens")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
+        return "unknown (not installed)"
 
 # command -> (report sections, default output folder, help)
 _ANALYSES = {
@@ -87,8 +100,7 @@ def _load(args):
     _check_device(args.device)
     if str(args.model) != "default" and not Path(args.model).exists():
         load_model(args.model, kind=args.kind, device=args.device)  # raises a one-line ModelLoadError
-    t0 = time.perf_counter()
-    print(f"bayes-lens: loading model {args.model!r} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()  # load_model says "loading ..." itself (unless progress is off)
     model = load_model(args.model, kind=args.kind, device=args.device)
     seconds = time.perf_counter() - t0
     print(f"bayes-lens: model loaded in {seconds:.1f} s", file=sys.stderr, flush=True)
@@ -135,34 +147,13 @@ def _cmd_info(args) -> int:
 
 def summary_table(doc: dict) -> str:
     """The report's headline numbers as a plain-text table (printed at the end of every command)."""
-    from .reporting._html import format_ci, format_value
+    from .reporting import summary_table as table
 
-    rows = [("section", "quantity", "value", "95% CI", "baseline")]
-    for r in doc["summary"]:
-        base = ""
-        if r["baseline"]:
-            base = f"{format_value(r['baseline']['value'], r['units'])} ({r['baseline']['label']})"
-        rows.append((r["section"], r["label"], f"{format_value(r['value'], r['units'])} {_unit(r['units'])}".strip(),
-                     format_ci(r["ci"], r["units"]), base))
-    for name, sec in doc["sections"].items():
-        if sec["status"] != "ok":
-            msg = sec["error"]["message"] if sec.get("error") else ""
-            rows.append((name, f"{sec['status'].upper()}: {msg}"[:100], "", "", ""))
-    widths = [min(max(len(r[i]) for r in rows), w) for i, w in enumerate((12, 52, 22, 26, 60))]
-
-    def fmt(r):
-        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(r, widths)).rstrip()
-
-    lines = [fmt(rows[0]), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows[1:]]
-    return "\n".join(lines)
-
-
-def _unit(units: str) -> str:
-    return "" if units in ("fraction", "dimensionless") else units
+    return table(doc)
 
 
 def _cmd_analysis(args) -> int:
-    from .reporting import prepare_report, run_model_report
+    from .reporting import SectionPrinter, prepare_report, run_model_report
 
     sections, _, _ = _ANALYSES[args.command]
     if args.command == "report" and args.sections:
@@ -174,16 +165,7 @@ def _cmd_analysis(args) -> int:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)
     names = sections or ["geometry", "sula", "ablation", "martingale"]
-    state = {"i": 0, "t": 0.0}
-
-    def on_section(name: str, status: str) -> None:
-        if status == "start":
-            state["i"] += 1
-            state["t"] = time.perf_counter()
-            print(f"bayes-lens: [{state['i']}/{len(names)}] {name} ...", file=sys.stderr, flush=True)
-        else:
-            print(f"bayes-lens: [{state['i']}/{len(names)}] {name}: {status} "
-                  f"({time.perf_counter() - state['t']:.1f} s)", file=sys.stderr, flush=True)
+    on_section = SectionPrinter(names)
 
     doc = run_model_report(model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress,
                            sections=sections, strict=args.strict, overrides=None, source=args.model,
@@ -198,8 +180,18 @@ def _cmd_analysis(args) -> int:
     return 0
 
 
-def _add_windtunnel(sub) -> None:
-    """Register ``windtunnel train|eval`` (from :mod:`bayes_lens.windtunnel.cli`) when it is importable."""
+_WINDTUNNEL_HELP = "train / evaluate wind-tunnel models (tasks with exact posteriors)"
+
+
+def _add_windtunnel(sub, full: bool = True) -> None:
+    """Register ``windtunnel train|eval`` (from :mod:`bayes_lens.windtunnel.cli`) when it is importable.
+
+    With ``full=False`` (any command line that does not name ``windtunnel``) only its name and help
+    line are registered: importing the wind-tunnel package loads torch, which ``--help`` must not.
+    """
+    if not full:
+        sub.add_parser("windtunnel", help=_WINDTUNNEL_HELP, add_help=False)
+        return
     try:
         from .windtunnel.cli import add_subparsers as add_windtunnel_subparsers
     except ImportError:  # pragma: no cover - the wind tunnels are part of the package, but stay optional
@@ -216,9 +208,12 @@ def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The ``bayes-lens`` parser. Given ``argv``, the wind-tunnel sub-commands (whose import loads
+    torch) are registered in full only when ``argv`` names ``windtunnel``."""
     parser = _Parser(prog="bayes-lens", description=__doc__.splitlines()[0],
                      epilog="Run `bayes-lens COMMAND --help` for the options of a command.")
+    parser.add_argument("--version", action="version", version=f"bayes-lens {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (sections, default_out, help_text) in _ANALYSES.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -232,10 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--sections", default=None,
                            help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")
         p.set_defaults(func=_cmd_analysis)
-    _add_windtunnel(sub)
-    from .shard._cli import add_subparsers as add_shard  # bayes-lens shard plan|run|merge|status
+    _add_windtunnel(sub, full=argv is None or "windtunnel" in argv)
+    if argv is None or "shard" in argv:  # bayes-lens shard plan|run|merge|status (importing it loads torch)
+        from .shard._cli import add_subparsers as add_shard
 
-    add_shard(sub)
+        add_shard(sub)
+    else:
+        sub.add_parser("shard", help="sharded runs: plan | run | merge | status (torchrun, SLURM, Ray)",
+                       add_help=False)
     p = sub.add_parser("models", help="list the models installed and loadable offline")
     p.set_defaults(func=_cmd_models)
     p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation")
@@ -248,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     args.argv_ = argv  # recorded by commands that write provenance (windtunnel train)
     try:

@@ -35,6 +35,16 @@ Selection rules (deterministic for a seed; visible in :class:`Selection`):
   seed, or an overlapping user pool runs no forward pass. A model whose weights or hooks changed
   since needs :func:`clear_cache` (or ``cache=False``).
 
+* **Scoring pool (``pool_size``).** Scoring a candidate costs one forward pass, so :func:`mixed` and
+  :func:`domain` score a seeded subsample of :data:`DEFAULT_POOL_SIZE` (200) candidates of a shipped
+  pool (the first ``pool_size`` of a permutation of the pool drawn with ``seed``: a smaller subsample
+  is contained in a larger one for the same seed, so their entropies are reused from the cache).
+  Scoring costs about 0.1 s per candidate on SmolLM2-135M on 2 quiet CPU cores (0.9 s measured
+  with the cores shared by other jobs), so ``mixed(model, n=75)`` takes about 20-30 s;
+  ``pool_size=400`` is the full report's size, ``pool_size=None`` scores the whole shipped pool
+  as Paper A does (1,100 candidates: about 2 min quiet, 15 min under load). :func:`select`
+  scores the whole pool unless given ``pool_size``. User pools are never subsampled.
+
 Users can pass their own pool anywhere a pool name is accepted: a list of strings, or of records
 (``dict`` with a ``"text"`` key and optionally ``"kind"``, or :class:`PromptRecord`).
 
@@ -67,6 +77,7 @@ from .errors import InvalidInputError
 
 __all__ = [
     "POOLS",
+    "DEFAULT_POOL_SIZE",
     "MIXED_KINDS",
     "PromptRecord",
     "Selection",
@@ -74,11 +85,13 @@ __all__ = [
     "mixed",
     "domain",
     "select",
+    "subsample_index",
     "entropies",
     "clear_cache",
 ]
 
 POOLS = ("mixed", "math", "code", "philosophy")
+DEFAULT_POOL_SIZE = 200  # candidates scored by mixed()/domain() (a seeded subsample of a shipped pool)
 MIXED_KINDS = ("encyclopedic", "news", "fiction", "code", "question")
 N_QUANTILES = 5
 
@@ -240,7 +253,8 @@ def entropies(model, prompts: PoolLike, *, batch_size: int = 16, cache: bool = T
     todo = [t for t in dict.fromkeys(texts) if t not in store]
     if todo:
         order = sorted(range(len(todo)), key=lambda i: (len(todo[i]), i))
-        col = collect(model, [todo[i] for i in order], batch_size=batch_size, progress=progress)
+        col = collect(model, [todo[i] for i in order], batch_size=batch_size, progress=progress,
+                      desc=f"prompts: score {len(todo)} candidates")
         ent = col.next_token_entropy_bits.double().cpu().numpy()
         if not np.all(np.isfinite(ent)):  # pragma: no cover - collect already checks the logits
             raise InvalidInputError("non-finite next-token entropies; check the model's weights.")
@@ -339,18 +353,41 @@ def _check_n(n) -> int:
     return int(n)
 
 
+def subsample_index(size_of_pool: int, pool_size: Optional[int], seed: int) -> Optional[np.ndarray]:
+    """Positions (sorted) of the seeded scoring subsample of a pool of ``size_of_pool`` candidates.
+
+    The first ``pool_size`` entries of ``numpy.random.default_rng(seed).permutation(size_of_pool)``,
+    so for one seed a smaller subsample is part of a larger one. None when no subsample is needed
+    (``pool_size`` is None or at least the pool's size).
+    """
+    if pool_size is None or pool_size >= size_of_pool:
+        return None
+    return np.sort(np.random.default_rng(int(seed)).permutation(size_of_pool)[: int(pool_size)])
+
+
 def select(model, pool: PoolLike = "mixed", n: int = 75, seed: int = 0, *, balance_kinds: Optional[bool] = None,
-           batch_size: int = 16, cache: bool = True, progress: Optional[bool] = None) -> Selection:
+           batch_size: int = 16, cache: bool = True, progress: Optional[bool] = None,
+           pool_size: Optional[int] = None) -> Selection:
     """Draw ``n`` prompts from ``pool`` stratified by the model's next-token entropy quintiles.
 
     ``pool`` is a name from :data:`POOLS` or a list of strings/records. ``balance_kinds`` defaults
-    to True for the mixed pool and False otherwise (see the module docstring). Raises
-    :class:`~bayes_lens.errors.InvalidInputError` for an unknown pool name, a pool with fewer than
-    ``n`` candidates, duplicates, or empty prompts.
+    to True for the mixed pool and False otherwise (see the module docstring). ``pool_size``
+    (shipped pools only; at least ``n``): score a seeded subsample of that many candidates instead
+    of the whole pool (see the module docstring); ``pool_index`` still counts positions in the whole
+    shipped pool, while ``pool_entropy_bits`` and ``pool_quintile`` cover the scored candidates.
+    Raises :class:`~bayes_lens.errors.InvalidInputError` for an unknown pool name, a pool with fewer
+    than ``n`` candidates, duplicates, or empty prompts.
     """
     n = _check_n(n)
     seed = check_seed(seed)  # before any forward pass: a bad seed must not cost an entropy pass
+    if pool_size is not None:
+        pool_size = _check_n(pool_size)
     name, recs = _as_records(pool)
+    positions = None
+    if isinstance(pool, str):
+        positions = subsample_index(len(recs), None if pool_size is None else max(pool_size, n), seed)
+        if positions is not None:
+            recs = [recs[i] for i in positions]
     if len(recs) < n:
         raise InvalidInputError(
             f"the pool {name!r} has {len(recs)} prompts but n={n} were requested; pass a smaller n or a "
@@ -375,24 +412,31 @@ def select(model, pool: PoolLike = "mixed", n: int = 75, seed: int = 0, *, balan
     return Selection(
         pool_name=name, seed=int(seed), n=n, balance_kinds=bool(balance_kinds),
         prompts=tuple(recs[i].text for i in idx), kinds=tuple(recs[i].kind for i in idx),
-        pool_index=idx, quintile=q[idx], entropy_bits=ent[idx], pool_entropy_bits=ent, pool_quintile=q,
+        pool_index=idx if positions is None else positions[idx], quintile=q[idx], entropy_bits=ent[idx], pool_entropy_bits=ent, pool_quintile=q,
         quintile_edges_bits=edges, model_name=model_info(model).name,
     )
 
 
 def mixed(model, n: int = 75, seed: int = 0, *, pool: Optional[PoolLike] = None, balance_kinds: bool = True,
-          **kwargs) -> List[str]:
+          pool_size: Optional[int] = DEFAULT_POOL_SIZE, **kwargs) -> List[str]:
     """``n`` entropy-stratified prompts from the mixed pool (or ``pool``), balanced over kinds.
+
+    Scores a seeded subsample of ``pool_size`` = 200 of the 1,100 shipped candidates (about 20-30 s
+    on SmolLM2-135M, 2 quiet CPU cores); ``pool_size=400`` is the full report's size and
+    ``pool_size=None`` scores them all, as Paper A does (about 2 min; see the module docstring).
 
     Returns a list of strings, ready for :func:`bayes_lens.geometry`; :func:`select` returns the
     full :class:`Selection` (entropies, quintiles, kinds).
     """
     return list(select(model, "mixed" if pool is None else pool, n, seed, balance_kinds=balance_kinds,
-                       **kwargs).prompts)
+                       pool_size=pool_size, **kwargs).prompts)
 
 
 def domain(model, name: PoolLike, n: int = 75, seed: int = 0, *, balance_kinds: bool = False,
-           **kwargs) -> List[str]:
+           pool_size: Optional[int] = DEFAULT_POOL_SIZE, **kwargs) -> List[str]:
     """``n`` entropy-stratified prompts from the restricted pool ``name`` ("math", "code",
-    "philosophy"; also "mixed") or from a user pool passed in place of the name."""
-    return list(select(model, name, n, seed, balance_kinds=balance_kinds, **kwargs).prompts)
+    "philosophy"; also "mixed") or from a user pool passed in place of the name.
+
+    ``pool_size`` as in :func:`mixed` (the restricted pools have 240 candidates, so all are scored)."""
+    return list(select(model, name, n, seed, balance_kinds=balance_kinds, pool_size=pool_size,
+                       **kwargs).prompts)

@@ -134,3 +134,65 @@ def test_windtunnel_commands_are_hooked_in(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "train" in out and "eval" in out
+
+
+# ---------------------------------------------------------------------------------------------------
+# --help and --version without torch (issue 16.5)
+# ---------------------------------------------------------------------------------------------------
+_PROBE = ("import sys; from bayes_lens.cli import main\n"
+          "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+          "print('TORCH_LOADED=' + str('torch' in sys.modules))")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["report", "--help"]])
+def test_help_and_version_do_not_import_torch(args):
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    r = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120, env=env)
+    assert "usage:" in r.stdout or "bayes-lens " in r.stdout, r.stdout + r.stderr
+    assert "TORCH_LOADED=False" in r.stdout, r.stdout
+
+
+def test_version_names_the_installed_distribution(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"bayes-lens {version('bayes-lens')}"
+
+
+def test_top_level_help_lists_windtunnel_without_loading_it(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "windtunnel" in out and "train / evaluate wind-tunnel models" in out
+
+
+def test_summary_table_never_cuts_labels():
+    from bayes_lens.cli import summary_table
+
+    label = "a deliberately long quantity label that is far wider than any column limit used before " * 2
+    base = "a long baseline description that also runs past sixty characters, all of it"
+    doc = {"summary": [{"section": "a_long_section_name", "key": "x.y", "label": label, "value": 0.5,
+                        "units": "fraction", "ci": {"low": 0.1, "high": 0.9}, "baseline": {"value": 0.2, "label": base},
+                        "references": []}],
+           "sections": {"martingale": {"status": "error", "error": {"message": "m" * 150}}}}
+    text = summary_table(doc)
+    assert label.strip() in text and base in text and "a_long_section_name" in text
+    assert "m" * 150 in text
+    # the 80-point-wide fraction interval is flagged as wide in the verdict column
+    assert "WIDE interval" in text
+
+
+def test_load_model_says_it_is_loading(monkeypatch, capsys):
+    from bayes_lens.errors import ModelLoadError
+    from bayes_lens.models import load_model
+
+    monkeypatch.setenv("BAYES_LENS_PROGRESS", "1")
+    with pytest.raises(ModelLoadError):
+        load_model("/nonexistent/model.gguf")
+    assert "bayes_lens: loading '/nonexistent/model.gguf'" in capsys.readouterr().err
+    monkeypatch.setenv("BAYES_LENS_PROGRESS", "0")
+    with pytest.raises(ModelLoadError):
+        load_model("/nonexistent/model.gguf")
+    assert capsys.readouterr().err == ""

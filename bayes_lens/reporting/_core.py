@@ -74,6 +74,7 @@ class Metric:
     baseline: Optional[Tuple[Any, str]] = None
     note: str = ""
     ci_method: str = CI_METHOD
+    verdict: Optional[dict] = None  # {"pass": bool, "text": ...} for a threshold the section evaluated
 
     def to_json(self) -> dict:
         ci = None
@@ -84,7 +85,9 @@ class Metric:
         base = None
         if self.baseline is not None:
             base = {"value": _num(self.baseline[0]), "label": str(self.baseline[1])}
-        return {
+        from ._verdicts import verdict
+
+        doc = {
             "key": self.key,
             "label": self.label,
             "value": _num(self.value),
@@ -93,7 +96,10 @@ class Metric:
             "baseline": base,
             "references": REFERENCES.get(self.key, []),
             "note": self.note,
+            "verdict": self.verdict,
         }
+        doc["verdict"] = verdict(doc)
+        return doc
 
 
 @dataclass
@@ -288,7 +294,7 @@ def run_report(
             }
             for m in metrics:
                 doc["summary"].append({"section": record["name"], **{k: m[k] for k in
-                                       ("key", "label", "value", "units", "ci", "baseline", "references")}})
+                                       ("key", "label", "value", "units", "ci", "baseline", "references", "verdict")}})
             doc["timings_s"][record["name"]] = record["seconds"]
         for k, v in (extra_timings or {}).items():
             doc["timings_s"][k] = float(v)

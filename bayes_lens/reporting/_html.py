@@ -13,6 +13,9 @@ import html as _html
 import json
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ._references import PAPERS, methods_text
+from ._verdicts import verdict
+
 __all__ = ["render_html", "format_value", "format_ci"]
 
 
@@ -43,6 +46,8 @@ def _e(s: Any) -> str:
 
 
 _CSS = """
+.verdict.pass{color:#0a7a33;font-weight:600}.verdict.fail{color:#b3261e;font-weight:600}
+pre.methods{white-space:pre-wrap;font-size:12px;max-height:40em;overflow:auto}
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
  margin:0;color:#1d232b;background:#f6f7f9;line-height:1.45}
 header{background:#1f2a44;color:#fff;padding:18px 32px}
@@ -128,10 +133,18 @@ def compare_to_baseline(m: dict) -> str:
     return "above (no CI)" if v > b else "below (no CI)" if v < b else "equal"
 
 
+def _verdict_html(m: dict) -> str:
+    v = m.get("verdict") if "verdict" in m else verdict(m)
+    if not v:
+        return '<span class="muted">-</span>'
+    cls = {True: "pass", False: "fail"}.get(v.get("pass"), "info")
+    return f"<span class='verdict {cls}'>{_e(v['text'])}</span>"
+
+
 def _metrics_table(rows: Sequence[dict], with_section: bool) -> str:
     head = ("<tr>" + ("<th>Section</th>" if with_section else "")
             + "<th>Quantity</th><th>This model</th><th>95% CI</th><th>Units</th>"
-              "<th>Random baseline / null</th><th>vs baseline</th><th>Papers report</th></tr>")
+              "<th>Random baseline / null</th><th>vs baseline</th><th>Verdict</th><th>Papers report</th></tr>")
     body = []
     for m in rows:
         units = m["units"]
@@ -141,7 +154,8 @@ def _metrics_table(rows: Sequence[dict], with_section: bool) -> str:
             f"<td class='num'><b>{format_value(m['value'], units)}</b></td>"
             f"<td class='num'>{format_ci(m['ci'], units)}</td><td>{_e(units)}</td>"
             f"<td>{_baseline_html(m['baseline'], units)}</td>"
-            f"<td class='cmp {compare_to_baseline(m).split(' ')[0]}'>{_e(compare_to_baseline(m))}</td><td class='refs'>{_refs_html(m['references'])}</td></tr>"
+            f"<td class='cmp {compare_to_baseline(m).split(' ')[0]}'>{_e(compare_to_baseline(m))}</td>"
+            f"<td>{_verdict_html(m)}</td><td class='refs'>{_refs_html(m['references'])}</td></tr>"
         )
     return f"<table>{head}{''.join(body)}</table>"
 
@@ -203,9 +217,12 @@ def _glance(doc: dict) -> str:
         if m["baseline"]:
             text += (f"; baseline {format_value(m['baseline']['value'], u)} "
                      f"<span class='muted'>({_e(m['baseline']['label'])})</span>")
-            verdict = compare_to_baseline(m)
-            if verdict:
-                text += f" → <b>{_e(verdict)}</b>"
+            vs = compare_to_baseline(m)
+            if vs:
+                text += f" → <b>{_e(vs)}</b>"
+        v = m.get("verdict") if "verdict" in m else verdict(m)
+        if v:
+            text += f" · {_verdict_html(m)}"
         if m["references"]:
             refs = ", ".join(f"{r['model']} {r['value']}" for r in m["references"][:3])
             text += f" <span class='muted'>· papers: {_e(refs)}</span>"
@@ -216,7 +233,13 @@ def _glance(doc: dict) -> str:
         items.append(f"<li class='errline'><b>{_e(s['title'])}</b>: {s['status']} - {_e(msg[:200])}</li>")
     if not items:
         return ""
-    return f"<section id='glance'><h2>At a glance</h2><ul class='glance'>{''.join(items)}</ul></section>"
+    trust = ("<p class='muted'>This is a <b>quick</b> report: few prompts and sequences, so intervals are "
+             "wide and a headline can differ from the full report's; where they disagree, trust the full "
+             "report (<code>bayes-lens report</code> without <code>--quick</code>). Intervals flagged WIDE are "
+             "too uncertain to compare with the papers.</p>" if doc["settings"].get("quick") else
+             "<p class='muted'>Intervals flagged WIDE are too uncertain to compare with the papers.</p>")
+    return (f"<section id='glance'><h2>At a glance</h2>{trust}<ul class='glance'>{''.join(items)}</ul>"
+            "</section>")
 
 
 def _cards(doc: dict) -> str:
@@ -228,6 +251,21 @@ def _cards(doc: dict) -> str:
              ("run time", f"{doc['timings_s'].get('total', 0):.0f} s")]
     return "<div class='grid'>" + "".join(
         f"<div class='card'><div class='l'>{_e(k)}</div><div class='v'>{_e(v)}</div></div>" for k, v in facts) + "</div>"
+
+
+def _papers_html() -> str:
+    """The papers by title and arXiv id, and the method definitions (METHODS.md, embedded)."""
+    items = "".join(f"<li><b>{_e(k)}</b>: {_e(p['title'])}, <a href='{_e(p['url'])}'>arXiv {_e(p['arxiv'])}</a>"
+                    f" <span class='muted'>({_e(p['note'])})</span></li>" for k, p in PAPERS.items())
+    try:
+        methods = methods_text()
+    except (OSError, FileNotFoundError):  # pragma: no cover - an installation without package data
+        methods = "METHODS.md is missing from this installation; see docs/METHODS.md in the source."
+    return ("<section id='references'><h2>References and methods</h2><p>“Paper A” and “Paper B” in this report "
+            f"are:</p><ul>{items}</ul><p class='muted'>Every “METHODS.md §n” refers to the method definitions "
+            "below (docs/METHODS.md; shipped in the package as bayes_lens/data/METHODS.md).</p>"
+            f"<details><summary>METHODS.md (the exact definitions)</summary><pre class='methods'>{_e(methods)}"
+            "</pre></details></section>")
 
 
 def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables: Optional[Sequence[dict]] = None) -> str:
@@ -258,6 +296,7 @@ def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables:
         body.append(_section_html(sec, figs, tabs))
     body.append("<section id='caveats'><h2>Caveats</h2><ul class='caveats'>"
                 + "".join(f"<li>{_e(c)}</li>" for c in doc["caveats"]) + "</ul></section>")
+    body.append(_papers_html())
     env = json.dumps({"model": doc["model"], "environment": doc["environment"], "settings": doc["settings"],
                       "timings_s": doc["timings_s"]}, indent=1)
     body.append(f"<section id='provenance'><h2>Provenance</h2><details><summary>model, library versions, "

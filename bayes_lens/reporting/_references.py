@@ -4,14 +4,45 @@ Each entry of :data:`REFERENCES` is keyed by a report metric key and lists what 
 Scaling of Bayesian Inference in LLMs, arXiv 2512.23752) or Paper B (LLMs are Bayesian, In
 Expectation, Not in Realization, arXiv 2507.11768) report for the same quantity, with the section
 the number comes from. :data:`CAVEATS` are the METHODS.md decisions a reader must know to compare
-our numbers with the papers'. Data only: no model runs here.
+our numbers with the papers'. :data:`PAPERS` names the papers (title, arXiv id, link) for the
+report, the README and the notebooks. The method definitions are ``docs/METHODS.md``, shipped in the
+wheel as ``bayes_lens/data/METHODS.md`` (:func:`methods_path`) and embedded in every report.
+Data only: no model runs here.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Dict, List
 
-__all__ = ["REFERENCES", "CAVEATS"]
+__all__ = ["REFERENCES", "CAVEATS", "PAPERS", "METHODS_URL", "methods_path", "methods_text"]
+
+# The papers every "Paper A §x" / "Paper B" in this package refers to (docs/METHODS.md, header).
+PAPERS: Dict[str, dict] = {
+    "Paper A": {"title": "Geometric Scaling of Bayesian Inference in LLMs", "arxiv": "2512.23752",
+                "url": "https://arxiv.org/abs/2512.23752",
+                "note": "third part of the 'Bayesian attention trilogy'"},
+    "Paper A Part I": {"title": "The Bayesian Geometry of Transformer Attention", "arxiv": "2512.22471",
+                       "url": "https://arxiv.org/abs/2512.22471", "note": "wind tunnels"},
+    "Paper B": {"title": "LLMs are Bayesian, In Expectation, Not in Realization", "arxiv": "2507.11768",
+                "url": "https://arxiv.org/abs/2507.11768", "note": "martingale gap, CoT length"},
+    "Falck et al. 2024": {"title": "Is In-Context Learning in Large Language Models Bayesian? A Martingale "
+                                   "Perspective", "arxiv": "2406.00793", "url": "https://arxiv.org/abs/2406.00793",
+                          "note": "ICML 2024; martingale checks"},
+}
+
+# where the method definitions are read online (the same file ships in the wheel)
+METHODS_URL = "docs/METHODS.md in the bayes_lens source (also inside the package: bayes_lens/data/METHODS.md)"
+
+
+def methods_path():
+    """The installed copy of docs/METHODS.md (a ``importlib.resources`` Traversable)."""
+    return resources.files("bayes_lens").joinpath("data", "METHODS.md")
+
+
+def methods_text() -> str:
+    """The text of the shipped METHODS.md."""
+    return methods_path().read_text(encoding="utf-8")
 
 
 def _r(model: str, value: str, source: str) -> dict:

