@@ -24,6 +24,7 @@ from typing import Dict, Iterable, Optional, Sequence, Union
 
 from torch import Tensor
 
+from .._files import fsync_dir, sha256_file
 from ..collect import Collection
 from ._errors import ShardIntegrityError
 
@@ -99,27 +100,6 @@ def prompt_hashes(prompts: Sequence[str]) -> list:
     return [sha256_text(p) for p in prompts]
 
 
-def sha256_file(path: Union[str, Path]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Union[str, Path], write) -> None:
     """Call ``write(tmp_path)`` on a temporary file next to ``path``, fsync it, then ``os.replace`` it in."""
     path = Path(path)
@@ -136,7 +116,7 @@ def write_atomic(path: Union[str, Path], write) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Union[str, Path], obj) -> None:
