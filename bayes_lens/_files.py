@@ -30,7 +30,7 @@ from typing import Optional, Union
 
 from .errors import LockTimeoutError
 
-__all__ = ["sha256_file", "write_bytes", "write_text", "fsync_dir", "file_mode", "FolderLock",
+__all__ = ["sha256_file", "write_atomic", "write_bytes", "write_text", "fsync_dir", "file_mode", "FolderLock",
            "DEFAULT_LOCK_TIMEOUT", "lock_timeout"]
 
 #: Seconds a writer waits for another writer's lock before giving up (``BAYES_LENS_LOCK_TIMEOUT``).
@@ -67,15 +67,16 @@ def fsync_dir(path: Union[str, Path]) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Union[str, Path], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``."""
+def write_atomic(path: Union[str, Path], write) -> None:
+    """Call ``write(tmp_path)`` on a temporary file next to ``path``, fsync it, then ``os.replace`` it in
+    (and fsync the folder): a reader sees the old file or the complete new one, never a part."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    os.close(fd)
     try:
         os.chmod(tmp, file_mode())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        write(tmp)
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -85,6 +86,11 @@ def write_bytes(path: Union[str, Path], data: bytes) -> None:
             pass
         raise
     fsync_dir(path.parent)
+
+
+def write_bytes(path: Union[str, Path], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`write_atomic`)."""
+    write_atomic(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def write_text(path: Union[str, Path], text: str) -> None:

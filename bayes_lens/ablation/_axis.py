@@ -16,17 +16,17 @@ import hashlib
 import json
 import math
 import numbers
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .. import adapter
+from .._files import write_atomic
 from ..collect import Collection, collect, is_cache_like, source_model
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
 from ..hookpoints import axis_hook_name
@@ -536,19 +536,16 @@ class EntropyAxis:
         meta = json.dumps(meta_dict, allow_nan=True)
         if path.suffix != ".npz" and path.suffix != ".safetensors":
             path = path.with_name(path.name + ".safetensors")
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            if path.suffix == ".npz":
+        if path.suffix == ".npz":
+            def write(tmp):
                 with open(tmp, "wb") as fh:
                     np.savez(fh, __meta__=np.array(meta), **{k: v.numpy() for k, v in tensors.items()})
-            else:
-                from safetensors.torch import save_file
+        else:
+            from safetensors.torch import save_file
 
-                save_file(tensors, str(tmp), metadata={_META_KEY: meta})
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+            def write(tmp):
+                save_file(tensors, tmp, metadata={_META_KEY: meta})
+        write_atomic(path, write)
         return path
 
     @classmethod

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Union
 
 from torch import Tensor
 
-from .._files import fsync_dir, sha256_file
+from .._files import sha256_file, write_atomic
 from ..collect import Collection
 from ._errors import ShardIntegrityError
 
@@ -98,25 +96,6 @@ def sha256_text(text: str) -> str:
 def prompt_hashes(prompts: Sequence[str]) -> list:
     """SHA-256 (hex) of each prompt's UTF-8 bytes."""
     return [sha256_text(p) for p in prompts]
-
-
-def write_atomic(path: Union[str, Path], write) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to ``path``, fsync it, then ``os.replace`` it in."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Union[str, Path], obj) -> None:
