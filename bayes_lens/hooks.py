@@ -38,7 +38,7 @@ Example
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from jaxtyping import Float, Int

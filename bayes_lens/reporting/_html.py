@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html as _html
 import json
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from ._references import PAPERS, methods_text
 from ._verdicts import verdict

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List, Optional
 
 __all__ = ["add_subparsers"]
 
