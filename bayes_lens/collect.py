@@ -36,6 +36,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager, nullcontext
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
@@ -51,8 +52,10 @@ from .errors import InvalidInputError, MissingHookError
 from .hooks import (
     attention_entropy_hooks,
     check_finite,
+    final_query_row_hooks,
     final_rows,
     final_token_hooks,
+    key_entropy_bits,
     last_index,
     pattern_entropy_bits,
 )
@@ -108,6 +111,40 @@ def _final_only_prehook(last: Tensor):
     return pre
 
 
+def _plain_unembed_forward(unembed):
+    """TransformerLens's ``Unembed.forward`` without its per-call copy of ``W_U.T`` (same numbers).
+
+    TL 3.9's ``Unembed`` computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a copy of the whole
+    d_model × d_vocab matrix on every call (0.07 s per call on SmolLM2, more than the final-token
+    product itself). ``F.linear`` on the transposed view computes the same product with the same BLAS
+    call and no copy; ``hook_in``/``hook_out`` run as before.
+    """
+
+    def forward(residual):
+        residual = unembed.hook_in(residual)
+        return unembed.hook_out(torch.nn.functional.linear(residual, unembed.W_U.T, unembed.b_U))
+
+    return forward
+
+
+@contextmanager
+def _final_token_unembedding(model, last: Tensor):
+    """Inside the block, ``model.unembed`` sees only each row's final real position (see module doc)."""
+    unembed = model.unembed
+    handle = unembed.register_forward_pre_hook(_final_only_prehook(last))
+    swap = (type(unembed).__name__ == "Unembed" and type(unembed).__module__.startswith("transformer_lens.")
+            and "forward" not in vars(unembed) and all(hasattr(unembed, a) for a in ("W_U", "b_U", "hook_in", "hook_out"))
+            and unembed.W_U.dtype == torch.float32)  # in bf16, TL keeps the copy to match HF's accumulation order
+    if swap:
+        unembed.forward = _plain_unembed_forward(unembed)
+    try:
+        yield
+    finally:
+        handle.remove()
+        if swap:
+            del unembed.forward
+
+
 def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padding_side: str = "right",
                     fwd_hooks: HookSource = (), logits: str = "final", progress: Optional[bool] = None,
                     desc: str = "forward", start_index: int = 0) -> Iterator[Batch]:
@@ -141,14 +178,9 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
         batch = Batch(indices=indices, tokens=tokens, attention_mask=mask, last_index=last_index(mask))
         hooks = static if static is not None else list(fwd_hooks(batch))
         with adapter.model_lock(model), torch.inference_mode():
-            handle = (model.unembed.register_forward_pre_hook(_final_only_prehook(batch.last_index))
-                      if logits == "final" else None)
-            try:
-                with attached_for(model, hooks), model.hooks(fwd_hooks=hooks):
-                    out = model(tokens, attention_mask=mask, return_type="logits")
-            finally:
-                if handle is not None:
-                    handle.remove()
+            final = _final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
+            with final, attached_for(model, hooks), model.hooks(fwd_hooks=hooks):
+                out = model(tokens, attention_mask=mask, return_type="logits")
         out = out[:, 0] if logits == "final" else out
         yield dataclasses.replace(batch, logits=out.float())
 
@@ -444,6 +476,22 @@ def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
     return ent.cpu(), (None if lp is None else lp.cpu())
 
 
+def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: Dict[int, List[Tensor]],
+                            n_layers: int) -> None:
+    """Entropies (bits) of the final query rows every layer's hook kept, in one reduction ``[b, L, h]``."""
+    if len(rows) != n_layers:
+        return  # a layer's hook did not fire: collect's completeness check names it
+    stacked = torch.stack([rows[layer] for layer in range(n_layers)], dim=1)  # [b, L, h, k]
+    if not bool(torch.isfinite(stacked).all()):  # name the first layer with a non-finite row
+        bad = next(layer for layer in range(n_layers) if not bool(torch.isfinite(rows[layer]).all()))
+        check_finite(rows[bad], adapter.hook_name(model, bad, "pattern"), batch.indices)
+    keys = batch.attention_mask.to(stacked.device).bool()[:, None, None, :]
+    ent = key_entropy_bits(stacked, keys, indices=batch.indices).cpu()
+    for layer in range(n_layers):
+        out.setdefault(layer, []).append(ent[:, layer])
+    rows.clear()
+
+
 def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), attention: bool = False,
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
             padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
@@ -476,6 +524,7 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     v_store: Dict[int, List[Tensor]] = {}
     r_store: Dict[int, List[Tensor]] = {}
     a_store: Dict[int, List[Tensor]] = {}
+    rows_store: Dict[int, Tensor] = {}
     user = fwd_hooks
 
     def hooks_for(batch: Batch):
@@ -485,7 +534,10 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
             hooks += final_token_hooks(model, v_layers, "v", out=v_store, attention_mask=mask, indices=idx)
         if r_layers:
             hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store, attention_mask=mask, indices=idx)
-        if attention:
+        if attention and attention_positions == "last":  # rows kept per layer, reduced once per batch below
+            rows_store.clear()
+            hooks += final_query_row_hooks(model, out=rows_store, attention_mask=mask)
+        elif attention:
             hooks += attention_entropy_hooks(model, "all", out=a_store, positions=attention_positions,
                                              attention_mask=mask, indices=idx)
         return hooks
@@ -500,6 +552,8 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         if lp is not None:
             lps.append(lp)
         ntoks.append(batch.attention_mask.sum(1).long().cpu())
+        if attention and attention_positions == "last":
+            _reduce_final_attention(model, rows_store, batch, a_store, info.n_layers)
 
     def stacked(store, layers):
         out = {}

@@ -121,6 +121,35 @@ def final_rows(act: Tensor, attention_mask: Optional[Tensor] = None, *, what: st
     return rows.cpu()
 
 
+def _check_pattern(pattern: Tensor, what: str) -> None:
+    if pattern.ndim != 4:
+        raise InvalidInputError(f"{what}: expected [batch, head, q, k], got shape {list(pattern.shape)}.")
+    if pattern.shape[2] != pattern.shape[3]:
+        raise InvalidInputError(f"{what}: query and key lengths differ ({pattern.shape[2]} vs {pattern.shape[3]}); "
+                                "key-value caching is not supported here.")
+
+
+def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
+                     *, what: str = "hook_pattern") -> Float[Tensor, "batch head k"]:
+    """The attention row of each prompt's final real query, ``pattern[b, :, last_b, :]`` (a copy, same dtype/device)."""
+    _check_pattern(pattern, what)
+    mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)
+    idx = last_index(mask).to(pattern.device)
+    return pattern[torch.arange(pattern.shape[0], device=pattern.device), :, idx, :]
+
+
+def key_entropy_bits(rows: Tensor, keys: Tensor, *, what: str = "hook_pattern",
+                     indices: Optional[Tensor] = None) -> Tensor:
+    """Entropy in bits of attention rows ``[batch, ..., k]`` over the valid keys only (float64, rows' device).
+
+    ``keys`` is a boolean mask broadcastable to ``rows`` (``[batch, 1, k]`` for final-query rows):
+    pad keys are removed and each row is renormalized over the rest before H = −Σ p log₂ p.
+    """
+    p = torch.where(keys, rows.double(), torch.zeros((), dtype=torch.float64, device=rows.device))
+    check_finite(p, what, indices)
+    return entropy_bits(p / p.sum(-1, keepdim=True).clamp_min(1e-300))
+
+
 def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
                          *, positions: str = "last", what: str = "hook_pattern",
                          indices: Optional[Tensor] = None) -> Float[Tensor, "batch head"]:
@@ -131,28 +160,15 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     """
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
-    if pattern.ndim != 4:
-        raise InvalidInputError(f"{what}: expected [batch, head, q, k], got shape {list(pattern.shape)}.")
-    batch, _, n_q, n_k = pattern.shape
-    if n_q != n_k:
-        raise InvalidInputError(f"{what}: query and key lengths differ ({n_q} vs {n_k}); key-value "
-                                "caching is not supported here.")
+    _check_pattern(pattern, what)
     mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask).bool()
-    # "all": only real query rows over real keys (a pad query row may be NaN on some backends)
-    keys = (mask[:, None, None, :] & mask[:, None, :, None]) if positions == "all" else mask[:, None, :]
     if positions == "last":
-        idx = last_index(mask).to(pattern.device)
-        p = pattern[torch.arange(batch, device=pattern.device), :, idx, :]  # [b, h, k]
-    else:
-        p = pattern
-    p = torch.where(keys, p.double(), torch.zeros((), dtype=torch.float64, device=p.device))
-    check_finite(p, what, indices)
-    total = p.sum(-1, keepdim=True)
-    h = entropy_bits(p / total.clamp_min(1e-300))  # [b, h] or [b, h, q]
-    if positions == "all":
-        q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
-        h = (h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)
-    return h.cpu()
+        return key_entropy_bits(final_query_rows(pattern, mask, what=what), mask[:, None, :], what=what,
+                                indices=indices).cpu()
+    # "all": only real query rows over real keys (a pad query row may be NaN on some backends)
+    h = key_entropy_bits(pattern, mask[:, None, None, :] & mask[:, None, :, None], what=what, indices=indices)
+    q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
+    return ((h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)).cpu()
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,6 +223,27 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
         def fn(pattern, hook=None, _layer=layer, _name=name):
             out.setdefault(_layer, []).append(
                 pattern_entropy_bits(pattern, attention_mask, positions=positions, what=_name, indices=indices))
+            return None
+
+        hooks.append((name, fn))
+    adapter.check_hooks(model, [n for n, _ in hooks])
+    return hooks
+
+
+def final_query_row_hooks(model, *, out: Dict[int, Tensor], attention_mask: Optional[Tensor] = None) -> HookList:
+    """Hooks on every layer's ``hook_pattern`` that keep only the final query rows ``[batch, head, k]`` in ``out[layer]``.
+
+    The runner reduces all layers' rows at once after the pass (:func:`key_entropy_bits` on the
+    stacked ``[batch, layer, head, k]``): the same numbers as :func:`attention_entropy_hooks` with
+    ``positions="last"``, one reduction per batch instead of one per layer.
+    """
+    mask = None if attention_mask is None else attention_mask.bool()
+    hooks: HookList = []
+    for layer in _layers(model, "all"):
+        name = adapter.hook_name(model, layer, "pattern")
+
+        def fn(pattern, hook=None, _layer=layer, _name=name):
+            out[_layer] = final_query_rows(pattern, mask, what=_name)
             return None
 
         hooks.append((name, fn))
