@@ -58,29 +58,21 @@ def _bl():
 
 
 # --------------------------------------------------------------------------------------------- geometry
-def _subpool(name: str, size: int, seed: int):
-    """A seeded subsample of a shipped pool (quick reports skip scoring every candidate)."""
-    bl = _bl()
-    recs = list(bl.prompts.pool(name))
-    if size is None or size >= len(recs):
-        return name
-    idx = np.sort(np.random.default_rng(seed).choice(len(recs), size=int(size), replace=False))
-    return [recs[i] for i in idx]
-
-
 def _geometry(ctx: Context) -> SectionOutput:
     bl = _bl()
     model, z = ctx.model, ctx.sizes
     n = int(z["geometry_n"])
     domains = ("mixed",) + tuple(z["geometry_domains"])
     nb = int(z["n_boot"])
-    specs = {d: _subpool(d, z["geometry_pool"], ctx.seed) for d in domains}
     out = SectionOutput(settings={"n_prompts_per_domain": n, "domains": list(domains),
                                   "pool_size": z["geometry_pool"] or "whole shipped pool", "layer": -1,
                                   "site": "hook_v (per KV head)", "selection": "entropy quintiles",
                                   "n_boot": nb, "n_null": z["geometry_n_null"]})
-    cmp = bl.compare_domains(model, specs, n=n, seed=ctx.seed, reference="mixed", n_boot=nb,
-                             n_null=int(z["geometry_n_null"]), n_perm=nb, progress=ctx.progress)
+    # the API's own seeded subsample (bl.prompts.select's pool_size): the report draws exactly the
+    # prompts bl.compare_domains(model, domains, pool_size=...) draws, and balances kinds in "mixed"
+    cmp = bl.compare_domains(model, domains, n=n, seed=ctx.seed, reference="mixed", n_boot=nb,
+                             n_null=int(z["geometry_n_null"]), n_perm=nb, progress=ctx.progress,
+                             pool_size=z["geometry_pool"])
     ctx.shared["geometry"] = cmp
     ko = cmp.key_orthogonality
     per_head = np.asarray(ko.per_head, dtype=float)
