@@ -817,9 +817,9 @@ def philosophy(rng: random.Random):
 # ----------------------------------------------------------------------------------------------
 def _tokenizer():
     from bayes_lens.models import default_model_path
-    from bayes_lens.models.gguf import _tokenizer as gguf_tokenizer, read_gguf
+    from bayes_lens.models.gguf import load_tokenizer
 
-    return gguf_tokenizer(read_gguf(default_model_path()))
+    return load_tokenizer(default_model_path())
 
 
 def _fill(gen, n: int, rng: random.Random, tok, seen: set, *, domain: str, kind: str | None):

@@ -54,7 +54,7 @@ from .._validate import check_device
 from ..errors import ModelLoadError, require_extra
 from .gguf_checks import check_llama_spec
 
-__all__ = ["load_gguf", "LlamaSpec", "read_gguf", "hf_state_dict", "gguf_architecture", "SUPPORTED_ARCHITECTURES",
+__all__ = ["load_gguf", "load_tokenizer", "LlamaSpec", "read_gguf", "hf_state_dict", "gguf_architecture", "SUPPORTED_ARCHITECTURES",
            "from_weights", "FastGGUFReader"]
 
 _GGUF_MAGIC = b"GGUF"
@@ -546,6 +546,14 @@ def _tokenizer(contents: LlamaSpec):
     if chat is not None:
         tok.chat_template = _field_value(chat)
     return tok
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """The tokenizer stored inside a GGUF file (a ``PreTrainedTokenizerFast``), without loading the weights' model.
+
+    >>> tok = load_tokenizer(bl.models.default_model_path())   # doctest: +SKIP
+    """
+    return _tokenizer(read_gguf(path))
 
 
 def _hooked_config(c: LlamaSpec, device: str | None):
