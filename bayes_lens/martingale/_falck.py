@@ -54,6 +54,7 @@ from .._progress import progress as progress_bar
 from .._results import Result, plotly
 from .._validate import check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
+from ..metrics.stats import keyed_rng, keyed_seed
 from ._predict import BernoulliTemplate, predict_with_next
 
 __all__ = ["FalckResult", "falck_checks", "resample_paths", "t1", "t2", "t3", "drop_outlier_paths", "falck_statistics",
@@ -264,13 +265,13 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
         data = (rng.random(n) < th).astype(np.int64)
         k1 = int(data.sum())
         n_max = int(round(max(ratios) * n))
-        paths = resample_paths(model, data, n_paths, n_max, seed=seed + 1000 + i, template=template,
+        paths = resample_paths(model, data, n_paths, n_max, seed=keyed_seed(seed, 1000, i), template=template,
                                batch_size=batch_size).astype(np.float64)
         for r in ratios:
             N = int(round(r * n))
             z = paths[:, :N]
             if definition == "library":
-                ref1, ref2, ref3 = _reference(n, k1, n_paths, N, lags, n_ref, np.random.default_rng(seed + 7 * i + N))
+                ref1, ref2, ref3 = _reference(n, k1, n_paths, N, lags, n_ref, keyed_rng(seed, 7, i, N))
                 v2 = t2(z, lags)
                 vals = [("T1", float("nan"), t1(z), ref1, "data"), ("T3", float("nan"), t3(z), ref3, "data")]
                 vals += [("T2", lag, v2[j], ref2[:, j], "data") for j, lag in enumerate(lags)]

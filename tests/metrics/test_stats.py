@@ -109,3 +109,14 @@ def test_generic_bootstrap_and_permutation_for_python_statistics():
     lo, hi = S.bootstrap_ci(S.spearman, x, y, n_boot=200, seed=0)
     assert lo <= S.spearman(x, y) <= hi
     assert S.permutation_pvalue(x, y, S.pearson, n_perm=200, seed=0) < 0.05
+
+
+def test_keyed_streams_are_distinct_where_offsets_collide():
+    from bayes_lens.metrics.stats import keyed_rng, keyed_seed
+
+    # the old falck reference seeds: seed + 7*i + N gave (i=1, N=30) and (i=0, N=37) the same stream
+    a, b = keyed_rng(0, 7, 1, 30).random(5), keyed_rng(0, 7, 0, 37).random(5)
+    assert not np.allclose(a, b)
+    np.testing.assert_array_equal(keyed_rng(0, 7, 1, 30).random(5), a)  # reproducible
+    s = keyed_seed(3, 1000, 2)
+    assert isinstance(s, int) and 0 <= s < 2 ** 63 and s == keyed_seed(3, 1000, 2) != keyed_seed(3, 1000, 1)
