@@ -496,7 +496,7 @@ def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: D
     # on a model split across devices each layer's rows live on that layer's device: one device first
     dev = batch.attention_mask.device
     stacked = torch.stack([rows[layer].to(dev, non_blocking=True) for layer in range(n_layers)], dim=1)  # [b, L, h, k]
-    if not bool(torch.isfinite(stacked).all()):  # name the first layer with a non-finite row
+    if stacked.device.type != "meta" and not bool(torch.isfinite(stacked).all()):  # name the first bad layer
         bad = next(layer for layer in range(n_layers) if not bool(torch.isfinite(rows[layer]).all()))
         check_finite(rows[bad], adapter.hook_name(model, bad, "pattern"), batch.indices)
     keys = batch.attention_mask.to(stacked.device).bool()[:, None, None, :]

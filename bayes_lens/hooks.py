@@ -68,7 +68,8 @@ HookList = List[Tuple[str, Callable]]
 
 
 def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
-    """The [batch, pos] mask for ``act``: the one given (checked against its shape), else all ones."""
+    """The [batch, pos] mask for ``act``: the one given (checked against its shape, left on its own device:
+    indices are computed there and moved to the tensor they index), else all ones on ``act``'s device."""
     batch, pos = act.shape[0], act.shape[1]
     if attention_mask is None:
         return torch.ones(batch, pos, dtype=torch.long, device=act.device)
@@ -77,7 +78,7 @@ def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
             f"attention_mask has shape {list(attention_mask.shape)} but the activations are "
             f"[batch={batch}, pos={pos}, ...]; pass the mask of the tokens that produced them."
         )
-    return attention_mask.to(act.device)
+    return attention_mask
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     # row's entropy NaN, so checking the entropies names the same prompts as checking the pattern
     h = chunked_entropy_bits(pattern, dim=2, keys=mask[:, None, None, :] & mask[:, None, :, None])
     check_finite(h, what, indices)
-    q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
+    q_valid = mask[:, None, :].to(device=h.device, dtype=h.dtype)  # [b, 1, q]
     return ((h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)).cpu()
 
 

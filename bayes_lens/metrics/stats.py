@@ -115,8 +115,9 @@ CHUNK_ELEMENTS = 2 ** 22
 
 
 def chunked_entropy_bits(x: torch.Tensor, *, dim: int, keys: Optional[torch.Tensor] = None,
-                         from_logits: bool = False, max_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
-    """:func:`entropy_bits` over the last axis of a torch tensor, ``max_elements`` float64 values at a time.
+                         from_logits: bool = False, max_elements: Optional[int] = None) -> torch.Tensor:
+    """:func:`entropy_bits` over the last axis of a torch tensor, ``max_elements`` float64 values at a time
+    (default :data:`CHUNK_ELEMENTS`).
 
     ``x`` is cut into slices along ``dim`` (not the last axis); each slice is cast to float64, reduced
     and freed, so the peak extra memory is one slice, not a float64 copy of ``x`` (a bf16 attention
@@ -133,7 +134,7 @@ def chunked_entropy_bits(x: torch.Tensor, *, dim: int, keys: Optional[torch.Tens
         raise InvalidInputError("chunked_entropy_bits slices along an axis other than the last (the reduced one); "
                                 f"got dim={dim} for a tensor of {x.ndim} dimensions.")
     per_slice = max(1, x.numel() // max(1, x.shape[dim]))
-    step = max(1, int(max_elements) // per_slice)
+    step = max(1, int(CHUNK_ELEMENTS if max_elements is None else max_elements) // per_slice)
     if keys is not None:
         keys = keys.to(x.device)
         while keys.ndim < x.ndim:
