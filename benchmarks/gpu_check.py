@@ -229,7 +229,6 @@ def check_overhead(dry, device, n_layers, n_prompts, n_tokens):
             f"above the weights {above:.3f}x)", "≤ 1.1x", ratio_m <= 1.1, 0.0)
     else:
         row("collect / bare peak GPU memory", "n/a on the CPU", "≤ 1.1x (GPU only)", True, 0.0, info=True)
-    del model
 
 
 def check_torchrun(dry, device, refs):
