@@ -29,6 +29,7 @@ from .errors import (
     ModelLoadError,
     NonFiniteError,
     TokenizationError,
+    UnsupportedModelError,
 )
 
 __version__ = "0.1.0"
@@ -82,6 +83,7 @@ __all__ = [
     "ModelLoadError",
     "NonFiniteError",
     "TokenizationError",
+    "UnsupportedModelError",
     *_LAZY,
 ]
 

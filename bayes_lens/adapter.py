@@ -12,6 +12,10 @@ bayes_lens accepts any "TransformerLens model": a TL 3.x ``HookedTransformer`` o
   HookedTransformer, ``enable_compatibility_mode`` / ``process_weights`` on a bridge. A direction or
   a weight statistic measured in one basis is wrong in the other (METHODS.md §0 "Weights"),
 * tokenization of a batch with padding and an attention mask (:func:`tokenize`),
+* where inputs go (:func:`input_device`: the embedding's device, which for a model split across
+  devices with ``TransformerBridge.boot_transformers(..., n_devices=N)`` is not the device of the
+  first parameter), and which multi-device set-ups are refused (:func:`check_model`: a
+  ``HookedTransformer`` with ``cfg.n_devices > 1``, whose TL 3.9 placement is broken, TL #907),
 * how many keys a layer's query can see (:func:`attention_window`, :func:`visible_keys`): local
   (sliding-window) layers such as Gemma 3's see at most ``window`` keys, their own included.
 
@@ -37,7 +41,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .errors import InvalidInputError, LayerIndexError, MissingHookError, TokenizationError
+from .errors import InvalidInputError, LayerIndexError, MissingHookError, TokenizationError, UnsupportedModelError
 
 __all__ = [
     "TLModel",
@@ -55,6 +59,7 @@ __all__ = [
     "processing",
     "tokenize",
     "model_device",
+    "input_device",
     "model_lock",
     "check_model",
     "hook_names",
@@ -117,11 +122,25 @@ def is_bridge(model) -> bool:
 
 
 def check_model(model) -> None:
-    """Raise InvalidInputError unless ``model`` is a TransformerLens model (has ``cfg`` and the hook API)."""
+    """Raise InvalidInputError unless ``model`` is a TransformerLens model (has ``cfg`` and the hook API).
+
+    A ``HookedTransformer`` with ``cfg.n_devices > 1`` raises :class:`UnsupportedModelError`: TL 3.9
+    places its blocks inconsistently across devices (TL #907, declined); the bridge splits a model
+    with accelerate's device map instead.
+    """
     if not isinstance(model, TLModel) or not hasattr(model, "cfg"):
         raise InvalidInputError(
             f"expected a TransformerLens model (HookedTransformer or TransformerBridge), got "
             f"{type(model).__name__}. Load one with bl.load_model() or TransformerLens."
+        )
+    n_devices = getattr(model.cfg, "n_devices", 1)
+    if isinstance(n_devices, int) and n_devices > 1 and not is_bridge(model):
+        raise UnsupportedModelError(
+            f"this {type(model).__name__} is split over cfg.n_devices={n_devices} devices; TransformerLens 3.x "
+            "HookedTransformer does not place a split model consistently (TL issue #907), so bayes_lens refuses "
+            "it. Load the model as a TransformerBridge split by accelerate instead: "
+            "TransformerBridge.boot_transformers(name, n_devices=N) (or device_map='auto' / a dict), or use one "
+            "device (n_devices=1)."
         )
 
 
@@ -381,11 +400,51 @@ def model_lock(model) -> "threading.RLock":
 
 
 def model_device(model) -> torch.device:
-    """The device of the model's parameters (CPU when it has none)."""
+    """The device of the model's first parameter (CPU when it has none); where inputs go is :func:`input_device`."""
     try:
         return next(model.parameters()).device
     except (StopIteration, AttributeError):
         return torch.device(getattr(model.cfg, "device", None) or "cpu")
+
+
+def _first_param_device(module) -> Optional[torch.device]:
+    params = getattr(module, "parameters", None)
+    if params is None:
+        return None
+    try:
+        for p in params():
+            return p.device
+    except (TypeError, AttributeError):
+        return None
+    return None
+
+
+def input_device(model) -> torch.device:
+    """The device token ids and masks go to: the token embedding's.
+
+    A model split across devices (``TransformerBridge.boot_transformers(..., n_devices=N)`` or a
+    ``device_map``) has its embedding on one device and other parameters elsewhere, so the first
+    parameter's device is not where inputs belong. Order: the Hugging Face model's input embeddings
+    (a bridge), ``model.embed`` (both kinds), ``cfg.device`` (which TransformerLens sets to the
+    embedding's device), the first parameter, the CPU.
+    """
+    hf = getattr(model, "original_model", None)
+    get = getattr(hf, "get_input_embeddings", None)
+    if callable(get):
+        try:
+            dev = _first_param_device(get())
+        except (NotImplementedError, AttributeError):
+            dev = None
+        if dev is not None:
+            return dev
+    embed = getattr(model, "embed", None)
+    dev = _first_param_device(embed) if isinstance(embed, torch.nn.Module) else None
+    if dev is not None:
+        return dev
+    cfg_device = getattr(getattr(model, "cfg", None), "device", None)
+    if cfg_device:
+        return torch.device(cfg_device)
+    return model_device(model)
 
 
 def _tokenizer(model):
@@ -405,7 +464,7 @@ def tokenize(
     padding_side: str = "right",
     prepend_bos: Optional[bool] = None,
 ) -> Tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """Tokenize ``prompts`` into a padded batch: ``(tokens, attention_mask)`` on the model's device.
+    """Tokenize ``prompts`` into a padded batch: ``(tokens, attention_mask)`` on :func:`input_device`.
 
     ``prepend_bos`` defaults to the model's own setting (``cfg.default_prepend_bos``; False for the
     GGUF models, whose tokenizer adds no BOS). Raises for an empty list, a non-string, an empty
@@ -451,7 +510,7 @@ def tokenize(
         else:
             tokens[i, width - len(seq):] = torch.tensor(seq)
             mask[i, width - len(seq):] = 1
-    device = model_device(model)
+    device = input_device(model)
     return tokens.to(device), mask.to(device)
 
 

@@ -18,6 +18,16 @@ the final real token's residual of every row (``logits="final"``, the default), 
 vocabulary the runner does not pay for logits at every position; ``logits="all"`` keeps the full
 ``[batch, pos, vocab]`` (the martingale predictive reads every position).
 
+Devices and dtypes (issue 13, point 3). Token ids and masks go to the embedding's device
+(:func:`bayes_lens.adapter.input_device`), which on a bridge split across GPUs is not the first
+parameter's; every per-batch index is moved to the device of the tensor it indexes, and each layer's
+kept rows are brought to one device before the per-batch reduction. Logits are yielded in the model's
+dtype and sliced to the final positions before any cast (a 128k vocabulary at every position in
+float32 is gigabytes). Statistics (entropies, label log-probabilities) are float64 on the CPU,
+final-token rows float32 on the CPU, whatever the model's dtype. A ``HookedTransformer`` with
+``cfg.n_devices > 1`` is refused (:class:`bayes_lens.errors.UnsupportedModelError`): split a model
+with ``TransformerBridge.boot_transformers(..., n_devices=N)`` or ``device_map=`` instead.
+
 A :class:`Collection` is the common currency of the analyses: :func:`collect` makes one from a model
 and prompts, :meth:`Collection.from_cache` from what a user made with ``run_with_cache`` (an
 ``ActivationCache``, a plain dict of tensors, or the ``(logits, cache)`` pair), and
@@ -69,10 +79,11 @@ HookSource = Union[Sequence, Callable[["Batch"], Sequence]]
 
 @dataclass(frozen=True, eq=False)
 class Batch:
-    """One forward pass of :func:`forward_batches` (tensors on the model's device).
+    """One forward pass of :func:`forward_batches` (tokens and mask on the embedding's device).
 
     ``logits`` is ``[batch, vocab]`` at the final real token (``logits="final"``) or
-    ``[batch, pos, vocab]`` (``logits="all"``); it is ``None`` in the :class:`Batch` handed to a
+    ``[batch, pos, vocab]`` (``logits="all"``), in the model's dtype on the unembedding's device
+    (slice before casting: :meth:`final_logits` does); it is ``None`` in the :class:`Batch` handed to a
     per-batch hook factory (the pass has not run yet).
     """
 
@@ -83,13 +94,13 @@ class Batch:
     logits: Optional[Tensor] = None
 
     def final_logits(self) -> Float[Tensor, "batch vocab"]:
-        """Logits at the final real token of every row."""
+        """Logits at the final real token of every row, float32 (sliced first, then cast)."""
         if self.logits is None:
             raise InvalidInputError("this batch has not been run yet.")
         if self.logits.ndim == 2:
-            return self.logits
+            return self.logits.float()
         return self.logits[torch.arange(self.logits.shape[0], device=self.logits.device),
-                           self.last_index.to(self.logits.device)]
+                           self.last_index.to(self.logits.device)].float()
 
 
 def check_prompts(prompts) -> List[str]:
@@ -157,6 +168,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
     unembedding at the final real token only; ``"all"`` at every position. ``start_index`` is the
     global index of the first prompt (for shards).
     """
+    adapter.check_model(model)  # refuses a HookedTransformer split over several devices
     prompts = check_prompts(prompts)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}.")
@@ -181,8 +193,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
             final = _final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
             with final, attached_for(model, hooks), model.hooks(fwd_hooks=hooks):
                 out = model(tokens, attention_mask=mask, return_type="logits")
-        out = out[:, 0] if logits == "final" else out
-        yield dataclasses.replace(batch, logits=out.float())
+        yield dataclasses.replace(batch, logits=out[:, 0] if logits == "final" else out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,9 +481,10 @@ def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
 
 
 def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
+    """Next-token entropy (bits) and the log-probabilities of ``token_ids``: float64 on the CPU."""
     logp = torch.log_softmax(final_logits.double(), dim=-1)
     ent = entropy_bits(final_logits, from_logits=True)
-    lp = None if token_ids is None else logp[:, token_ids.to(logp.device)].float()
+    lp = None if token_ids is None else logp[:, token_ids.to(logp.device)]
     return ent.cpu(), (None if lp is None else lp.cpu())
 
 
@@ -481,8 +493,10 @@ def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: D
     """Entropies (bits) of the final query rows every layer's hook kept, in one reduction ``[b, L, h]``."""
     if len(rows) != n_layers:
         return  # a layer's hook did not fire: collect's completeness check names it
-    stacked = torch.stack([rows[layer] for layer in range(n_layers)], dim=1)  # [b, L, h, k]
-    if not bool(torch.isfinite(stacked).all()):  # name the first layer with a non-finite row
+    # on a model split across devices each layer's rows live on that layer's device: one device first
+    dev = batch.attention_mask.device
+    stacked = torch.stack([rows[layer].to(dev, non_blocking=True) for layer in range(n_layers)], dim=1)  # [b, L, h, k]
+    if stacked.device.type != "meta" and not bool(torch.isfinite(stacked).all()):  # name the first bad layer
         bad = next(layer for layer in range(n_layers) if not bool(torch.isfinite(rows[layer]).all()))
         check_finite(rows[bad], adapter.hook_name(model, bad, "pattern"), batch.indices)
     keys = batch.attention_mask.to(stacked.device).bool()[:, None, None, :]

@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointError",
     "MissingExtraError",
     "LockTimeoutError",
+    "UnsupportedModelError",
 ]
 
 
@@ -44,6 +45,11 @@ class MissingHookError(BayesLensError):
 
 class InvalidInputError(BayesLensError, ValueError):
     """An argument has the wrong value, type or shape (empty prompt list, bad probability, ...)."""
+
+
+class UnsupportedModelError(InvalidInputError):
+    """A TransformerLens model set up in a way bayes_lens cannot run correctly (a ``HookedTransformer``
+    split with ``n_devices > 1``); the message names the supported route."""
 
 
 class LayerIndexError(InvalidInputError, IndexError):

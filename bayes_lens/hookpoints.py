@@ -26,6 +26,11 @@ u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the projection removal 
 (``axis.removal()`` is exactly that hook) and adding s·σ is ``axis.shift(s)``. The entropy hook
 points are read-outs (changing them changes nothing downstream).
 
+Dtypes and memory: the entropies are float64 whatever the model's dtype (bf16/fp16 included), computed
+a slice at a time (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`: query rows of the pattern,
+positions of the logits), so neither a float64 ``[batch, head, q, k]`` pattern nor a float64
+``[batch, pos, vocab]`` logit tensor is ever built; each result stays on the device of its activation.
+
 Cost: each hook point is computed only when something is hooked on it, so an attached model with
 nothing hooked runs as the bare model (logits unchanged). Detaching restores the original module
 tree and ``hook_dict`` exactly; the ``with`` block detaches also when its body raises.
@@ -49,7 +54,7 @@ from torch import Tensor
 
 from . import adapter
 from .errors import InvalidInputError
-from .metrics.stats import entropy_bits
+from .metrics.stats import chunked_entropy_bits
 
 __all__ = ["HOOK_POINTS", "attach", "Attachment", "axis_hook_name", "attached_axis_layers", "attached_for"]
 
@@ -62,6 +67,7 @@ HOOK_POINTS: Dict[str, str] = {
 }
 
 _AXIS_SOURCE = {"v": "v", "resid_post": "resid_post"}
+_ALL = torch.ones((), dtype=torch.bool)  # every key: a pattern row is renormalized over what it attends to
 
 
 def axis_hook_name(site: str, layer: int) -> str:
@@ -188,8 +194,7 @@ def _pattern_entropy_fn(hp):
     def fn(module, inputs, out):
         if not _has_hooks(hp):
             return None
-        p = out.detach().double()
-        hp(entropy_bits(p / p.sum(-1, keepdim=True).clamp_min(1e-300)))  # [batch, head, q] over attended keys
+        hp(chunked_entropy_bits(out.detach(), dim=2, keys=_ALL))  # [batch, head, q] over attended keys, in chunks
         return None
 
     return fn
@@ -202,7 +207,7 @@ def _next_token_entropy_fn(hp):
         logits = out if isinstance(out, Tensor) else getattr(out, "logits", None)
         if logits is None:
             return None
-        hp(entropy_bits(logits, from_logits=True))  # [batch, pos], float64
+        hp(chunked_entropy_bits(logits.detach(), dim=1, from_logits=True))  # [batch, pos], float64, in chunks
         return None
 
     return fn

@@ -24,6 +24,12 @@ The reductions are also exposed as plain functions (:func:`final_rows`,
 :func:`pattern_entropy_bits`) so that an ``ActivationCache`` gives the same numbers as the
 streaming path.
 
+Devices and dtypes (issue 13, point 3): every index and mask is moved to the device of the tensor it
+indexes (a model split across GPUs hands each layer's hook a tensor on that layer's device); entropies
+are computed in float64 from the activation's own dtype (bf16/fp16 models included), and an all-rows
+reduction walks the query rows in chunks (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`) instead
+of building a float64 ``[batch, head, q, k]`` copy of the pattern.
+
 Example
 -------
 >>> import bayes_lens as bl                                              # doctest: +SKIP
@@ -46,7 +52,7 @@ from torch import Tensor
 
 from . import adapter
 from .errors import InvalidInputError, NonFiniteError
-from .metrics.stats import entropy_bits
+from .metrics.stats import chunked_entropy_bits, entropy_bits
 
 __all__ = [
     "final_token_hooks",
@@ -62,7 +68,8 @@ HookList = List[Tuple[str, Callable]]
 
 
 def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
-    """The [batch, pos] mask for ``act``: the one given (checked against its shape), else all ones."""
+    """The [batch, pos] mask for ``act``: the one given (checked against its shape, left on its own device:
+    indices are computed there and moved to the tensor they index), else all ones on ``act``'s device."""
     batch, pos = act.shape[0], act.shape[1]
     if attention_mask is None:
         return torch.ones(batch, pos, dtype=torch.long, device=act.device)
@@ -71,7 +78,7 @@ def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
             f"attention_mask has shape {list(attention_mask.shape)} but the activations are "
             f"[batch={batch}, pos={pos}, ...]; pass the mask of the tokens that produced them."
         )
-    return attention_mask.to(act.device)
+    return attention_mask
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,7 +97,12 @@ def last_index(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch"]
 
 
 def check_finite(x: Tensor, what: str, indices: Optional[Tensor] = None) -> None:
-    """Raise NonFiniteError naming the prompts (global ``indices`` when given) whose rows of ``x`` hold NaN/inf."""
+    """Raise NonFiniteError naming the prompts (global ``indices`` when given) whose rows of ``x`` hold NaN/inf.
+
+    A tensor on the ``meta`` device holds no values (shape-only runs) and passes.
+    """
+    if x.device.type == "meta":
+        return
     finite = torch.isfinite(x).reshape(x.shape[0], -1).all(dim=1)
     if not bool(finite.all()):
         rows = (~finite).nonzero().flatten()
@@ -145,7 +157,7 @@ def key_entropy_bits(rows: Tensor, keys: Tensor, *, what: str = "hook_pattern",
     ``keys`` is a boolean mask broadcastable to ``rows`` (``[batch, 1, k]`` for final-query rows):
     pad keys are removed and each row is renormalized over the rest before H = −Σ p log₂ p.
     """
-    p = torch.where(keys, rows.double(), torch.zeros((), dtype=torch.float64, device=rows.device))
+    p = torch.where(keys.to(rows.device), rows.double(), torch.zeros((), dtype=torch.float64, device=rows.device))
     check_finite(p, what, indices)
     return entropy_bits(p / p.sum(-1, keepdim=True).clamp_min(1e-300))
 
@@ -165,9 +177,12 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     if positions == "last":
         return key_entropy_bits(final_query_rows(pattern, mask, what=what), mask[:, None, :], what=what,
                                 indices=indices).cpu()
-    # "all": only real query rows over real keys (a pad query row may be NaN on some backends)
-    h = key_entropy_bits(pattern, mask[:, None, None, :] & mask[:, None, :, None], what=what, indices=indices)
-    q_valid = mask[:, None, :].to(h.dtype)  # [b, 1, q]
+    # "all": only real query rows over real keys (a pad query row may be NaN on some backends), a few
+    # query rows at a time (no float64 [batch, head, q, k] copy); a NaN/inf on a valid key makes its
+    # row's entropy NaN, so checking the entropies names the same prompts as checking the pattern
+    h = chunked_entropy_bits(pattern, dim=2, keys=mask[:, None, None, :] & mask[:, None, :, None])
+    check_finite(h, what, indices)
+    q_valid = mask[:, None, :].to(device=h.device, dtype=h.dtype)  # [b, 1, q]
     return ((h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)).cpu()
 
 

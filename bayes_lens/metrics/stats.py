@@ -6,7 +6,9 @@ is written once, here, in a batched form (rows of a ``[B, n]`` array are indepen
 bootstrap or a permutation null is one call), and tested once against scipy:
 
 * :func:`entropy_bits` — H(p) = −Σ p log₂ p over an axis (0·log 0 = 0), from probabilities or logits,
-  for torch tensors (float64 inside) and numpy arrays;
+  for torch tensors (float64 inside) and numpy arrays; :func:`chunked_entropy_bits` the same for a
+  large torch tensor (attention patterns, logits at every position) a slice at a time, optionally over a
+  subset of entries per row (valid keys), so no float64 copy of the whole tensor is made;
 * :func:`pearson_rows` / :func:`spearman_rows` — the correlation of matching rows (NaN for a
   numerically constant row); :func:`pearson` / :func:`spearman` for two 1-D samples;
 * :func:`slope_rows` — the least-squares slope of y on x, row by row;
@@ -47,6 +49,8 @@ from ..errors import InvalidInputError
 __all__ = [
     "as_numpy",
     "entropy_bits",
+    "chunked_entropy_bits",
+    "CHUNK_ELEMENTS",
     "pearson",
     "spearman",
     "pearson_rows",
@@ -104,6 +108,47 @@ def entropy_bits(p, axis: int = -1, *, from_logits: bool = False):
     with np.errstate(divide="ignore", invalid="ignore"):
         logp = np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), 0.0)
     return -(x * logp).sum(axis) / _LN2
+
+
+#: Most float64 values one slice of :func:`chunked_entropy_bits` holds (2**22 = 32 MiB).
+CHUNK_ELEMENTS = 2 ** 22
+
+
+def chunked_entropy_bits(x: torch.Tensor, *, dim: int, keys: Optional[torch.Tensor] = None,
+                         from_logits: bool = False, max_elements: Optional[int] = None) -> torch.Tensor:
+    """:func:`entropy_bits` over the last axis of a torch tensor, ``max_elements`` float64 values at a time
+    (default :data:`CHUNK_ELEMENTS`).
+
+    ``x`` is cut into slices along ``dim`` (not the last axis); each slice is cast to float64, reduced
+    and freed, so the peak extra memory is one slice, not a float64 copy of ``x`` (a bf16 attention
+    pattern ``[batch, head, q, k]`` at 8k tokens is gigabytes in float64). ``keys`` (boolean,
+    broadcastable to ``x``; probabilities only) keeps only those entries of each row and renormalizes
+    over them. Returns float64 on ``x``'s device with the last axis removed.
+
+    >>> p = torch.full((2, 3, 4), 0.25)
+    >>> chunked_entropy_bits(p, dim=1, max_elements=8).tolist()
+    [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+    """
+    dim = dim % x.ndim
+    if dim == x.ndim - 1:
+        raise InvalidInputError("chunked_entropy_bits slices along an axis other than the last (the reduced one); "
+                                f"got dim={dim} for a tensor of {x.ndim} dimensions.")
+    per_slice = max(1, x.numel() // max(1, x.shape[dim]))
+    step = max(1, int(CHUNK_ELEMENTS if max_elements is None else max_elements) // per_slice)
+    if keys is not None:
+        keys = keys.to(x.device)
+        while keys.ndim < x.ndim:
+            keys = keys.unsqueeze(0)
+    out = []
+    for s0 in range(0, x.shape[dim], step):
+        part = x.narrow(dim, s0, min(step, x.shape[dim] - s0)).double()
+        if keys is not None:
+            k = keys.narrow(dim, s0, part.shape[dim]) if keys.shape[dim] == x.shape[dim] else keys
+            part = torch.where(k, part, torch.zeros((), dtype=part.dtype, device=part.device))
+            part = part / part.sum(-1, keepdim=True).clamp_min(1e-300)
+        out.append(entropy_bits(part, from_logits=from_logits))
+        del part
+    return torch.cat(out, dim=dim)
 
 
 # --------------------------------------------------------------------------------------------
