@@ -154,6 +154,6 @@ def analysis_run(model, engine="local", shard_dir=None, *, analysis: str) -> Tup
             f"{analysis} keeps its shard files (a rerun resumes from them). engine='local' without shard_dir runs "
             "in this process with no files.")
     run = AnalysisRun(analysis, eng, Path(shard_dir), spec)
-    if spec is not None:
-        model = spec.load()
+    if spec is not None:  # under torchrun, device="cuda" means this rank's GPU
+        model = (eng.rank_spec(spec) if hasattr(eng, "rank_spec") else spec).load()
     return model, run

@@ -100,6 +100,13 @@ class TorchrunEngine:
     def world_size(self) -> int:
         return dist_rank_world()[1]
 
+    @staticmethod
+    def rank_spec(spec: ModelSpec) -> ModelSpec:
+        """``spec`` for this rank: ``device="cuda"`` becomes ``cuda:LOCAL_RANK`` (one GPU per rank)."""
+        if spec.kwargs.get("device") == "cuda":
+            return ModelSpec(spec.loader, {**spec.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        return spec
+
     def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
             prepare=None):
         import torch.distributed as dist
@@ -113,8 +120,8 @@ class TorchrunEngine:
             atexit.register(_destroy_group)
         rank, world = dist_rank_world()
         group = dist.is_available() and dist.is_initialized()
-        if isinstance(model, ModelSpec) and model.kwargs.get("device") == "cuda":
-            model = ModelSpec(model.loader, {**model.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        if isinstance(model, ModelSpec):
+            model = self.rank_spec(model)
         error = None
         try:
             if prepare is not None and rank == 0:

@@ -270,3 +270,10 @@ def test_torchrun_two_ranks_sula_every_rank_gets_the_one_process_result(tmp_path
         assert torch.equal(torch.tensor(out["p"], dtype=torch.float64), ref.model_p_first)
         assert torch.equal(torch.tensor(out["pc1"], dtype=torch.float64), ref.pc1)
         assert out["mae"] == ref.mae_bits
+
+
+def test_torchrun_spec_gets_this_ranks_gpu(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    spec = sh.ModelSpec("default", {"device": "cuda", "kind": "bridge"})
+    assert sh.TorchrunEngine.rank_spec(spec).kwargs == {"device": "cuda:1", "kind": "bridge"}
+    assert sh.TorchrunEngine.rank_spec(sh.ModelSpec("default", {"device": "cpu"})).kwargs == {"device": "cpu"}
