@@ -277,3 +277,34 @@ def test_torchrun_spec_gets_this_ranks_gpu(monkeypatch):
     spec = sh.ModelSpec("default", {"device": "cuda", "kind": "bridge"})
     assert sh.TorchrunEngine.rank_spec(spec).kwargs == {"device": "cuda:1", "kind": "bridge"}
     assert sh.TorchrunEngine.rank_spec(sh.ModelSpec("default", {"device": "cpu"})).kwargs == {"device": "cpu"}
+
+
+def test_ray_two_actors_sula_equals_one_process(tmp_path):
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("Ray is not installed: pip install 'bayes-lens[ray]' to test the Ray engine")
+    import os
+
+    kind = "hooked" if bl.adapter.has_hooked_transformer() else "bridge"
+    spec = sh.ModelSpec(TINY, {"kind": kind})
+    model = tiny_model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 2, 8), n_per_k=5, seed=1)
+    kw = dict(layer=1, n_boot=50, seed=2, batch_size=4, progress=False)
+    ref = bl.sula.evaluate(model, items, **kw)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+                                       "BAYES_LENS_PROGRESS": "0", "OMP_NUM_THREADS": "1"}})
+    try:
+        with pytest.raises(bl.InvalidInputError, match="needs a ModelSpec"):  # actors cannot get a model object
+            bl.sula.evaluate(model, items, engine=sh.RayEngine(2), shard_dir=tmp_path / "obj", **kw)
+        res = bl.sula.evaluate(spec, items, engine=sh.RayEngine(n_replicas=2, num_cpus=1, n_shards=3),
+                               shard_dir=tmp_path, **kw)
+    finally:
+        ray.shutdown()
+    (folder,) = [d for d in tmp_path.iterdir() if d.is_dir() and d.name.startswith("sula-")]
+    pids = {json.loads(p.read_text())["worker"]["pid"] for p in folder.glob("shard-*.json")}
+    assert len(pids) == 2 and os.getpid() not in pids
+    for name in SULA_TENSORS:
+        assert torch.equal(getattr(res, name), getattr(ref, name)), name
+    assert_same(res.to_dict(), ref.to_dict())
