@@ -11,7 +11,10 @@ keeps only what the metrics need, as a :class:`Collection`:
 * final-token ``hook_resid_post`` (the paper script's variant),
 * per-head attention entropy of the final query row over valid keys (§3), or its mean over rows,
 * the full-vocabulary next-token entropy in bits at the final token (§4), and log-probabilities of
-  chosen tokens there (the SULA labels, §6).
+  chosen tokens there (the SULA labels, §6),
+* with ``tail_positions=T``, the logits of the chosen tokens and the full-vocabulary log-sum-exp at
+  each of the last ``T`` real positions (the martingale predictive of METHODS.md §8 reads the two
+  symbol tokens at every symbol position; a fixed ``T`` gives every shard the same row shape).
 
 The unembedding is computed only where it is read: a forward pre-hook on ``model.unembed`` hands it
 the final real token's residual of every row (``logits="final"``, the default), so on a 262k-token
@@ -207,6 +210,9 @@ class Collection:
 
     ``next_token_entropy_bits`` and ``token_logprobs`` are ``None`` when made from a cache without
     logits (and without ``hook_next_token_entropy``); ``indices`` are the prompts' global numbers.
+    ``tail_logits`` (float32, as the model computed them) and ``tail_logsumexp`` (float64) are kept
+    only with ``collect(..., tail_positions=T)``: entry ``[i, j]`` is real position
+    ``n_tokens[i] - T + j`` of prompt ``i`` (NaN where that is before the prompt's first token).
     """
 
     final_values: Dict[int, Float[Tensor, "n kv_dim"]]
@@ -217,6 +223,8 @@ class Collection:
     n_tokens: Int[Tensor, "n"]
     attention_positions: str = "last"
     indices: Optional[Int[Tensor, "n"]] = None
+    tail_logits: Optional[Float[Tensor, "n tail n_tokens"]] = None
+    tail_logsumexp: Optional[Float[Tensor, "n tail"]] = None
 
     @property
     def n_prompts(self) -> int:
@@ -250,6 +258,8 @@ class Collection:
                     or (p.attn_entropy_bits is None) != (first.attn_entropy_bits is None)
                     or (p.token_logprobs is None) != (first.token_logprobs is None)
                     or (p.next_token_entropy_bits is None) != (first.next_token_entropy_bits is None)
+                    or (p.tail_logits is None) != (first.tail_logits is None)
+                    or (p.tail_logits is not None and p.tail_logits.shape[1:] != first.tail_logits.shape[1:])
                     or p.attention_positions != first.attention_positions):
                 raise InvalidInputError("cannot merge collections made with different layers, fields or "
                                         "attention_positions; collect every shard with the same arguments.")
@@ -269,6 +279,8 @@ class Collection:
             n_tokens=cat(lambda p: p.n_tokens),
             attention_positions=first.attention_positions,
             indices=idx,
+            tail_logits=cat(lambda p: p.tail_logits),
+            tail_logsumexp=cat(lambda p: p.tail_logsumexp),
         )
 
     @classmethod
@@ -509,7 +521,7 @@ def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: D
 def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), attention: bool = False,
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
             padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
-            desc: str = "collect", start_index: int = 0) -> Collection:
+            desc: str = "collect", start_index: int = 0, tail_positions: int = 0) -> Collection:
     """Run ``prompts`` once and keep the final-token statistics the metrics need.
 
     Parameters
@@ -522,11 +534,18 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         (``attention_positions="last"``) or the mean over real query rows (``"all"``).
     token_ids:
         Token ids whose full-vocabulary log-probabilities at the final token to keep.
+    tail_positions:
+        With ``T > 0`` (and ``token_ids``), also keep the logits of ``token_ids`` and the
+        full-vocabulary log-sum-exp at each of the last ``T`` real positions of every prompt
+        (``Collection.tail_logits`` / ``tail_logsumexp``); the unembedding then runs at every position.
     fwd_hooks:
         Extra ``[(hook_name, fn)]`` run before the metric hooks (e.g. patches: metrics then read the
         patched activations), or a per-batch factory (see :func:`forward_batches`).
     desc, progress:
         The progress bar's label (name what runs: ``"geometry: collect 75 prompts"``) and switch.
+
+    The sharded form of this runner (shards on several processes or machines, merged to the same
+    Collection) is :func:`bayes_lens.shard.collect_sharded`.
     """
     prompts = check_prompts(prompts)
     info = adapter.model_info(model)
@@ -534,6 +553,7 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     if attention_positions not in ("last", "all"):
         raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
     tok_ids = _token_ids(model, token_ids)
+    tail = _check_tail(tail_positions, tok_ids)
 
     v_store: Dict[int, List[Tensor]] = {}
     r_store: Dict[int, List[Tensor]] = {}
@@ -556,11 +576,14 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
                                              attention_mask=mask, indices=idx)
         return hooks
 
-    ents, lps, ntoks = [], [], []
+    ents, lps, ntoks, tails = [], [], [], []
     for batch in forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
-                                 fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index):
+                                 fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index,
+                                 logits="all" if tail else "final"):
         fl = batch.final_logits()
         check_finite(fl, "the final-token logits", batch.indices)
+        if tail:
+            tails.append(_tail_stats(batch, tok_ids, tail))
         ent, lp = _next_token_stats(fl, tok_ids)
         ents.append(ent)
         if lp is not None:
@@ -592,4 +615,37 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         n_tokens=torch.cat(ntoks),
         attention_positions=attention_positions,
         indices=torch.arange(start_index, start_index + len(prompts)),
+        tail_logits=torch.cat([t[0] for t in tails]) if tail else None,
+        tail_logsumexp=torch.cat([t[1] for t in tails]) if tail else None,
     )
+
+
+def _check_tail(tail_positions, tok_ids) -> int:
+    if isinstance(tail_positions, bool) or not isinstance(tail_positions, int) or tail_positions < 0:
+        raise InvalidInputError(f"tail_positions must be a non-negative integer, got {tail_positions!r}.")
+    if tail_positions and (tok_ids is None or not tok_ids.numel()):
+        raise InvalidInputError("tail_positions needs token_ids: the tokens whose logits to keep at those positions.")
+    return int(tail_positions)
+
+
+def _tail_stats(batch: Batch, tok_ids: Tensor, tail: int):
+    """``([b, tail, k]`` float32 logits of ``tok_ids``, ``[b, tail]`` float64 log-sum-exp) at the last
+    ``tail`` real positions of every row of ``batch`` (NaN before a row's first real token).
+
+    One row at a time, as ``logits[row, positions].double()`` then ``logsumexp`` over the vocabulary:
+    a float64 copy of one row's tail, never of the whole batch.
+    """
+    logits = batch.logits  # [b, pos, vocab] float32
+    b = logits.shape[0]
+    n_real = batch.attention_mask.sum(1).long()
+    out_l = torch.full((b, tail, int(tok_ids.numel())), float("nan"), dtype=torch.float32)
+    out_s = torch.full((b, tail), float("nan"), dtype=torch.float64)
+    ids = tok_ids.to(logits.device)
+    for row in range(b):
+        last = int(batch.last_index[row])
+        k = min(tail, int(n_real[row]))  # the row's real positions among the last `tail`
+        pos = torch.arange(last - k + 1, last + 1, device=logits.device)
+        lg = logits[row, pos].double()
+        out_l[row, tail - k:] = lg[:, ids].float().cpu()
+        out_s[row, tail - k:] = torch.logsumexp(lg, dim=-1).cpu()
+    return out_l, out_s

@@ -50,9 +50,11 @@ def need_prompts(prompts, minimum: int = 3) -> list:
 def source_collection(source, prompts=None, *, layers: Sequence[int] = (), site: str = "v",
                       attention: bool = False, positions: str = "last", attention_mask=None, tokens=None,
                       logits=None, model=None, batch_size: int = 16, padding_side: str = "right",
-                      progress: Optional[bool] = None, desc: str = "collect", min_prompts: int = 3):
+                      progress: Optional[bool] = None, desc: str = "collect", min_prompts: int = 3, run=None):
     """(Collection, model or None) from a model + prompts, a cache (pair, ActivationCache, dict) or a
-    Collection, holding final-token rows of ``site`` at ``layers`` and, with ``attention``, entropies."""
+    Collection, holding final-token rows of ``site`` at ``layers`` and, with ``attention``, entropies.
+
+    ``run`` (a :class:`bayes_lens.shard.AnalysisRun`) collects a model's rows through an engine."""
     if isinstance(source, Collection):
         if prompts is not None:
             raise InvalidInputError("pass either a model with prompts, or a Collection without prompts.")
@@ -69,7 +71,7 @@ def source_collection(source, prompts=None, *, layers: Sequence[int] = (), site:
     if prompts is None:
         raise InvalidInputError("prompts are required with a model (or pass a cache made with run_with_cache).")
     prompts = need_prompts(prompts, min_prompts)
-    col = collect(source, prompts, value_layers=list(layers) if site == "v" else (),
+    col = (collect if run is None else run.collect)(source, prompts, value_layers=list(layers) if site == "v" else (),
                   resid_layers=list(layers) if site != "v" else (), attention=attention, attention_positions=positions,
                   batch_size=batch_size, padding_side=padding_side, progress=progress,
                   desc=f"{desc} {len(prompts)} prompts")

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import adapter
+from ..collect import Collection, is_cache_like
 from .._results import Result, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
+from ..shard._analysis import analysis_run
 from ._alignment import EntropyAlignment, alignment_from
 from ._focusing import AttentionFocusing, focusing_from_entropies, focusing_uniform
 from ._keys import KeyOrthogonality, key_orthogonality
@@ -64,7 +66,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
              reference=None, attention_mask=None, tokens=None, model=None, seed: int = 0, n_boot: int = 1000,
              n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False, ci_method: str = "recentered",
              batch_size: int = 16, padding_side: str = "right", on_processed: str = "warn",
-             progress: Optional[bool] = None) -> Geometry:
+             progress: Optional[bool] = None, engine="local", shard_dir=None) -> Geometry:
     """Value manifold, key orthogonality, attention focusing and entropy alignment in one pass.
 
     ``model_or_cache``: a model with ``prompts`` (one batched forward pass keeps the final-token
@@ -73,10 +75,17 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
     the weights of the model the cache records, or ``model=``). The statistics follow METHODS.md
     §1–§4; see each metric's function for its parameters.
 
+    ``engine`` / ``shard_dir`` run the forward pass in shards (:mod:`bayes_lens.shard`): ``"local"``
+    (default; with ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every
+    rank calls ``geometry`` and gets the same result) or an engine object such as
+    ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two. ``model_or_cache`` may
+    then be a :class:`bl.shard.ModelSpec`. Batch-aligned shards give the one-process numbers.
+
     Example
     -------
     >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=75))          # doctest: +SKIP
     >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
+    >>> geo = bl.geometry(model, prompts, engine="torchrun", shard_dir="shards/")  # under torchrun  # doctest: +SKIP
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm)
@@ -86,6 +95,9 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
+    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="geometry")
+    if isinstance(model_or_cache, Collection) or is_cache_like(model_or_cache):
+        run.refuse_source("a cache or Collection")
     m = source_model(model_or_cache, model)
     if m is None:
         raise InvalidInputError("geometry() needs the model (key orthogonality reads its weights): pass a model "
@@ -94,7 +106,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
     keys = key_orthogonality(m, reference=reference, seed=seed, on_processed=on_processed)
     col, _ = source_collection(model_or_cache, prompts, layers=[layer], site=s, attention=True, positions=positions,
                                attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
-                               padding_side=padding_side, progress=progress, desc="geometry: collect")
+                               padding_side=padding_side, progress=progress, desc="geometry: collect", run=run)
     x = expand_kv_heads(as_numpy(col.values(layer, s)), m, expand_kv)
     vm = manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
                                n_boot=n_boot, n_null=n_null, n_components=10, expand_kv=expand_kv,

@@ -33,6 +33,7 @@ from ..hookpoints import axis_hook_name
 from ..metrics.calibration import binary_entropy_bits
 from ..metrics.pca import pca
 from ..metrics.stats import pearson
+from ..shard._analysis import analysis_run, hooks_digest
 from ._common import (
     SIGN_BY, SITES, STANDARDIZE, check_site, finite_float, library_versions, model_meta, prompt_data, site_dim,
     unit_vector,
@@ -74,12 +75,14 @@ class AxisData:
 
 def collect_axis_data(source, prompts, *, layers: Sequence[int], site: str = "v", model=None, attention_mask=None,
                       tokens=None, logits=None, fwd_hooks=(), batch_size: int = 16, progress: Optional[bool] = None,
-                      desc: str = "axis: collect") -> AxisData:
+                      desc: str = "axis: collect", run=None, task: Optional[str] = None) -> AxisData:
     """Final-token activations at ``layers`` and the entropies, from a model (one forward pass over
     ``prompts``, with ``fwd_hooks`` active) or from a cache made on them (the ``(logits, cache)`` pair).
 
     ``prompts`` are SULA items (the entropy is over the two labels) or plain strings (full next-token
-    entropy); from a cache of plain strings ``prompts`` may be None.
+    entropy); from a cache of plain strings ``prompts`` may be None. ``run`` (a
+    :class:`bayes_lens.shard.AnalysisRun`) collects a model's rows through an engine, under the task
+    label ``task`` (default: a digest of ``fwd_hooks``).
     """
     from ..sula import label_posterior, label_token_ids
 
@@ -99,8 +102,13 @@ def collect_axis_data(source, prompts, *, layers: Sequence[int], site: str = "v"
     else:
         if texts is None:
             raise InvalidInputError("prompts are required with a model.")
-        col = collect(source, texts, fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress,
-                      desc=f"{desc} {len(texts)} prompts", **kw)
+        kw.update(fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc=f"{desc} {len(texts)} prompts")
+        if run is None:
+            col = collect(source, texts, **kw)
+        else:
+            if task is None and fwd_hooks:
+                task = f"fwd_hooks {hooks_digest(fwd_hooks)}"
+            col = run.collect(source, texts, task=task, **kw)
     if texts is not None and col.n_prompts != len(texts):
         raise InvalidInputError(f"the cache holds {col.n_prompts} prompts but {len(texts)} were given.")
     if bayes is not None:
@@ -203,7 +211,8 @@ class EntropyAxis:
             return sorted({int(x) for x in layers})
         return [adapter.resolve_layer(n, layers[0])] if single else adapter.resolve_layers(model, layers)
 
-    def fit(self, X, y=None, *, model=None, attention_mask=None, tokens=None, logits=None) -> "EntropyAxis":
+    def fit(self, X, y=None, *, model=None, attention_mask=None, tokens=None, logits=None, engine="local",
+            shard_dir=None) -> "EntropyAxis":
         """Fit the axis; returns self. Three forms, one estimator:
 
         * ``fit(model, prompts)`` — run SULA items or plain strings through ``model`` (one pass);
@@ -217,8 +226,19 @@ class EntropyAxis:
         The signing entropy of the first two forms is the model's entropy over the two SULA labels (or
         the full next-token entropy for strings), or the Bayes entropy with ``sign_by="bayes"``.
         :func:`collect_axis_data` returns the arrays the first two forms fit on.
+
+        ``engine`` / ``shard_dir`` (first form only) run the forward pass in shards
+        (:mod:`bayes_lens.shard`): ``"local"`` (default; with ``shard_dir`` the shards stay on disk and
+        a rerun resumes), ``"torchrun"`` (every rank fits the same axis) or an engine object such as
+        ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two, and ``X`` may then be
+        a :class:`bl.shard.ModelSpec`.
+
+        >>> axis = bl.EntropyAxis(layer=-1).fit(model, prompts, engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
         """
         self._check_params()
+        X, run = analysis_run(X, engine, shard_dir, analysis="entropy_axis")
+        if isinstance(X, (dict, np.ndarray, Tensor, Collection)) or is_cache_like(X):
+            run.refuse_source("arrays, a cache or a Collection")
         if isinstance(X, (dict, np.ndarray, Tensor)):
             if y is None:
                 raise InvalidInputError("fit(values, entropy) needs the signing entropy [n] as the second argument.")
@@ -230,7 +250,8 @@ class EntropyAxis:
             raise InvalidInputError("a plain dict cache does not record its model; pass model=.")
         layers = self._layers(m)
         data = collect_axis_data(X, y, layers=layers, site=self.site, model=model, attention_mask=attention_mask,
-                                 tokens=tokens, logits=logits, batch_size=self.batch_size, progress=self.progress)
+                                 tokens=tokens, logits=logits, batch_size=self.batch_size, progress=self.progress,
+                                 run=run if run.sharded else None)
         if data.n_prompts < 3:
             raise InvalidInputError(f"fitting an axis needs at least 3 prompts, got {data.n_prompts}.")
         if self.sign_by == "bayes" and data.bayes_entropy is None:

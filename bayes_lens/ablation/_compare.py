@@ -29,6 +29,7 @@ from ..collect import is_cache_like
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
+from ..shard._analysis import analysis_run, hooks_digest
 from ._axis import AxisData, EntropyAxis, collect_axis_data
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
 from ._patch import Patch, flatten_pairs, resolve_pairs
@@ -264,7 +265,7 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
                     axis: Optional[EntropyAxis] = None, readout_layers="auto", n_random_seeds: int = 3,
                     correlation: str = "pearson", calibration="auto", n_boot: int = 1000, seed: int = 0,
                     attention_mask=None, tokens=None, model=None, batch_size: int = 16,
-                    progress: Optional[bool] = None) -> PatchComparison:
+                    progress: Optional[bool] = None, engine="local", shard_dir=None) -> PatchComparison:
     """Clean vs each patch: axis–entropy correlation by layer and SULA calibration, with CIs.
 
     Two forms:
@@ -300,6 +301,14 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
         Bayes entropy under each condition.
     n_boot, seed:
         Paired percentile bootstrap over prompts (one index matrix shared by every condition).
+    engine, shard_dir:
+        Run the clean pass and every patched pass in shards (:mod:`bayes_lens.shard`): ``"local"``
+        (default; with ``shard_dir`` the shards stay on disk and a rerun resumes) or ``"torchrun"``
+        (every rank calls ``compare_patched`` with the same patches - e.g. of an axis every rank
+        fitted - and gets the same result); ``shard_dir`` is required for torchrun. Each condition
+        is its own collection, labelled by its patch's :meth:`Patch.digest`. Engines whose workers
+        are other processes (Ray) cannot take patches (Python callables): they are refused with
+        :class:`bl.shard.ShardEngineError` before any compute.
 
     The model's entropy under a condition is the entropy over the two SULA labels (renormalized,
     as in :func:`bayes_lens.sula.evaluate`) for SULA items, else the full next-token entropy; the
@@ -315,9 +324,12 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     ...     removed = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
     >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
     ...                    attention_mask=mask).calibration_delta("removed")
+    >>> bl.compare_patched(model, items, [axis.removal()], engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
     """
     _check_common(correlation, n_random_seeds, n_boot, seed)
+    model_or_prompts, run = analysis_run(model_or_prompts, engine, shard_dir, analysis="compare_patched")
     if clean is not None or patched is not None:
+        run.refuse_source("caches")
         if clean is None or patched is None:
             raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")
         if prompts is not None or patches is not None:
@@ -352,14 +364,22 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     else:
         readouts = adapter.resolve_layers(model, readout_layers)
 
-    def run(p, label):
+    if run.sharded:
+        run.check_hooks(any(c.patches for c in conds))
+
+    def collect_condition(p, label):
+        if run.sharded:  # the patch travels as fwd_hooks (the runner attaches its hook points), named by its digest
+            task = None if p is None else f"patch {label!r} {hooks_digest(flatten_pairs(p))}"
+            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
+                                     progress=progress, desc=f"compare_patched: {label}",
+                                     fwd_hooks=[] if p is None else flatten_pairs(p), run=run, task=task)
         with patched_model(model, [] if p is None else p):
             return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
                                      progress=progress, desc=f"compare_patched: {label}")
 
-    runs = {"clean": [run(None, "clean")]}
+    runs = {"clean": [collect_condition(None, "clean")]}
     for c in conds:
-        runs[c.label] = [run(p, c.label) for p in c.patches]
+        runs[c.label] = [collect_condition(p, c.label) for p in c.patches]
     meta = [("clean", "clean", False, (), 1)] + [(c.label, c.kind, c.is_random, c.layers, len(c.patches))
                                                   for c in conds]
     return _comparison(runs, meta, axis=axis, model=model, readouts=readouts, bayes=bayes, calibration=calibration,

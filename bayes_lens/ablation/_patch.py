@@ -10,6 +10,8 @@ and the random-direction controls act on ``hook_v`` directly. See :mod:`bayes_le
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -74,6 +76,13 @@ class PatchPart:
 
     def hook_fn(self, act: Tensor, hook=None) -> Tensor:
         return self.apply(act)
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of what this part does: layer, hook, site, operation, λ, shift, direction bytes."""
+        h = hashlib.sha256(json.dumps([self.layer, self.hook_name, self.site, self.op, self.lam, self.amount,
+                                       self.on_coordinate]).encode())
+        h.update(self.direction.detach().cpu().float().contiguous().numpy().tobytes())
+        return h.hexdigest()
 
 
 class Patch:
@@ -156,6 +165,18 @@ class Patch:
     def group(self) -> str:
         """The label without the seed: random controls of different seeds share a group."""
         return self.params.get("group", self.label)
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of what the patch does (its parts' digests, in order): equal digests, equal
+        changes to the model. A sharded run's settings hash covers it (through the task label).
+
+        >>> axis.removal().digest() == axis.removal(lam=1.0).digest() != axis.removal(0.5).digest()  # doctest: +SKIP
+        True
+        """
+        h = hashlib.sha256()
+        for p in self._parts:
+            h.update(p.digest().encode())
+        return h.hexdigest()
 
     def random_like(self, seed: int) -> "Patch":
         """The random-direction control of this patch: same op, λ/shift, layers and site."""

@@ -277,16 +277,21 @@ def _layouts(model, seqs: np.ndarray, template: BernoulliTemplate):
     return texts, layouts, (t0, t1)
 
 
-def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos: bool) -> None:
-    """Fill row ``i`` of ``p1``/``mass`` from one prompt's tokens and logits ``[pos, vocab]``."""
-    t0, t1 = symbols
+def _read_index(ids, positions, toks, bos: bool) -> np.ndarray:
+    """Token index at which each symbol's predictive is read (the token before it; -1: none)."""
     offset = 1 if bos and len(toks) > len(ids) and toks[1: len(ids) + 1] == ids else 0
     if toks[offset: offset + len(ids)] != ids:
         raise TokenizationError(
             "the model tokenized a Bernoulli prompt differently from its tokenizer's offsets; "
             "this template cannot be located reliably - try another separator."
         )
-    read = positions + offset - 1
+    return positions + offset - 1
+
+
+def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos: bool) -> None:
+    """Fill row ``i`` of ``p1``/``mass`` from one prompt's tokens and logits ``[pos, vocab]``."""
+    t0, t1 = symbols
+    read = _read_index(ids, positions, toks, bos)
     valid = read >= 0
     if not valid.any():
         return
@@ -298,7 +303,7 @@ def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos
 
 
 def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
-                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+                      progress: Optional[bool], desc: str, run=None) -> Tuple[np.ndarray, np.ndarray]:
     from ..collect import forward_batches
 
     texts, layouts, symbols = _layouts(model, seqs, template)
@@ -306,6 +311,10 @@ def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, b
     n, L = seqs.shape
     p1 = np.full((n, L), np.nan)
     mass = np.full((n, L), np.nan)
+    if run is not None and run.sharded:
+        _sharded_predictive(p1, mass, model, texts, layouts, symbols, bos, run, batch_size=batch_size,
+                            progress=progress, desc=desc)
+        return p1, mass
     # the predictive reads every symbol position, so the runner keeps the logits of every position
     for batch in forward_batches(model, texts, batch_size=batch_size, padding_side="right", logits="all",
                                  progress=progress, desc=desc):
@@ -314,6 +323,39 @@ def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, b
             _read_predictive(p1, mass, i, ids, positions, batch.tokens[row].tolist(), batch.logits[row], symbols,
                              bos)
     return p1, mass
+
+
+def _sharded_predictive(p1, mass, model, texts, layouts, symbols, bos: bool, run, *, batch_size: int,
+                        progress: Optional[bool], desc: str) -> None:
+    """Fill ``p1``/``mass`` from a Collection made through ``run`` (an engine, :mod:`bayes_lens.shard`).
+
+    The runner keeps the two symbol tokens' logits and the log-sum-exp at the last ``T`` real
+    positions (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first
+    read position of the longest-reaching prompt); the predictive is then the same arithmetic as
+    :func:`_read_predictive` on the same float32 logits.
+    """
+    from .. import adapter
+
+    tokens, mask = adapter.tokenize(model, texts, padding_side="right")
+    n_real = mask.sum(1).tolist()
+    reads, tail = [], 1
+    for i, (ids, positions) in enumerate(layouts):
+        read = _read_index(ids, positions, tokens[i, : n_real[i]].tolist(), bos)
+        reads.append(read)
+        if (read >= 0).any():
+            tail = max(tail, int(n_real[i] - read[read >= 0].min()))
+    col = run.collect(model, texts, token_ids=list(symbols), tail_positions=tail, batch_size=batch_size,
+                      padding_side="right", progress=progress, desc=desc)
+    for i, read in enumerate(reads):
+        valid = read >= 0
+        if not valid.any():
+            continue
+        j = torch.as_tensor(read[valid] - (n_real[i] - tail))
+        lg = col.tail_logits[i, j].double()
+        lse = col.tail_logsumexp[i, j]
+        l0, l1 = lg[:, 0], lg[:, 1]
+        p1[i, valid] = torch.sigmoid(l1 - l0).numpy()
+        mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).numpy()
 
 
 def predictive_from_logits(model, sequences, logits, tokens, *, template: Optional[BernoulliTemplate] = None,
@@ -345,12 +387,14 @@ def predictive_from_logits(model, sequences, logits, tokens, *, template: Option
 
 def predict_array(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,
              batch_size: int = 8, progress: Optional[bool] = None,
-             desc: str = "predictive") -> Tuple[np.ndarray, np.ndarray]:
-    """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables."""
+             desc: str = "predictive", run=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables.
+
+    ``run`` (a :class:`bayes_lens.shard.AnalysisRun`) runs a model's forward passes through an engine."""
     _check_predictor(model_or_predictor)
     if is_model(model_or_predictor):
         return _model_predictive(model_or_predictor, seqs, template or DEFAULT_TEMPLATE,
-                                 batch_size=batch_size, progress=progress, desc=desc)
+                                 batch_size=batch_size, progress=progress, desc=desc, run=run)
     out = model_or_predictor(seqs)
     if isinstance(out, torch.Tensor):
         out = out.detach().cpu().numpy()

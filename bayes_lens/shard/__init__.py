@@ -7,6 +7,9 @@ on its shard with global prompt indices and commits ``shard-XXXXX.safetensors`` 
 returns a :class:`~bayes_lens.collect.Collection` equal to one process. Workers build their model
 from a :class:`ModelSpec`. :func:`collect_sharded` does all three with an engine (``"local"``,
 ``"torchrun"``, or a :class:`RayEngine` with the ``ray`` extra); the CLI is ``bayes-lens shard plan|run|merge|status``.
+The analyses that run the model (``bl.geometry``, ``bl.sula.evaluate``, ``EntropyAxis.fit``,
+``bl.compare_patched``, ``bl.martingale.gap``) take the same ``engine=`` plus ``shard_dir=`` and
+collect through :func:`collect_sharded` (:mod:`bayes_lens.shard._analysis`).
 
 Example
 -------
@@ -19,7 +22,7 @@ Example
 from __future__ import annotations
 
 from ._engines import LocalEngine, TorchrunEngine, collect_sharded, dist_rank_world
-from ._errors import ShardCoverageError, ShardError, ShardIntegrityError, ShardMismatchError
+from ._errors import ShardCoverageError, ShardEngineError, ShardError, ShardIntegrityError, ShardMismatchError
 from ._job import Job, read_plan, write_plan
 from ._merge import MixedShardsWarning, ShardSet, merge, open_shards, status
 from ._plan import Shard, plan, shards_for_rank
@@ -36,5 +39,5 @@ __all__ = [
     "save_collection", "load_collection",
     "Job", "write_plan", "read_plan",
     "collect_sharded", "LocalEngine", "TorchrunEngine", "RayEngine", "dist_rank_world",
-    "ShardError", "ShardCoverageError", "ShardMismatchError", "ShardIntegrityError",
+    "ShardError", "ShardCoverageError", "ShardMismatchError", "ShardIntegrityError", "ShardEngineError",
 ]

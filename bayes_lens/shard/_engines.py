@@ -11,6 +11,11 @@ shard and who merges.
   ranks then exchange their outcome (so a failing rank stops the others with its error instead of a
   hang), and rank 0 merges and returns the Collection; other ranks return ``None``.
 
+Both run the worker code in this process (``runs_here = True``): a job with ``fwd_hooks`` (patches,
+Python callables) runs on them, each torchrun rank using the hooks its own copy of the script built.
+An engine whose workers are other processes fed from this one (Ray) gets only the ModelSpec and
+JSON settings, so such a job is refused there with :class:`~bayes_lens.shard.ShardEngineError`.
+
 Example (``torchrun --nproc_per_node 2 job.py``)
 -------
 >>> spec = bl.shard.ModelSpec("default")                                            # doctest: +SKIP
@@ -29,7 +34,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ..collect import Collection, check_prompts
 from ..errors import InvalidInputError
-from ._errors import ShardError
+from ._errors import ShardEngineError, ShardError
 from ._job import write_plan
 from ._merge import merge
 from ._plan import plan, shards_for_rank
@@ -53,9 +58,14 @@ def dist_rank_world() -> tuple:
 
 
 class LocalEngine:
-    """Run every shard in this process (see the module doc)."""
+    """Run every shard in this process (see the module doc); ``n_shards``: how many shards a job is cut
+    into when the caller does not say (default: one per 8 batches)."""
 
     name = "local"
+    runs_here = True
+
+    def __init__(self, n_shards: Optional[int] = None):
+        self.n_shards = _n_shards(n_shards)
 
     def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
             prepare=None):
@@ -73,17 +83,29 @@ class TorchrunEngine:
 
     ``backend``: ``"gloo"`` / ``"nccl"`` when this engine creates the group (default: NCCL when the
     model spec asks for CUDA, else gloo). ``timeout_s`` bounds how long a rank waits for the others.
-    A ModelSpec with ``device="cuda"`` is given ``cuda:LOCAL_RANK`` on each rank.
+    A ModelSpec with ``device="cuda"`` is given ``cuda:LOCAL_RANK`` on each rank. ``n_shards``: how
+    many shards a job is cut into when the caller does not say (default: one per 8 batches, at least
+    one per rank).
     """
 
     name = "torchrun"
+    runs_here = True
 
-    def __init__(self, backend: Optional[str] = None, timeout_s: float = 24 * 3600.0):
+    def __init__(self, backend: Optional[str] = None, timeout_s: float = 24 * 3600.0,
+                 n_shards: Optional[int] = None):
         self.backend = backend
         self.timeout_s = timeout_s
+        self.n_shards = _n_shards(n_shards)
 
     def world_size(self) -> int:
         return dist_rank_world()[1]
+
+    @staticmethod
+    def rank_spec(spec: ModelSpec) -> ModelSpec:
+        """``spec`` for this rank: ``device="cuda"`` becomes ``cuda:LOCAL_RANK`` (one GPU per rank)."""
+        if spec.kwargs.get("device") == "cuda":
+            return ModelSpec(spec.loader, {**spec.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        return spec
 
     def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,
             prepare=None):
@@ -98,8 +120,8 @@ class TorchrunEngine:
             atexit.register(_destroy_group)
         rank, world = dist_rank_world()
         group = dist.is_available() and dist.is_initialized()
-        if isinstance(model, ModelSpec) and model.kwargs.get("device") == "cuda":
-            model = ModelSpec(model.loader, {**model.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+        if isinstance(model, ModelSpec):
+            model = self.rank_spec(model)
         error = None
         try:
             if prepare is not None and rank == 0:
@@ -122,6 +144,12 @@ class TorchrunEngine:
         return merge(out_dir, prompts, layers=merge_layers) if rank == 0 else None
 
 
+def _n_shards(n) -> Optional[int]:
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise InvalidInputError(f"n_shards must be a positive integer or None, got {n!r}.")
+    return n
+
+
 def _destroy_group() -> None:
     import torch.distributed as dist
 
@@ -132,7 +160,9 @@ def _destroy_group() -> None:
 def resolve_engine(engine) -> Any:
     """``"local"`` / ``"torchrun"`` or an engine object: anything with ``world_size()`` and
     ``run(model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs, prepare)``
-    that runs the shards (calling ``prepare()`` once first) and returns the merged Collection or None."""
+    that runs the shards (calling ``prepare()`` once first) and returns the merged Collection or None;
+    ``runs_here = True`` on an engine whose workers run in this process or this script (they may get
+    ``fwd_hooks``), absent or False otherwise."""
     if engine == "local":
         return LocalEngine()
     if engine == "torchrun":
@@ -149,16 +179,24 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     """:func:`bayes_lens.collect.collect` split into shards under ``out_dir``, run by ``engine``, merged.
 
     ``model`` is a :class:`ModelSpec` (what every worker builds) or, for ``engine="local"`` or inside
-    a torchrun script, a model object. ``n_shards`` defaults to one shard per 8 batches (at least one
-    per worker); boundaries fall on batch boundaries, so the result equals ``collect(model, prompts,
+    a torchrun script, a model object. ``n_shards`` defaults to the engine's ``n_shards``, else one
+    shard per 8 batches (at least one per worker); boundaries fall on batch boundaries, so the result equals ``collect(model, prompts,
     ...)`` bit for bit. Rerunning resumes: finished shards are skipped. Returns the merged
     Collection (``None`` on torchrun ranks other than 0); ``merge_layers`` limits the rows merged.
     """
     prompts = check_prompts(prompts)
     eng = resolve_engine(engine)
+    if collect_kwargs.get("fwd_hooks") and not getattr(eng, "runs_here", False):
+        raise ShardEngineError(
+            f"fwd_hooks (patches) are Python callables, which the {getattr(eng, 'name', type(eng).__name__)!r} "
+            "engine cannot hand to its workers (they get only the ModelSpec and JSON settings). Run patched "
+            "collections with engine='local' or 'torchrun' (every rank builds the same patches), or put the "
+            "patch into the model loader of the ModelSpec.")
     batch_size = int(collect_kwargs.get("batch_size", 16))
     n_batches = -(-len(prompts) // batch_size) if batch_size > 0 else 1
     world = max(1, int(eng.world_size()))
+    if n_shards is None:
+        n_shards = getattr(eng, "n_shards", None)
     k = n_shards if n_shards is not None else max(world, -(-n_batches // 8))
     shards = plan(len(prompts), batch_size, k)
     spec = model if isinstance(model, ModelSpec) else None

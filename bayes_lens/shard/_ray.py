@@ -45,15 +45,21 @@ class RayEngine:
     """Run shards on ``n_replicas`` Ray actors (``num_cpus`` / ``num_gpus`` each); the driver merges.
 
     Connects to ``address`` (e.g. ``"auto"`` on a cluster) or starts a local Ray with ``init_kwargs``
-    when Ray is not initialized yet.
+    when Ray is not initialized yet. ``n_shards``: how many shards a job is cut into when the caller
+    does not say (default: one per 8 batches, at least one per replica).
     """
 
     name = "ray"
+    runs_here = False  # actors get the spec and JSON settings only: no fwd_hooks
 
     def __init__(self, n_replicas: int = 2, *, num_cpus: float = 1, num_gpus: float = 0,
-                 address: Optional[str] = None, init_kwargs: Optional[Dict[str, Any]] = None):
+                 address: Optional[str] = None, init_kwargs: Optional[Dict[str, Any]] = None,
+                 n_shards: Optional[int] = None):
         if not isinstance(n_replicas, int) or n_replicas < 1:
             raise InvalidInputError(f"n_replicas must be a positive integer, got {n_replicas!r}.")
+        if n_shards is not None and (isinstance(n_shards, bool) or not isinstance(n_shards, int) or n_shards < 1):
+            raise InvalidInputError(f"n_shards must be a positive integer or None, got {n_shards!r}.")
+        self.n_shards = n_shards
         self.n_replicas = n_replicas
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.address = address

@@ -8,7 +8,8 @@ matches this run (range, prompt hashes, settings hash, model) is skipped: rerunn
 A manifest that does *not* match is refused rather than overwritten (``overwrite=True`` replaces it).
 
 The settings hash covers the collect arguments that change the numbers (layers, attention,
-positions, token ids, batch size, padding side) plus an optional ``task`` label; ``progress`` and
+positions, token ids, batch size, padding side, ``tail_positions`` - recorded only when > 0, so shard
+folders made before it existed keep their hash) plus an optional ``task`` label; ``progress`` and
 ``desc`` do not count. Layers are compared as given (``"all"`` and ``[0, 1]`` are different settings).
 ``fwd_hooks`` (patches) cannot be hashed, so they need a ``task`` label that names them.
 """
@@ -45,7 +46,7 @@ __all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "comm
            "manifest_path", "tensors_path"]
 
 _SETTINGS = {"value_layers": (), "resid_layers": (), "attention": False, "attention_positions": "last",
-             "token_ids": None, "batch_size": 16, "padding_side": "right"}
+             "token_ids": None, "batch_size": 16, "padding_side": "right", "tail_positions": 0}
 _UNHASHED = ("progress", "desc", "fwd_hooks")
 _MANIFEST_KEYS = ("shard", "n_prompts", "prompt_sha256", "settings", "settings_sha256", "model_fingerprint",
                   "tensors_file", "tensors_bytes", "tensors_sha256", "tensors")
@@ -79,10 +80,16 @@ def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None)
     tok = s["token_ids"]
     if tok is not None:
         tok = [int(x) for x in (tok.flatten().tolist() if isinstance(tok, torch.Tensor) else tok)]
-    return {"task": task, "value_layers": _layers(s["value_layers"], "value_layers"),
-            "resid_layers": _layers(s["resid_layers"], "resid_layers"), "attention": bool(s["attention"]),
-            "attention_positions": str(s["attention_positions"]), "token_ids": tok,
-            "batch_size": int(s["batch_size"]), "padding_side": str(s["padding_side"])}
+    out = {"task": task, "value_layers": _layers(s["value_layers"], "value_layers"),
+           "resid_layers": _layers(s["resid_layers"], "resid_layers"), "attention": bool(s["attention"]),
+           "attention_positions": str(s["attention_positions"]), "token_ids": tok,
+           "batch_size": int(s["batch_size"]), "padding_side": str(s["padding_side"])}
+    tail = s["tail_positions"]
+    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+        raise InvalidInputError(f"tail_positions must be a non-negative integer, got {tail!r}.")
+    if tail:
+        out["tail_positions"] = int(tail)
+    return out
 
 
 def settings_hash(settings: Dict[str, Any]) -> str:

@@ -2,8 +2,8 @@
 
 Every tensor of a :class:`bayes_lens.collect.Collection` is stored under a flat name - dict fields as
 ``final_values.12`` / ``final_resid.12``, the rest under their field names (``attn_entropy_bits``,
-``next_token_entropy_bits``, ``token_logprobs``, ``n_tokens``, ``indices``); fields that are
-``None`` are absent. ``attention_positions`` goes in the safetensors metadata. safetensors holds no
+``next_token_entropy_bits``, ``token_logprobs``, ``n_tokens``, ``indices``, and with
+``tail_positions`` ``tail_logits`` / ``tail_logsumexp``); fields that are ``None`` are absent. ``attention_positions`` goes in the safetensors metadata. safetensors holds no
 code, so nothing here unpickles (the project rule: no pickle on disk).
 
 Writes are atomic (issue 13, point 1): each file is written to a temporary name in the same folder,
@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "bayes-lens-shard/1"
-_SCALAR_FIELDS = ("attn_entropy_bits", "next_token_entropy_bits", "token_logprobs", "n_tokens", "indices")
+_SCALAR_FIELDS = ("attn_entropy_bits", "next_token_entropy_bits", "token_logprobs", "n_tokens", "indices",
+                  "tail_logits", "tail_logsumexp")
 
 
 def _dtypes():
@@ -138,6 +139,7 @@ def collection_from_tensors(tensors: Dict[str, Tensor], attention_positions: str
         next_token_entropy_bits=tensors.get("next_token_entropy_bits"),
         token_logprobs=tensors.get("token_logprobs"), n_tokens=tensors["n_tokens"],
         attention_positions=attention_positions, indices=tensors.get("indices"),
+        tail_logits=tensors.get("tail_logits"), tail_logsumexp=tensors.get("tail_logsumexp"),
     )
 
 

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .. import adapter
 from .._results import Result, plotly
-from ..collect import Collection, collect, is_cache_like, source_model
+from ..collect import Collection, is_cache_like, source_model
 from .._validate import check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import (
@@ -38,6 +38,7 @@ from ..metrics.calibration import (
     reliability_bins,
 )
 from ..metrics.pca import pca
+from ..shard._analysis import analysis_run, hooks_digest
 from ..metrics.stats import (
     bootstrap_indices,
     child_rngs,
@@ -438,6 +439,8 @@ def evaluate(
     n_boot: int = 1000,
     n_bins: int = 10,
     progress: Optional[bool] = None,
+    engine="local",
+    shard_dir=None,
 ) -> SulaResult:
     """Compare the model's posterior over the two labels with the exact Bayesian posterior.
 
@@ -458,6 +461,12 @@ def evaluate(
         always removed afterwards. (For patches made by an axis, prefer ``with bl.patched(model, patch):``.)
     seed, n_boot, n_bins:
         Bootstrap seed and resamples (95% percentile CIs over prompts); ECE bins.
+    engine, shard_dir:
+        Run the forward passes in shards (:mod:`bayes_lens.shard`): ``"local"`` (default; with
+        ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every rank calls
+        ``evaluate`` and gets the same result) or an engine object (``bl.shard.RayEngine(...)``, which
+        takes no ``fwd_hooks``); ``shard_dir`` is required for the last two. The model may then be a
+        :class:`bl.shard.ModelSpec`. Batch-aligned shards give the one-process numbers.
 
     Example
     -------
@@ -466,10 +475,13 @@ def evaluate(
     >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)             # doctest: +SKIP
     >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
     >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask).mae_bits      # doctest: +SKIP
+    >>> bl.sula.evaluate(model, engine="local", shard_dir="shards/").mae_bits   # resumable  # doctest: +SKIP
     """
     _check_n_boot(n_boot)
     check_seed(seed)
+    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="sula")
     if is_cache_like(model_or_cache) or isinstance(model_or_cache, Collection):
+        run.refuse_source("a cache or Collection")
         if prompts is None:
             raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")
         items = as_prompts(prompts)
@@ -489,14 +501,21 @@ def evaluate(
     else:
         m = model_or_cache
         adapter.check_model(m)
+        run.check_hooks(fwd_hooks, "fwd_hooks")
         if prompts is None:
             prompts = make_prompts(m, seed=seed)
         items = as_prompts(prompts)
         layer = adapter.resolve_layer(m, layer)
-        col = collect(m, items.texts, value_layers=(layer,), token_ids=list(label_token_ids(m, items.labels)),
-                      batch_size=batch_size, fwd_hooks=fwd_hooks, progress=progress,
+        col = run.collect(m, items.texts, task=_hooks_task(fwd_hooks), value_layers=(layer,),
+                          token_ids=list(label_token_ids(m, items.labels)), batch_size=batch_size,
+                          fwd_hooks=fwd_hooks, progress=progress,
                       desc=f"sula.evaluate: {len(items)} prompts")
     return evaluate_collection(col, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)
+
+
+def _hooks_task(fwd_hooks) -> Optional[str]:
+    """The task label of a sharded collection with ``fwd_hooks``: what they do, for the settings hash."""
+    return None if not fwd_hooks else f"fwd_hooks {hooks_digest(fwd_hooks)}"
 
 
 def run_controls(
