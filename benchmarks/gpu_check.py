@@ -255,9 +255,11 @@ def check_torchrun(dry, device, refs):
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                                str(job), tmp], capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
         if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "Error" in ln or "error" in ln]
+            print("torchrun output (tail):\n" + "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-30:]),
+                  file=sys.stderr)
             row("torchrun 2 ranks == 1 process", f"torchrun failed (rc {proc.returncode}): "
-                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}", "same Collection", False,
-                time.perf_counter() - t0)
+                f"{(lines or ['see stderr'])[-1][:200]}", "same Collection", False, time.perf_counter() - t0)
             return
         from bayes_lens.shard import load_collection
 
