@@ -151,9 +151,23 @@ def _n_shards(n) -> Optional[int]:
 
 
 def _destroy_group() -> None:
+    """At exit: wait for every rank, then destroy the group.
+
+    Without the barrier a rank that finished first (rank 1, while rank 0 still merges) tore the gloo
+    group down under the other one and sometimes died with "terminate called without an active
+    exception" (SIGABRT) after its work was done, failing the whole torchrun job. The wait is bounded
+    (gloo's monitored barrier names a rank that never arrives), so a dead rank cannot hang the exit.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=120))
+            else:
+                dist.barrier()
+        except Exception:  # noqa: BLE001 - a peer is gone: destroy our side anyway
+            pass
         dist.destroy_process_group()
 
 
