@@ -107,7 +107,7 @@ def render_png(fig_json: Dict[str, Any], *, dpi: int = 72) -> str:
     legend = any(tr.get("showlegend", True) is not False and tr.get("name") for tr in data) and \
         layout.get("showlegend", True) is not False
     longest = max([len(text(tr.get("name"))) for tr in data if tr.get("name")] or [0])
-    legend_inches = 0.4 + 0.062 * min(longest, 45)  # fontsize 8: about 0.06 inch per character
+    legend_inches = 0.7 + 0.068 * min(longest, 45)  # the handle, then about 0.065 inch per character (size 8)
     right = max(0.55, 1 - legend_inches / (width / 100)) if legend else 0.97
     left, bottom, top = 0.08, 0.13, (0.85 if layout.get("title") else 0.92)
     axes = {}
@@ -174,7 +174,10 @@ def render_png(fig_json: Dict[str, Any], *, dpi: int = 72) -> str:
                 yerr = np.vstack([lo, hi])
             if tr.get("fill") == "tonexty" and pair in previous:
                 px, py = previous[pair]
-                artist = ax.fill_between(x, py, y, color=c, alpha=0.25, linewidth=0)
+                if len(px) != len(x) and _numeric(px) and _numeric(x):  # plotly joins traces of any length
+                    py = np.interp(np.asarray(x, dtype=float), np.asarray(px, dtype=float), np.asarray(py, dtype=float))
+                if len(py) == len(x):
+                    artist = ax.fill_between(x, py, y, color=c, alpha=0.25, linewidth=0)
             elif tr.get("fill") in ("tozeroy",):
                 artist = ax.fill_between(x, 0, y, color=c, alpha=0.25, linewidth=0)
             lw = line.get("width", 2)
@@ -223,8 +226,10 @@ def render_png(fig_json: Dict[str, Any], *, dpi: int = 72) -> str:
             labels.append(name)
 
     for pair, order in categories.items():  # categorical x axes (domains, conditions)
+        names = [text(o) for o in order]
+        crowded = sum(len(n) for n in names) * 0.07 > axes[pair].get_position().width * width / 100
         axes[pair].set_xticks(range(len(order)))
-        axes[pair].set_xticklabels([text(o) for o in order], fontsize=8)
+        axes[pair].set_xticklabels(names, fontsize=7 if crowded else 8, rotation=90 if crowded else 0)
     for ref, key in (("x", "xaxis"), ("y", "yaxis")):  # explicit axis ranges
         for lk, spec in layout.items():
             if re.fullmatch(key + r"\d*", lk) and isinstance(spec, dict) and spec.get("range"):
