@@ -635,10 +635,10 @@ pd.DataFrame(per_k).round(3)'''),
     r["sula"].plot().show()'''),
     md("""**What this shows.** A model that uses the evidence becomes more certain as examples accumulate:
 its entropy falls with k, as the Bayes entropy does, and the two correlate across prompts. The lines
-above say whether each model does so in this run. SmolLM2-135M is the expected negative case: in the
-README's full-size report its entropy does not fall with k and does not correlate with the Bayes
-entropy — its label posterior ignores the evidence, a limit of the 135M model, not of the measurement.
-There, Gemma's entropy tracks the Bayes entropy; compare the Pearson rows above. Both put little
+above say whether each model does so in this run. SmolLM2-135M is the expected negative case: as the
+README reports, its entropy does not fall with k and does not correlate with the Bayes entropy — its
+label posterior ignores the evidence, a limit of the 135M model, not of the measurement — while
+Gemma's tracks the Bayes entropy; compare the Pearson and slope rows above. Both put little
 probability on the two nonsense labels (the label-mass row), so these are statements about the
 renormalised label posterior. The Brier and ECE excess over the Bayes floor is the part of the error
 that is the model's, not the task's irreducible noise (p = 0.9)."""),
@@ -682,7 +682,7 @@ pd.DataFrame({label: ablation_table(r) for label, r in R.items()})'''),
         geometry = "is unchanged within its interval"
     relative = mae.value / a.calibration_value("clean").value
     print(f"{label}: at layer {last} the axis-entropy correlation ({clean.value:+.2f} clean, {removed.value:+.2f} "
-          f"removed) {geometry}; SULA MAE changes by {mae.value:+.4f} bits, {relative:+.1%} of its clean value "
+          f"removed) {geometry}; SULA MAE changes by {mae.value:+.4f} bits, {relative:+.2%} of its clean value "
           f"({'within' if abs(relative) < 0.01 else 'beyond'} Paper A's 1%; interval "
           f"{'excludes' if not (mae.ci[0] <= 0 <= mae.ci[1]) else 'includes'} 0).")'''),
     code('''for r in R.values():
