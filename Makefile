@@ -23,7 +23,7 @@ VENV4      ?= .venv-tl4
 OUT        ?= report
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-tl3 test-tl4 test-fast quick bench setup clean
+.PHONY: demo test test-tl3 test-tl4 test-fast quick bench tutorials setup clean
 
 setup: $(VENV)/.installed $(VENV4)/.installed
 
@@ -68,6 +68,10 @@ test: test-tl3 test-tl4
 test-fast: $(VENV)/.installed $(VENV4)/.installed
 	BAYES_LENS_PROGRESS=0 $(VENV)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
 	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
+
+# re-run the tutorials at quick sizes and save their outputs (with static PNGs): commit the result
+tutorials: $(VENV)/.installed
+	$(VENV)/bin/python tools/build_tutorials.py --execute
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/run.py

