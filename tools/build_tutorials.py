@@ -40,14 +40,17 @@ def badge(name):
             f"(https://colab.research.google.com/github/{REPO}/blob/main/tutorials/{name})")
 
 
-INSTALL = '''# Where to install bayes_lens from: EDIT THIS to wherever you got it - a git URL
-# ("git+https://github.com/<owner>/<repo>"), a clone ("file:///path/to/clone"), or "bayes-lens"
+INSTALL = '''# Where to install bayes_lens from - SET THIS on a fresh machine (e.g. Colab): a clone
+# ("file:///path/to/clone"), a git URL ("git+https://<host>/<owner>/bayes_lens"), or "bayes-lens"
 # once it is on PyPI. (The README's "Install as a pip user" explains the two lines below.)
-BAYES_LENS_SOURCE = "git+https://github.com/bayes-lens/bayes_lens"
+BAYES_LENS_SOURCE = ""
 
 # Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
 import importlib.util
 if importlib.util.find_spec("bayes_lens") is None:
+    if not BAYES_LENS_SOURCE:
+        raise RuntimeError("bayes_lens is not installed here: set BAYES_LENS_SOURCE at the top of this cell "
+                           "to where you got it (a clone, a git URL, or 'bayes-lens'), then run the cell again.")
     extras = "bayes-lens[plot,gguf]"   # gguf: required for the default model
     spec = extras if BAYES_LENS_SOURCE == "bayes-lens" else f"{extras} @ {BAYES_LENS_SOURCE}"
     %pip install -q "{spec}"
