@@ -64,9 +64,7 @@ def hooks_digest(hooks) -> str:
     closures of one function need different labels). A per-batch hook factory is named the same way.
     """
     h = hashlib.sha256()
-    pairs = [(None, hooks)] if callable(hooks) and not isinstance(hooks, (list, tuple)) and \
-        not hasattr(hooks, "__iter__") else list(hooks)
-    for name, fn in pairs:
+    for name, fn in _pairs(hooks):
         owner = getattr(fn, "__self__", None)
         if callable(getattr(owner, "digest", None)):
             what = owner.digest()
@@ -74,6 +72,17 @@ def hooks_digest(hooks) -> str:
             what = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         h.update(f"{name}\0{what}\n".encode())
     return h.hexdigest()[:16]
+
+
+def _pairs(hooks) -> list:
+    return [(None, hooks)] if callable(hooks) and not isinstance(hooks, (list, tuple)) and \
+        not hasattr(hooks, "__iter__") else list(hooks)
+
+
+def _undigested(hooks) -> list:
+    """Names of hooks whose function has no ``digest()`` owner (their shard folder cannot tell them apart)."""
+    return [str(name) for name, fn in _pairs(hooks)
+            if not callable(getattr(getattr(fn, "__self__", None), "digest", None))]
 
 
 class AnalysisRun:
@@ -118,7 +127,16 @@ class AnalysisRun:
         if not self.sharded:
             return collect(model, prompts, **collect_kwargs)
         prompts = check_prompts(prompts)
-        self.check_hooks(collect_kwargs.get("fwd_hooks"))
+        hooks = collect_kwargs.get("fwd_hooks")
+        self.check_hooks(hooks)
+        plain = _undigested(hooks) if hooks else []
+        if plain:  # a resumed run must never reuse shards that another closure of the same function wrote
+            raise ShardEngineError(
+                f"{self.analysis} with engine=/shard_dir= names its shard folder by what the patches do, but the "
+                f"hook(s) on {plain[:3]} are plain functions: two closures of one function (other layers, "
+                "strengths, directions) would share a folder and a rerun would silently reuse the wrong shards. "
+                "Use bl.ablation patches (bl.EntropyAxis(...).removal(), bl.ablation.Patch) or run this analysis "
+                "without engine= / shard_dir=.")
         out = self.folder(prompts, task, collect_kwargs)
         target = model if self.spec is None or getattr(self.engine, "runs_here", False) else self.spec
         planned = read_plan_shards(out)  # a started collection keeps its plan, whichever engine resumes it

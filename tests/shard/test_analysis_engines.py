@@ -155,6 +155,25 @@ def test_patches_on_an_engine_with_remote_workers_are_refused_first(model, items
     assert not any(tmp_path.iterdir())  # refused before any compute or file
 
 
+def test_plain_function_hooks_are_refused_in_sharded_runs(model, items, tmp_path):
+    """Two closures of one function would share a shard folder: a rerun must not reuse the other's shards."""
+    name = "blocks.1.attn.hook_v"
+
+    def scale(factor):
+        def fn(act, hook=None):
+            return act * factor
+        return fn
+
+    with pytest.raises(sh.ShardEngineError, match="plain functions"):
+        bl.sula.evaluate(model, items, fwd_hooks=[(name, scale(0.5))], engine="local", shard_dir=tmp_path,
+                         layer=1, progress=False)
+    assert not any(tmp_path.iterdir())
+    # without shards, plain hooks run as before (and change the result)
+    a = bl.sula.evaluate(model, items, fwd_hooks=[(name, scale(0.0))], layer=1, n_boot=50, progress=False)
+    b = bl.sula.evaluate(model, items, layer=1, n_boot=50, progress=False)
+    assert not torch.allclose(a.model_p_first, b.model_p_first)
+
+
 # ------------------------------------------------------------------------------------- martingale
 
 
