@@ -740,6 +740,21 @@ class _ParametersOnMeta:
         return False
 
 
+def _assign_weights(hf, c: LlamaSpec, weights=None) -> None:
+    """Assign the GGUF's tensors (or ``weights``) to a transformers model built on the meta device, tying
+    the unembedding to the embedding when the file has no separate ``output.weight``."""
+    sd = dict(hf_state_dict(c) if weights is None else weights)
+    if c.tied_embeddings:
+        sd.pop("lm_head.weight", None)
+    missing, unexpected = hf.load_state_dict(sd, strict=False, assign=True)
+    missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise ModelLoadError(f"{str(c.path)!r}: weights did not match a {type(hf).__name__} (missing "
+                             f"{missing[:5]}, unexpected {unexpected[:5]}).")
+    if c.tied_embeddings:
+        hf.tie_weights()
+
+
 def _hf_model(c: LlamaSpec, weights=None):
     """A transformers ``LlamaForCausalLM`` / ``Gemma3ForCausalLM`` holding the file's weights."""
     if not c.is_gemma3:
@@ -748,16 +763,7 @@ def _hf_model(c: LlamaSpec, weights=None):
 
     with _ParametersOnMeta():
         hf = Gemma3ForCausalLM(_hf_gemma3_config(c))
-    sd = dict(hf_state_dict(c) if weights is None else weights)
-    if c.tied_embeddings:
-        sd.pop("lm_head.weight", None)
-    missing, unexpected = hf.load_state_dict(sd, strict=False, assign=True)
-    missing = [m for m in missing if m != "lm_head.weight"]
-    if missing or unexpected:
-        raise ModelLoadError(f"{str(c.path)!r}: weights did not match a Gemma3ForCausalLM (missing "
-                             f"{missing[:5]}, unexpected {unexpected[:5]}).")
-    if c.tied_embeddings:
-        hf.tie_weights()
+    _assign_weights(hf, c, weights)
     hf.eval()
     return hf
 
@@ -785,16 +791,7 @@ def _hf_llama(c: LlamaSpec, weights=None):
     )
     with torch.device("meta"):
         hf = LlamaForCausalLM(hf_cfg)
-    sd = dict(hf_state_dict(c) if weights is None else weights)
-    if c.tied_embeddings:
-        sd.pop("lm_head.weight", None)
-    missing, unexpected = hf.load_state_dict(sd, strict=False, assign=True)
-    missing = [m for m in missing if m != "lm_head.weight"]
-    if missing or unexpected:
-        raise ModelLoadError(f"{str(c.path)!r}: weights did not match a LlamaForCausalLM (missing "
-                             f"{missing[:5]}, unexpected {unexpected[:5]}).")
-    if c.tied_embeddings:
-        hf.tie_weights()
+    _assign_weights(hf, c, weights)
     # buffers created on the meta device (rotary inverse frequencies) are rebuilt on the CPU
     for module in hf.modules():
         if hasattr(module, "inv_freq") and getattr(module.inv_freq, "is_meta", False):
