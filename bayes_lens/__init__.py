@@ -46,6 +46,7 @@ _LAZY = {
     "hook_filter": ("bayes_lens.hooks", "hook_filter"),
     "hookpoints": ("bayes_lens.hookpoints", None),
     "attach": ("bayes_lens.hookpoints", "attach"),
+    "detach": ("bayes_lens.hookpoints", "detach"),
     "value_manifold": ("bayes_lens._geometry", "value_manifold"),
     "key_orthogonality": ("bayes_lens._geometry", "key_orthogonality"),
     "attention_focusing": ("bayes_lens._geometry", "attention_focusing"),

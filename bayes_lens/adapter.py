@@ -53,6 +53,10 @@ __all__ = [
     "resolve_layers",
     "hook_name",
     "check_hooks",
+    "hook_module_path",
+    "register_hook_points",
+    "output_module",
+    "unregister_hook_points",
     "key_weights",
     "attention_window",
     "visible_keys",
@@ -253,6 +257,66 @@ def check_hooks(model, names: Iterable[str]) -> None:
             "for this metric. Models loaded with bl.load_model/bl.load_gguf or TransformerLens' "
             "standard loaders have them; a bridge booted natively may lack some."
         )
+
+
+def hook_module_path(model, name: str) -> str:
+    """The module path (``named_modules`` key) of the module behind hook name ``name``.
+
+    A legacy alias on a bridge (``blocks.0.attn.hook_v``) resolves to its canonical hook point's path
+    (``blocks.0.attn.v.hook_out``); on a HookedTransformer the name is the path. Also finds a module that
+    replaced a hook point (an SAELens SAE wrapper), which is not in ``hook_dict``.
+    """
+    mod_dict = getattr(model, "mod_dict", None)
+    mod = mod_dict.get(name) if isinstance(mod_dict, dict) else None
+    if mod is None:
+        check_hooks(model, [name])
+        mod = model.hook_dict[name]
+    path = getattr(mod, "name", None)
+    try:
+        if path and model.get_submodule(path) is mod:
+            return path
+    except AttributeError:
+        pass
+    for path, m in model.named_modules():
+        if m is mod:
+            return path
+    raise MissingHookError(f"the hook point {name!r} is not a submodule of the model; bayes_lens cannot follow it.")
+
+
+def register_hook_points(model, points) -> None:
+    """Make the hook points ``points`` (name → HookPoint, already submodules) resolvable by name.
+
+    A HookedTransformer rebuilds ``hook_dict``/``mod_dict`` from its module tree with TransformerLens's
+    public ``setup()`` (as SAELens does after splicing an SAE); a bridge has no public registration, so
+    its hook registry gets the entries (the one place bayes_lens writes a bridge's registry).
+    """
+    if is_bridge(model):
+        for name, hp in points.items():
+            hp.name = name
+            model._hook_registry[name] = hp
+    else:
+        model.setup()
+
+
+def output_module(model) -> torch.nn.Module:
+    """The module whose forward output carries the logits the model returns, and is called on every pass.
+
+    A HookedTransformer itself (its ``run_with_cache`` calls the model). A bridge's ``run_with_cache``
+    calls ``forward`` directly, skipping the bridge's own module hooks, so for a bridge it is the
+    wrapped transformers model, whose output's ``.logits`` (softcapped where the model softcaps) the
+    bridge returns.
+    """
+    return model.original_model if is_bridge(model) else model
+
+
+def unregister_hook_points(model, points) -> None:
+    """Undo :func:`register_hook_points` for ``points`` (already removed from the module tree)."""
+    if is_bridge(model):
+        for name, hp in points.items():
+            if model._hook_registry.get(name) is hp:
+                del model._hook_registry[name]
+    else:
+        model.setup()
 
 
 def processing(model) -> Tuple[bool, str]:

@@ -330,7 +330,7 @@ class Collection:
             for layer in range(int(model.cfg.n_layers)):
                 ent_name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
                 if adapter.cache_has(cache, ent_name):
-                    per_layer.append(_reduce_row_entropy(read(ent_name, 3), mask, attention_positions))
+                    per_layer.append(_reduce_row_entropy(read(ent_name, 3).transpose(1, 2), mask, attention_positions))
                 else:
                     name = adapter.hook_name(model, layer, "pattern")
                     per_layer.append(pattern_entropy_bits(read(name, 4), mask, positions=attention_positions,
@@ -345,7 +345,7 @@ class Collection:
         else:
             name = HOOK_POINTS["next_token_entropy"]
             if adapter.cache_has(cache, name):
-                h = read(name, 2)
+                h = read(name, 3)[..., 0]
                 ent = h[torch.arange(n, device=h.device), last.to(h.device)].double().cpu()
             if tok_ids is not None:
                 raise MissingHookError("token log-probabilities need the logits: pass the (logits, cache) pair "
@@ -448,7 +448,7 @@ def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
             if t.ndim < 2:
                 raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}: no batch dimension (was "
                                         "it made with remove_batch_dim=True?). Make the cache without it.")
-            return int(t.shape[0]), int(t.shape[-1] if ("pattern" in name and t.ndim >= 3) else t.shape[1])
+            return int(t.shape[0]), int(t.shape[-1] if name.endswith("hook_pattern") else t.shape[1])
     raise MissingHookError("the cache holds none of the activations asked for; make it with "
                            "names_filter=bl.hook_filter(...) covering them.")
 
@@ -477,7 +477,7 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens) -> Tensor:
 
 
 def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
-    """[b, h] from ``hook_pattern_entropy`` [b, h, q]: the final real query row, or the mean over real rows."""
+    """[b, h] from ``hook_pattern_entropy`` (transposed to [b, h, q]): the final real query row, or the mean over real rows."""
     ent = ent.double().cpu()
     mask = mask.bool().cpu()
     if ent.shape[-1] != mask.shape[1] or ent.shape[0] != mask.shape[0]:

@@ -8,23 +8,46 @@ that own ``HookPoint``s into the model so that they appear in ``model.hook_dict`
 =========================================  ======================  ==========================================
 hook name                                  shape                   value
 =========================================  ======================  ==========================================
-``blocks.{l}.attn.hook_v_axis``            ``[batch, pos]``        the entropy-axis coordinate c = v·u of the
+``blocks.{l}.hook_v_axis``                 ``[batch, pos, 1]``     the entropy-axis coordinate c = v·u of the
                                                                    value vector (flattened over KV heads) at
                                                                    every position, for each layer the axis
                                                                    was fitted on (``site="v"``)
-``blocks.{l}.hook_resid_post_axis``        ``[batch, pos]``        the same for an axis with
+``blocks.{l}.hook_resid_post_axis``        ``[batch, pos, 1]``     the same for an axis with
                                                                    ``site="resid_post"``
-``blocks.{l}.attn.hook_pattern_entropy``   ``[batch, head, q]``    entropy (bits) of every attention row
-                                                                   over the keys it attends to
-``hook_next_token_entropy``                ``[batch, pos]``        full-vocabulary next-token entropy (bits)
+``blocks.{l}.hook_pattern_entropy``        ``[batch, pos, head]``  entropy (bits) of every attention row (one
+                                                                   per query position and head) over the keys
+                                                                   it attends to
+``hook_next_token_entropy``                ``[batch, pos, 1]``     full-vocabulary entropy (bits) of the
+                                                                   logits the model *returns* (final-logit
+                                                                   softcapping and any other transform after
+                                                                   the unembedding included)
 =========================================  ======================  ==========================================
 
-They are ordinary ``HookPoint``s: ``run_with_cache`` records them (respecting ``names_filter``;
-``bl.hook_filter(sites=(..., "v_axis"))`` selects them), and ``run_with_hooks`` can read or change
-them. The axis coordinate *feeds back*: a hook that changes it to c′ moves the value vector along
-u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the projection removal v ← v − (v·u)u
-(``axis.removal()`` is exactly that hook) and adding s·σ is ``axis.shift(s)``. The entropy hook
-points are read-outs (changing them changes nothing downstream).
+The names are what TransformerLens's own ``utils.get_act_name`` makes of the short names
+(``get_act_name("v_axis", 3) == "blocks.3.hook_v_axis"``), so ``cache["v_axis", 3]``,
+``cache.stack_activation("pattern_entropy")`` and ``transformer_lens.patching`` find them; the
+position axis is second from last, as TransformerLens's ``run_with_cache(pos_slice=...)`` expects.
+
+Semantics: they are ordinary ``HookPoint``s, and behave like TransformerLens's own under every way
+hooks are written — a hook may return a new tensor, edit its argument in place and return it, or
+edit in place and return ``None``; forward and backward hooks (``add_hook(dir="bwd")``,
+``run_with_cache(incl_bwd=True)``, ``retain_grad`` inside a hook) work; the points follow the
+model's ``train()``/``eval()``; ``copy.deepcopy`` of an attached model gives a working attached copy
+(:func:`detach` removes the points from it) and ``torch.save``/``pickle`` work as for the bare model.
+Order follows TransformerLens's registration-order rule: a derived point is computed as if it were
+a hook on its source added together with the first hook on the derived point, so it sees every
+edit of hooks on the source added before (a hook that zeroes ``hook_v`` gives a zero coordinate;
+``run_with_cache`` lists ``hook_v`` before ``hook_v_axis``), and hooks on the source added after
+see what the coordinate's hooks did (a cache of ``hook_v`` inside ``bl.patched(model,
+axis.removal())`` holds the patched values). The axis coordinate *feeds back*: a hook that changes it
+to c′ moves the value vector along u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the
+projection removal v ← v − (v·u)u (``axis.removal()`` is exactly that hook) and adding s·σ is
+``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. The entropy points
+are read-outs (changing them changes nothing downstream).
+
+SAELens: an SAE spliced in at a point's source (``HookedSAETransformer.add_sae`` at
+``blocks.{l}.hook_resid_post``, before or after ``bl.attach``) is followed: the coordinate is then
+read from, and fed back into, the SAE's output (``hook_sae_output``), which is what flows on.
 
 Dtypes and memory: the entropies are float64 whatever the model's dtype (bf16/fp16 included), computed
 a slice at a time (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`: query rows of the pattern,
@@ -47,27 +70,36 @@ Example
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from . import adapter
-from .errors import InvalidInputError
+from .errors import InvalidInputError, MissingHookError
 from .metrics.stats import chunked_entropy_bits
 
-__all__ = ["HOOK_POINTS", "attach", "Attachment", "axis_hook_name", "attached_axis_layers", "attached_for"]
+__all__ = ["HOOK_POINTS", "RENAMED", "attach", "detach", "Attachment", "axis_hook_name", "attached_axis_layers",
+           "attached_for"]
 
 #: bayes_lens hook point name templates by short name (``{layer}`` is the layer index).
 HOOK_POINTS: Dict[str, str] = {
-    "v_axis": "blocks.{layer}.attn.hook_v_axis",
+    "v_axis": "blocks.{layer}.hook_v_axis",
     "resid_post_axis": "blocks.{layer}.hook_resid_post_axis",
-    "pattern_entropy": "blocks.{layer}.attn.hook_pattern_entropy",
+    "pattern_entropy": "blocks.{layer}.hook_pattern_entropy",
     "next_token_entropy": "hook_next_token_entropy",
+}
+
+#: names of bayes_lens 0.x before the TransformerLens-resolvable names (old template → new template).
+#: Not kept as aliases: the shapes changed with them, so old code fails loudly instead of misreading.
+RENAMED: Dict[str, str] = {
+    "blocks.{layer}.attn.hook_v_axis": HOOK_POINTS["v_axis"],
+    "blocks.{layer}.attn.hook_pattern_entropy": HOOK_POINTS["pattern_entropy"],
 }
 
 _AXIS_SOURCE = {"v": "v", "resid_post": "resid_post"}
 _ALL = torch.ones((), dtype=torch.bool)  # every key: a pattern row is renormalized over what it attends to
+_STATE = "_bayes_lens_points"  # plain attribute on the model: the list of live bindings (copied by deepcopy)
 
 
 def axis_hook_name(site: str, layer: int) -> str:
@@ -77,14 +109,236 @@ def axis_hook_name(site: str, layer: int) -> str:
     return HOOK_POINTS[f"{site}_axis"].format(layer=int(layer))
 
 
+def _is_hooked(hp) -> bool:
+    """Whether anything (a TL hook, a caching hook, a backward hook) is registered on ``hp``."""
+    return bool(hp._forward_hooks or hp._backward_hooks or hp._forward_pre_hooks)
+
+
+# --------------------------------------------------------------------------------------------
+# Derivations: what a source hook point's output becomes at a bayes_lens point
+# --------------------------------------------------------------------------------------------
+
+
+class _AxisCoordinate:
+    """Forward hook on the source ``x``: c = flat(x)·u → hp(c) → x + (c′ − c)u."""
+
+    def __init__(self, hp, direction: Tensor):
+        self.hp = hp
+        self.direction = direction
+        self._u: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
+
+    def __call__(self, module, inputs, out: Tensor):
+        hp = self.hp
+        if not _is_hooked(hp):
+            return None
+        shape = out.shape
+        flat = out.reshape(shape[0], shape[1], -1)
+        work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+        key = (work.device, work.dtype)
+        u = self._u.get(key)
+        if u is None:
+            u = self._u[key] = self.direction.to(device=work.device, dtype=work.dtype)
+        if work.shape[-1] != u.shape[0]:
+            raise InvalidInputError(
+                f"the axis at {hp.name} has dimension {u.shape[0]} but the activation there is {list(shape)}; "
+                "the axis was fitted on another model or site.")
+        c = (work @ u).unsqueeze(-1)  # [batch, pos, 1]
+        # the hook point gets its own copy: an in-place edit (TL's patching setters) must not touch c
+        c_new = hp(c.clone())
+        if not isinstance(c_new, Tensor) or c_new.shape != c.shape:
+            raise InvalidInputError(
+                f"a hook on {hp.name} returned {getattr(c_new, 'shape', type(c_new).__name__)}; it must return the "
+                f"coordinate's shape {list(c.shape)}.")
+        if not (torch.is_grad_enabled() and c_new.requires_grad) and torch.equal(c_new, c):
+            return None  # read-only hooks (caching): the model runs exactly as without them
+        moved = work + (c_new.to(work.dtype) - c) * u  # identity hooks give ∂moved/∂x = I
+        return moved.to(out.dtype).reshape(shape)
+
+
+class _PatternEntropy:
+    """Forward hook on the source pattern ``[batch, head, q, k]``: row entropies → hp ``[batch, q, head]``."""
+
+    def __init__(self, hp):
+        self.hp = hp
+
+    def __call__(self, module, inputs, out: Tensor):
+        if _is_hooked(self.hp):
+            # differentiable when grad is on (a backward hook on the entropy then fires), chunked either way
+            self.hp(chunked_entropy_bits(out, dim=2, keys=_ALL).transpose(1, 2).contiguous())
+        return None
+
+
 def _hook_point_class():
     from transformer_lens.hook_points import HookPoint
 
     return HookPoint
 
 
-def _has_hooks(hp) -> bool:
-    return bool(hp._forward_hooks)
+def _reposition_then(register):
+    def method(self, hook, *args, **kwargs):
+        binding = self.__dict__.get("_bl_binding")
+        if binding is not None and not _is_hooked(self):
+            binding.reposition()
+        return register(self, hook, *args, **kwargs)
+
+    method.__name__ = register.__name__
+    return method
+
+
+_POINT_CLASS = None
+
+
+def _point_class():
+    """``HookPoint`` whose first hook places its derivation after every hook its source has *now*.
+
+    This is TransformerLens's own registration-order rule, as if the derivation were a hook on the
+    source added together with the first hook on the derived point: hooks on ``hook_v`` added before
+    (a user's edit, TL's caching hooks of ``run_with_cache``) are seen by the coordinate; hooks on
+    ``hook_v`` added after see the value the coordinate's hooks moved.
+    """
+    global _POINT_CLASS
+    if _POINT_CLASS is None:
+        base = _hook_point_class()
+        _POINT_CLASS = type("BayesLensHookPoint", (base,), {
+            "__module__": __name__,
+            "__doc__": "A bayes_lens hook point (a TransformerLens HookPoint); see bayes_lens.hookpoints.",
+            "register_forward_hook": _reposition_then(base.register_forward_hook),
+            "register_full_backward_hook": _reposition_then(base.register_full_backward_hook),
+        })
+    return _POINT_CLASS
+
+
+def __getattr__(name: str):
+    # unpickling an attached model looks the class up by name before anything made it
+    if name == "BayesLensHookPoint":
+        return _point_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _remove_hook_fn(module, fn) -> None:
+    for key in [k for k, f in module._forward_hooks.items() if f is fn]:
+        del module._forward_hooks[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Bindings: a bayes_lens point, where it lives, and the source it is derived from
+# --------------------------------------------------------------------------------------------
+
+
+class _Binding:
+    """One attached point: ``hp`` (a child ``attr`` of ``parent``), derived from the module at ``source_path``."""
+
+    def __init__(self, name: str, hp, parent, attr: str, derive=None, source_path: Optional[str] = None,
+                 source=None):
+        self.name, self.hp, self.parent, self.attr = name, hp, parent, attr
+        self.derive, self.source_path, self.source = derive, source_path, source
+
+    def bind(self, source) -> None:
+        if self.source is not None:
+            _remove_hook_fn(self.source, self.derive)
+        self.source = source
+        if source is not None:
+            source.register_forward_hook(self.derive)
+
+    def reposition(self) -> None:
+        """Move the derivation to the end of the source's hooks (see :func:`_point_class`)."""
+        if self.source is not None:
+            self.bind(self.source)
+
+
+def _live_source(model, path: str, what: str):
+    """The hook point whose output *is* the activation at ``path`` now.
+
+    That is the hook point at ``path``, or — where SAELens's ``HookedSAETransformer.add_sae`` has put its
+    SAE wrapper in the hook point's place — the wrapper's ``hook_sae_output``, which is what flows on.
+    """
+    HookPoint = _hook_point_class()
+    try:
+        mod = model.get_submodule(path)
+    except AttributeError:
+        mod = None
+    if isinstance(mod, HookPoint):
+        return mod
+    out = getattr(mod, "hook_sae_output", None) if mod is not None else None
+    if isinstance(out, HookPoint):
+        return out
+    raise MissingHookError(
+        f"{what} is derived from {path}, but the model has {type(mod).__name__ if mod is not None else 'nothing'} "
+        "there, not a HookPoint (nor an SAELens SAE whose hook_sae_output bayes_lens could follow). Detach "
+        "bayes_lens (bl.detach(model)) before replacing that hook point, and attach again afterwards.")
+
+
+def _model_of_output_module(module):
+    return module.__dict__.get("_bl_model", module)
+
+
+def _rebind_pre_hook(module, args):
+    """Forward pre-hook: follow a source that was replaced since attach (an SAE added or removed)."""
+    model = _model_of_output_module(module)
+    for b in model.__dict__.get(_STATE, ()):
+        if b.source_path is None:
+            continue
+        live = _live_source(model, b.source_path, b.name)
+        if live is not b.source:
+            b.bind(live)
+    return None
+
+
+def _next_token_entropy_hook(module, args, out):
+    """Forward hook: the entropy of the logits the model returns, into ``hook_next_token_entropy``."""
+    model = _model_of_output_module(module)
+    hp = model._modules.get(HOOK_POINTS["next_token_entropy"])
+    if hp is None or not getattr(hp, "_bl_point", False) or not _is_hooked(hp):
+        return None
+    logits = out[0] if isinstance(out, tuple) and out else getattr(out, "logits", out)
+    d_vocab = int(getattr(model.cfg, "d_vocab_out", 0) or getattr(model.cfg, "d_vocab", 0) or -1)
+    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[-1] != d_vocab:
+        return None  # return_type="loss"/None, stop_at_layer: no logits, no next-token entropy
+    hp(chunked_entropy_bits(logits, dim=1, from_logits=True).unsqueeze(-1))  # [batch, pos, 1], float64
+    return None
+
+
+def _install_root_hooks(model) -> None:
+    out = adapter.output_module(model)
+    if any(fn is _rebind_pre_hook for fn in out._forward_pre_hooks.values()):
+        return
+    if out is not model:
+        out.__dict__["_bl_model"] = model  # a plain reference (not a submodule): copies keep it consistent
+    out.register_forward_pre_hook(_rebind_pre_hook)
+    out.register_forward_hook(_next_token_entropy_hook)
+
+
+def _remove_root_hooks(model) -> None:
+    out = adapter.output_module(model)
+    for hooks, fn in ((out._forward_pre_hooks, _rebind_pre_hook), (out._forward_hooks, _next_token_entropy_hook)):
+        for key in [k for k, f in hooks.items() if f is fn]:
+            del hooks[key]
+    out.__dict__.pop("_bl_model", None)
+
+
+def _unbind(model, bindings: Sequence[_Binding]) -> None:
+    """Remove ``bindings`` from ``model``: their modules, registry entries and derivations (idempotent)."""
+    bindings = list(bindings)
+    for b in reversed(bindings):
+        b.bind(None)
+        if b.parent._modules.get(b.attr) is b.hp:
+            del b.parent._modules[b.attr]
+    live = [b for b in model.__dict__.get(_STATE, ()) if all(b is not x for x in bindings)]
+    adapter.unregister_hook_points(model, {b.name: b.hp for b in bindings})
+    if live:
+        model.__dict__[_STATE] = live
+    else:
+        model.__dict__.pop(_STATE, None)
+        _remove_root_hooks(model)
+
+
+def detach(model) -> None:
+    """Remove every bayes_lens hook point from ``model`` (e.g. from a ``copy.deepcopy`` of an attached model).
+
+    ``with bl.attach(...)`` and :meth:`Attachment.detach` do this for the model they attached to;
+    this is for copies, which carry working points but no :class:`Attachment`. Idempotent.
+    """
+    _unbind(model, list(model.__dict__.get(_STATE, ())))
 
 
 class Attachment:
@@ -95,56 +349,43 @@ class Attachment:
 
     def __init__(self, model):
         self.model = model
-        self._added: List[Tuple[str, torch.nn.Module, str, torch.nn.Module]] = []  # (name, parent, attr, hp)
-        self._handles: list = []
+        self._bindings: List[_Binding] = []
         self.axis = None
         self.attached = False
 
     @property
     def hook_names(self) -> Tuple[str, ...]:
-        return tuple(name for name, _, _, _ in self._added)
+        return tuple(b.name for b in self._bindings)
 
     # --- building ---
-    def _add(self, name: str, parent: torch.nn.Module, attr: str):
-        hp = _hook_point_class()()
+    def _add(self, name: str, parent: torch.nn.Module, derive_of=None, source_name: Optional[str] = None) -> object:
+        attr = name.rsplit(".", 1)[-1]
         if attr in parent._modules or hasattr(parent, attr):
             raise InvalidInputError(
                 f"the model already has a hook point {name!r}: bayes_lens hook points are attached already "
                 "(nested bl.attach on one model is not supported; detach the first one).")
-        parent.add_module(attr, hp)
+        hp = _point_class()()
         hp.name = name
-        m = self.model
-        if adapter.is_bridge(m):
-            m._hook_registry[name] = hp
-        else:
-            m.hook_dict[name] = hp
-            m.mod_dict[name] = hp
-        self._added.append((name, parent, attr, hp))
+        hp._bl_point = True
+        hp.train(parent.training)  # TL 4's patching refuses any submodule left in training mode
+        parent.add_module(attr, hp)
+        b = _Binding(name, hp, parent, attr)
+        self._bindings.append(b)
+        model = self.model
+        model.__dict__.setdefault(_STATE, []).append(b)
+        if derive_of is not None:
+            path = adapter.hook_module_path(model, source_name)
+            b.derive = derive_of(hp)
+            b.source_path = path
+            b.bind(_live_source(model, path, name))
+            hp._bl_binding = b
         return hp
-
-    def _source(self, name: str) -> torch.nn.Module:
-        adapter.check_hooks(self.model, [name])
-        return self.model.hook_dict[name]
 
     # --- removal ---
     def detach(self) -> None:
-        """Remove every added hook point and the forward hooks that feed them (idempotent)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        m = self.model
-        for name, parent, attr, hp in reversed(self._added):
-            if attr in parent._modules and parent._modules[attr] is hp:
-                del parent._modules[attr]
-            if adapter.is_bridge(m):
-                if m._hook_registry.get(name) is hp:
-                    del m._hook_registry[name]
-            else:
-                if m.hook_dict.get(name) is hp:
-                    del m.hook_dict[name]
-                if m.mod_dict.get(name) is hp:
-                    del m.mod_dict[name]
-        self._added = []
+        """Remove every added hook point and what feeds them (idempotent)."""
+        _unbind(self.model, self._bindings)
+        self._bindings = []
         self.attached = False
 
     def __enter__(self) -> "Attachment":
@@ -155,62 +396,7 @@ class Attachment:
 
     def __repr__(self) -> str:
         state = "attached" if self.attached else "detached"
-        return f"Attachment({state}, {len(self._added)} hook points)"
-
-
-def _axis_fn(hp, u: Tensor):
-    """Forward hook on the source hook point: c = flat(v)·u → hp(c) → v + (c′ − c) u."""
-    cache: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
-
-    def fn(module, inputs, out):
-        if not _has_hooks(hp):
-            return None
-        shape = out.shape
-        flat = out.reshape(shape[0], shape[1], -1)
-        work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        key = (work.device, work.dtype)
-        if key not in cache:
-            cache[key] = u.to(device=work.device, dtype=work.dtype)
-        uu = cache[key]
-        if work.shape[-1] != uu.shape[0]:
-            raise InvalidInputError(
-                f"the axis at {hp.name} has dimension {uu.shape[0]} but the activation there is {list(shape)}; "
-                "the axis was fitted on another model or site.")
-        c = work @ uu  # [batch, pos]
-        c_new = hp(c)
-        if c_new is c:
-            return None
-        if not isinstance(c_new, Tensor) or c_new.shape != c.shape:
-            raise InvalidInputError(
-                f"a hook on {hp.name} returned {getattr(c_new, 'shape', type(c_new).__name__)}; it must return the "
-                f"coordinate's shape {list(c.shape)}.")
-        moved = work + (c_new.to(work.dtype) - c).unsqueeze(-1) * uu
-        return moved.to(out.dtype).reshape(shape)
-
-    return fn
-
-
-def _pattern_entropy_fn(hp):
-    def fn(module, inputs, out):
-        if not _has_hooks(hp):
-            return None
-        hp(chunked_entropy_bits(out.detach(), dim=2, keys=_ALL))  # [batch, head, q] over attended keys, in chunks
-        return None
-
-    return fn
-
-
-def _next_token_entropy_fn(hp):
-    def fn(module, inputs, out):
-        if not _has_hooks(hp):
-            return None
-        logits = out if isinstance(out, Tensor) else getattr(out, "logits", None)
-        if logits is None:
-            return None
-        hp(chunked_entropy_bits(logits.detach(), dim=1, from_logits=True))  # [batch, pos], float64, in chunks
-        return None
-
-    return fn
+        return f"Attachment({state}, {len(self._bindings)} hook points)"
 
 
 def attached_axis_layers(model, site: str) -> List[int]:
@@ -227,13 +413,14 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
     ----------
     axis:
         A fitted :class:`bayes_lens.EntropyAxis`: adds its coordinate hook point at each of its layers
-        (``blocks.{l}.attn.hook_v_axis`` for ``site="v"``, ``blocks.{l}.hook_resid_post_axis`` for
+        (``blocks.{l}.hook_v_axis`` for ``site="v"``, ``blocks.{l}.hook_resid_post_axis`` for
         ``site="resid_post"``). ``None``: no axis hook points.
     entropies:
-        Add ``blocks.{l}.attn.hook_pattern_entropy`` for every layer and ``hook_next_token_entropy``.
+        Add ``blocks.{l}.hook_pattern_entropy`` for every layer and ``hook_next_token_entropy``.
 
     Returns an :class:`Attachment` (already attached; a context manager that detaches on exit, also
-    on error; or call ``.detach()``). Each hook point costs nothing unless something hooks it.
+    on error; or call ``.detach()``). Each hook point costs nothing unless something hooks it. The
+    points behave like TransformerLens's own under TL's own client code (module docstring).
     """
     adapter.check_model(model)
     att = Attachment(model)
@@ -252,22 +439,19 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
                         f"the axis has dimension {axis.model_meta_['dim']} but this model's {axis.site_!r} site has "
                         f"dimension {dim}; fit the axis on this model.")
                 for layer in axis.layers_:
-                    name = axis_hook_name(axis.site_, layer)
-                    src = adapter.hook_name(model, layer, _AXIS_SOURCE[axis.site_])
-                    parent = model.blocks[layer].attn if axis.site_ == "v" else model.blocks[layer]
-                    source = att._source(src)
-                    hp = att._add(name, parent, name.rsplit(".", 1)[-1])
-                    hp.axis_direction = axis.axes_[layer].float().clone()  # which axis this hook point measures
-                    att._handles.append(source.register_forward_hook(_axis_fn(hp, hp.axis_direction)))
+                    direction = axis.axes_[layer].float().clone()
+                    hp = att._add(axis_hook_name(axis.site_, layer), model.blocks[layer],
+                                  derive_of=lambda hp, u=direction: _AxisCoordinate(hp, u),
+                                  source_name=adapter.hook_name(model, layer, _AXIS_SOURCE[axis.site_]))
+                    hp.axis_direction = direction  # which axis this hook point measures
                 att.axis = axis
             if entropies:
                 for layer in range(int(model.cfg.n_layers)):
-                    name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
-                    source = att._source(adapter.hook_name(model, layer, "pattern"))
-                    hp = att._add(name, model.blocks[layer].attn, "hook_pattern_entropy")
-                    att._handles.append(source.register_forward_hook(_pattern_entropy_fn(hp)))
-                hp = att._add(HOOK_POINTS["next_token_entropy"], model, "hook_next_token_entropy")
-                att._handles.append(model.unembed.register_forward_hook(_next_token_entropy_fn(hp)))
+                    att._add(HOOK_POINTS["pattern_entropy"].format(layer=layer), model.blocks[layer],
+                             derive_of=_PatternEntropy, source_name=adapter.hook_name(model, layer, "pattern"))
+                att._add(HOOK_POINTS["next_token_entropy"], model)
+            _install_root_hooks(model)
+            adapter.register_hook_points(model, {b.name: b.hp for b in att._bindings})
     except BaseException:
         att.detach()
         raise

@@ -281,7 +281,7 @@ def hook_filter(model=None, *, layers: Union[int, Sequence[int], str] = "all",
     >>> f = hook_filter()
     >>> f("blocks.3.attn.hook_v"), f("blocks.3.attn.hook_pattern"), f("blocks.3.hook_resid_pre")
     (True, True, False)
-    >>> hook_filter(sites=("v", "v_axis", "next_token_entropy"))("blocks.2.attn.hook_v_axis")
+    >>> hook_filter(sites=("v", "v_axis", "next_token_entropy"))("blocks.2.hook_v_axis")
     True
     """
     from .hookpoints import HOOK_POINTS

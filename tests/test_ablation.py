@@ -146,7 +146,7 @@ def test_multi_layer_removal_one_pair_per_layer_and_run_with_hooks(tiny):
     axis = _random_axis(tiny, layers=(0, 1))
     patch = axis.removal()
     # removal is zero-ablation of the axis coordinate hook point, one pair per layer
-    assert len(patch) == 2 and [n for n, _ in patch] == [f"blocks.{k}.attn.hook_v_axis" for k in (0, 1)]
+    assert len(patch) == 2 and [n for n, _ in patch] == [f"blocks.{k}.hook_v_axis" for k in (0, 1)]
     reads = {}
 
     def rd(act, hook=None):

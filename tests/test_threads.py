@@ -47,4 +47,4 @@ def test_two_threads_running_analyses_on_one_model(tiny):
         t.join()
     assert not errors, errors
     assert len(results) == 18 and all(ok for _, ok in results), [n for n, ok in results if not ok]
-    assert "blocks.1.attn.hook_v_axis" not in tiny.hook_dict  # every attachment was detached
+    assert "blocks.1.hook_v_axis" not in tiny.hook_dict  # every attachment was detached

@@ -219,7 +219,7 @@ calibration survive? A random direction, orthogonal to the axis, is the control.
 
 Fit the entropy axis, make two ordinary TransformerLens caches — one clean, one inside
 `bl.patched(model, axis.removal())` (which zero-ablates the axis coordinate hook point
-`blocks.{l}.attn.hook_v_axis`) — and compare them against the exact Bayesian posterior."""),
+`blocks.{l}.hook_v_axis`) — and compare them against the exact Bayesian posterior."""),
     code('''items = bl.sula.make_prompts(model, n_per_k=4 if QUICK else 12, seed=1)
 layer = model.cfg.n_layers // 2
 axis = bl.EntropyAxis(layer=layer).fit(model, items)

@@ -38,7 +38,7 @@ entropy-ordered direction of its value space. This module answers with three pub
 
 * ``with patched(model, patches): ...`` runs the model with the patches; every hook is removed on
   exit, also when the body raises. A removal or shift of the fitted axis is an operation on the
-  axis's coordinate hook point ``blocks.{l}.attn.hook_v_axis`` (:mod:`bayes_lens.hookpoints`):
+  axis's coordinate hook point ``blocks.{l}.hook_v_axis`` (:mod:`bayes_lens.hookpoints`):
   zero-ablating that hook point *is* the removal; ``patched`` attaches it for the block.
 
 * :func:`compare_patched` — clean vs each patch (random controls summarized over seeds): the

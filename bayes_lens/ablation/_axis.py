@@ -396,7 +396,7 @@ class EntropyAxis:
 
     @property
     def coord_hook_name_(self) -> str:
-        """The coordinate hook point of a single-layer axis (``blocks.{l}.attn.hook_v_axis``)."""
+        """The coordinate hook point of a single-layer axis (``blocks.{l}.hook_v_axis``)."""
         return self.coord_hook_names_[self._single("coord_hook_name_")]
 
     def transform(self, values: Tensor, layer: Optional[int] = None) -> Tensor:
@@ -454,7 +454,7 @@ class EntropyAxis:
     def removal(self, lam: float = 1.0, *, layers=None) -> Patch:
         """v ← v − λ (v·u) u at every position (λ = 1: full removal; λ = 0: no change).
 
-        It is the hook ``c ↦ (1 − λ)·c`` on the coordinate hook point ``blocks.{l}.attn.hook_v_axis``
+        It is the hook ``c ↦ (1 − λ)·c`` on the coordinate hook point ``blocks.{l}.hook_v_axis``
         (for λ = 1, zero-ablation), attached by ``bl.patched`` or ``bl.attach(model, axis=axis)``.
         """
         lam = finite_float(lam, "lam")

@@ -35,7 +35,7 @@ __all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "r
 class PatchPart:
     """One layer of a patch: the hook, the direction and the operation.
 
-    ``on_coordinate=True``: the hook is the axis's coordinate hook point (``blocks.{l}.attn.hook_v_axis``,
+    ``on_coordinate=True``: the hook is the axis's coordinate hook point (``blocks.{l}.hook_v_axis``,
     :mod:`bayes_lens.hookpoints`) and the operation acts on the coordinate c = v·u — removal is
     c ↦ (1 − λ)c (λ = 1: zero-ablation), shift is c ↦ c + s·σ; the hook point moves v along u by the
     change. Otherwise the hook is the site itself (``hook_v``) and the vector is changed directly
@@ -262,7 +262,7 @@ def patched(model, patches):
 
     ``patches`` is a :class:`Patch`, a list of patches, or any ``[(hook_name, fn)]`` list; an empty
     list runs the clean model. A removal or shift of a fitted axis acts on the axis's coordinate hook
-    point (zero-ablation of ``blocks.{l}.attn.hook_v_axis`` is the removal): the hook points are
+    point (zero-ablation of ``blocks.{l}.hook_v_axis`` is the removal): the hook points are
     attached for the block when they are not attached already, and detached on exit. Hook points
     are checked first (a misspelt or out-of-range hook is an error, never a silent no-op), and a patch
     whose axis has the wrong dimension for the model is refused. The model's lock is held for the
