@@ -31,6 +31,7 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -56,6 +57,8 @@ __all__ = [
     "hook_module_path",
     "register_hook_points",
     "output_module",
+    "HookResolver",
+    "added_hooks",
     "unregister_hook_points",
     "key_weights",
     "attention_window",
@@ -296,6 +299,66 @@ def register_hook_points(model, points) -> None:
             model._hook_registry[name] = hp
     else:
         model.setup()
+
+
+class HookResolver:
+    """Hook name → ``HookPoint`` for one model, read from ``hook_dict`` once.
+
+    A bridge's ``hook_dict`` is a property that rebuilds its legacy aliases on every access, and its
+    ``hooks()`` reads it twice per hook added: adding a few hooks per batch that way cost more than the
+    forward pass of short prompts (TL 3.9). A runner resolves each name once per call instead. Names
+    not in the snapshot (bayes_lens points attached later) are looked up as module paths.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self._names = dict(model.hook_dict)
+
+    def __call__(self, name: str):
+        hp = self._names.get(name)
+        if hp is None:
+            try:
+                hp = self.model.get_submodule(name)
+            except AttributeError:
+                hp = None
+            from transformer_lens.hook_points import HookPoint
+
+            if not isinstance(hp, HookPoint):
+                check_hooks(self.model, [name])  # raises, naming the hook
+        return hp
+
+
+_LEVEL = [10 ** 6]  # TL context levels of hooks added by added_hooks (far above TL's own small counters)
+
+
+@contextlib.contextmanager
+def added_hooks(model, fwd_hooks: Sequence, resolver: Optional[HookResolver] = None):
+    """``model.hooks(fwd_hooks=...)`` on hook points resolved by ``resolver``; removed on exit, also on error.
+
+    Hooks are added with TL's own ``HookPoint.add_hook`` (so a bridge's head-splitting conversion
+    applies) at a context level of their own and removed with ``HookPoint.remove_hooks(level=...)``.
+    A pair whose name is a filter function goes through ``model.hooks``.
+    """
+    pairs = list(fwd_hooks)
+    if any(not isinstance(name, str) for name, _ in pairs):
+        with model.hooks(fwd_hooks=pairs):
+            yield
+        return
+    resolver = resolver or HookResolver(model)
+    _LEVEL[0] += 1
+    level = _LEVEL[0]
+    touched = []
+    try:
+        for name, fn in pairs:
+            hp = resolver(name)
+            if is_bridge(model):
+                model.check_hooks_to_add(name)
+            hp.add_hook(fn, level=level)
+            touched.append(hp)
+        yield
+    finally:
+        for hp in {id(h): h for h in touched}.values():
+            hp.remove_hooks("fwd", level=level)
 
 
 def output_module(model) -> torch.nn.Module:

@@ -187,6 +187,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
             batches.append(adapter.tokenize(model, prompts[s:s + batch_size], padding_side=padding_side))
         except InvalidInputError as err:  # name the global prompt index, not the in-batch one
             raise type(err)(f"{err} (prompt numbers count from {start_index + s}, the start of this batch)") from err
+    resolver = adapter.HookResolver(model)  # names resolved once per call, not per batch and hook
     for start, (tokens, mask) in progress_bar(list(zip(starts, batches)), desc=desc, total=len(starts),
                                               enabled=progress, unit="batch"):
         indices = torch.arange(start_index + start, start_index + start + tokens.shape[0])
@@ -194,7 +195,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
         hooks = static if static is not None else list(fwd_hooks(batch))
         with adapter.model_lock(model), torch.inference_mode():
             final = _final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
-            with final, attached_for(model, hooks), model.hooks(fwd_hooks=hooks):
+            with final, attached_for(model, hooks), adapter.added_hooks(model, hooks, resolver):
                 out = model(tokens, attention_mask=mask, return_type="logits")
         yield dataclasses.replace(batch, logits=out[:, 0] if logits == "final" else out)
 

@@ -474,11 +474,12 @@ def attached_for(model, pairs: Sequence) -> Iterator[List[Attachment]]:
     Patches made by :meth:`bayes_lens.EntropyAxis.removal` / ``shift`` act on ``hook_v_axis``; inside
     :func:`bayes_lens.patched` and the runner they work whether or not the user attached the axis.
     """
-    have = adapter.hook_names(model)
+    wanted = [(name, _axis_of_hook(fn)) for name, fn in pairs]
+    wanted = [(name, ax) for name, ax in wanted if ax is not None]
+    have = adapter.hook_names(model) if wanted else set()  # a bridge's hook_dict is costly: only when needed
     axes = []
-    for name, fn in pairs:
-        ax = _axis_of_hook(fn) if name not in have else None
-        if ax is not None and all(a is not ax for a in axes):
+    for name, ax in wanted:
+        if name not in have and all(a is not ax for a in axes):
             axes.append(ax)
     attachments = []
     try:
