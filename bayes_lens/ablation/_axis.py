@@ -472,7 +472,7 @@ class EntropyAxis:
 
     def _warn_basis(self, what: str, center: bool) -> None:
         """Warn when an uncentred removal/keep-only acts on values whose biases were folded out."""
-        if center or not self.model_meta_.get("value_bias_folded"):
+        if center or not getattr(self, "model_meta_", {}).get("value_bias_folded"):
             return
         warnings.warn(
             f"{what}: this axis was fitted on a model whose value biases were folded out of hook_v "
@@ -499,8 +499,8 @@ class EntropyAxis:
         a processed model.
         """
         lam = finite_float(lam, "lam")
-        self._warn_basis("removal", center)
         parts = self._parts("removal", layers, lam=lam, center=center)
+        self._warn_basis("removal", center)
         tag = self._layer_tag([p.layer for p in parts])
         return Patch(parts, label=f"removal{' centred' if center else ''} λ={lam:g} @{tag}", kind="removal",
                      axis=self, params={"lam": lam, "center": bool(center)}, model_meta=self.model_meta_)
@@ -508,8 +508,8 @@ class EntropyAxis:
     def keep_only(self, *, layers=None, center: bool = False) -> Patch:
         """v ← (v·u) u at every position: only the axis component survives (``center=True``:
         v ← μ + ((v − μ)·u) u, the same intervention in a processed and a raw basis)."""
-        self._warn_basis("keep_only", center)
         parts = self._parts("keep_only", layers, center=center)
+        self._warn_basis("keep_only", center)
         tag = self._layer_tag([p.layer for p in parts])
         return Patch(parts, label=f"keep-only{' centred' if center else ''} @{tag}", kind="keep_only", axis=self,
                      params={"center": bool(center)}, model_meta=self.model_meta_)
@@ -550,9 +550,9 @@ class EntropyAxis:
         lam = finite_float(lam, "lam")
         if op == "shift":
             sigmas = finite_float(1.0 if sigmas is None else sigmas, "sigmas")
+        picked = self._pick_layers(layers)
         if op != "shift":
             self._warn_basis(f"random_control(op={op!r})", center)
-        picked = self._pick_layers(layers)
         dirs = {layer: self.random_direction(seed, layer) for layer in picked}
         parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs, center=center)
         tag = self._layer_tag(picked)

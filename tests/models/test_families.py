@@ -321,3 +321,53 @@ def test_other_public_analyses_run(family, kind):
         cmp = bl.compare_patched(model, PROMPTS, [axis.removal(center=True)], n_random_seeds=1, n_boot=10,
                                  progress=False)
         assert len(cmp.to_dataframe()) >= 1
+
+
+# --- the removal is one intervention whatever the weight processing -------------------------------
+
+@pytest.mark.parametrize("raw_kind,proc_kind", [("hooked", "hooked_processed"), ("bridge", "bridge_compat")])
+@pytest.mark.parametrize("family", ["gpt2", "pythia", "qwen2"])
+def test_centred_removal_is_the_same_on_processed_and_raw_twins(family, raw_kind, proc_kind, tmp_path):
+    """fold_value_biases moves b_V out of hook_v: the plain removal v - (v.u)u then differs between a
+    processed model and its raw twin (and warns); removal(center=True) is the same intervention (1e-4)."""
+    if family_support(family, proc_kind) is not None:
+        pytest.skip(family_support(family, proc_kind))
+    raw, proc = _model(family, raw_kind), _model(family, proc_kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ax_raw = bl.EntropyAxis(layer=-1, progress=False).fit(raw, PROMPTS)
+        ax_proc = bl.EntropyAxis(layer=-1, progress=False).fit(proc, PROMPTS)
+    assert (ax_raw.basis_, ax_proc.basis_) == ("raw", "processed")
+    assert ax_proc.model_meta_["value_bias_folded"] is True and ax_raw.model_meta_["value_bias_folded"] is False
+    ax_proc.save(tmp_path / "axis.safetensors")
+    assert bl.EntropyAxis.load(tmp_path / "axis.safetensors").basis_ == "processed"
+
+    def final_logprobs(model, patch):
+        out = []
+        with bl.patched(model, patch), torch.no_grad():
+            for ids in _ids():
+                out.append(model(torch.tensor([ids]))[0, -1].double())
+        return torch.log_softmax(torch.stack(out), -1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the centred removal warns on neither basis
+        a = final_logprobs(raw, ax_raw.removal(center=True))
+        b = final_logprobs(proc, ax_proc.removal(center=True))
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-4)
+    with pytest.warns(UserWarning, match="center=True"):
+        plain_proc = ax_proc.removal()
+    plain_raw = ax_raw.removal()
+    gap = float((final_logprobs(raw, plain_raw) - final_logprobs(proc, plain_proc)).abs().max())
+    assert gap > 1e-3  # the uncentred removals are different interventions (why the warning exists)
+
+
+def test_uncentred_removal_on_raw_weights_does_not_warn():
+    model = _model("gpt2", "bridge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        axis = bl.EntropyAxis(layer=-1, progress=False).fit(model, PROMPTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        axis.removal()
+        axis.keep_only()
+        axis.random_control(0)
