@@ -124,13 +124,14 @@ def _random_llama_weights(spec: LlamaSpec, seed: int):
 
 
 def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n_layers: int = 2,
-               d_model: int = 64, n_heads: int = 4, d_head: int = 16, n_ctx: int = 256, seed: int = 0,
-               family: Optional[str] = None):
+               d_model: Optional[int] = None, n_heads: int = 4, d_head: int = 16, n_ctx: Optional[int] = None,
+               seed: int = 0, family: Optional[str] = None):
     """A tiny random model (raw weights, eval mode) of ``kind`` ``"hooked"`` or ``"bridge"``.
 
     With ``family=`` (one of :data:`FAMILIES`) a model of that architecture family in ``kind`` (one
     of :data:`FAMILY_KINDS`); ``gqa``/``rotary``/``d_head`` are then the family's own, ``n_layers``,
-    ``d_model`` (default 32 for a family), ``n_heads``, ``n_ctx`` and ``seed`` apply. The same seed
+    ``d_model`` (default 64, or 32 for a family), ``n_heads``, ``n_ctx`` (default 256, or 128 for a
+    family) and ``seed`` apply. The same seed
     gives the same weights in every kind and in :func:`tiny_hf_model`.
 
     ``gqa=True`` uses half as many key/value heads as query heads. ``rotary=False`` gives learned
@@ -139,8 +140,9 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
     ``gqa=False``).
     """
     if family is not None:
-        return _family_model(family, kind, n_layers=n_layers, d_model=32 if d_model == 64 else d_model,
-                             n_heads=n_heads, n_ctx=min(n_ctx, 128), seed=seed)
+        return _family_model(family, kind, n_layers=n_layers, d_model=d_model or 32, n_heads=n_heads,
+                             n_ctx=n_ctx or 128, seed=seed)
+    d_model, n_ctx = d_model or 64, n_ctx or 256
     tok = tiny_tokenizer()
     d_vocab = len(tok)
     n_kv = n_heads // 2 if gqa else n_heads
@@ -230,7 +232,8 @@ def _hf_config(family: str, *, n_layers: int, d_model: int, n_heads: int, n_ctx:
     common = dict(vocab_size=d_vocab, hidden_size=d_model, num_hidden_layers=n_layers, num_attention_heads=n_heads,
                   intermediate_size=2 * d_model, max_position_embeddings=n_ctx, tie_word_embeddings=False)
     if family == "gpt2":
-        cfg = tf.GPT2Config(vocab_size=d_vocab, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers, n_head=n_heads)
+        cfg = tf.GPT2Config(vocab_size=d_vocab, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers, n_head=n_heads,
+                            bos_token_id=0, eos_token_id=0)
     elif family == "pythia":
         cfg = tf.GPTNeoXConfig(rotary_pct=0.5, use_parallel_residual=True, **common)
     elif family == "phi":
