@@ -371,3 +371,14 @@ def test_uncentred_removal_on_raw_weights_does_not_warn():
         axis.removal()
         axis.keep_only()
         axis.random_control(0)
+
+
+@pytest.mark.parametrize("family,kind", _params([(f, k) for f in FAMILIES for k in FAMILY_KINDS if (f, k) not in SLOW]))
+def test_value_biases_folded_matches_the_architecture(family, kind):
+    """adapter.value_biases_folded: True exactly for processed models whose twin has value or norm biases."""
+    model = _model(family, kind)
+    hf = _hf(family)
+    has_bias = any(n.endswith("bias") and ("norm" in n or ".ln_" in n or "v_proj" in n or "c_attn" in n
+                                          or "query_key_value" in n) for n, _ in hf.named_parameters())
+    assert bl.adapter.value_biases_folded(model) is (has_bias and _processed(model))
+    assert bl.adapter.masks_left_padding_from_tokens(model) is (not bl.adapter.is_bridge(model))
