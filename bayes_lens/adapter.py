@@ -68,6 +68,8 @@ __all__ = [
     "cache_model",
     "cache_has",
     "SITES",
+    "value_biases_folded",
+    "masks_left_padding_from_tokens",
 ]
 
 
