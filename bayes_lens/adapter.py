@@ -75,6 +75,8 @@ __all__ = [
     "cache_model",
     "cache_has",
     "SITES",
+    "value_biases_folded",
+    "masks_left_padding_from_tokens",
 ]
 
 
@@ -702,3 +704,55 @@ def cache_has(cache, name: str) -> bool:
         return name in cache.cache_dict
     except AttributeError:  # pragma: no cover
         return name in dict(cache.items())
+
+
+# --- read-only questions about a model (weight basis, padding) --------------------------------------
+
+#: architectures whose attention has no value bias and whose norms have no bias (RMSNorm)
+_NO_VALUE_BIAS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM",
+                  "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "Qwen3ForCausalLM")
+_VALUE_PROJECTIONS = ("v_proj", "c_attn", "query_key_value", "qkv_proj", "Wqkv")
+
+
+def value_biases_folded(model) -> Optional[bool]:
+    """Whether weight processing (``fold_value_biases``) moved non-zero value biases out of ``hook_v``.
+
+    True: ``hook_v`` is the raw value minus a constant per head (b_V, including a folded LayerNorm
+    bias), so an operation that is not shift-invariant (``v − (v·u)u``) acts differently than on the
+    raw model. False: raw weights, or an architecture without value or norm biases (Llama, Gemma,
+    Mistral, ...), or biases still in place. None: processed, and the architecture is unknown.
+    """
+    processed, _ = processing(model)
+    if not processed:
+        return False
+    if is_bridge(model):
+        hf = getattr(model, "original_model", None)
+        if hf is None:
+            return None
+        for name, mod in hf.named_modules():
+            if isinstance(mod, torch.nn.LayerNorm) and getattr(mod, "bias", None) is not None:
+                return True
+            if name.endswith(_VALUE_PROJECTIONS) and getattr(mod, "bias", None) is not None:
+                return True
+        return False
+    for blk in getattr(model, "blocks", ()):
+        b = getattr(blk.attn, "b_V", None)
+        if isinstance(b, Tensor) and bool(b.detach().ne(0).any()):
+            return False  # biases still in hook_v: not folded
+    cfg = model.cfg
+    if getattr(cfg, "normalization_type", None) in ("LN", "LNPre"):
+        return True
+    arch = getattr(cfg, "original_architecture", None)
+    if arch in _NO_VALUE_BIAS:
+        return False
+    return None if arch is None else True
+
+
+def masks_left_padding_from_tokens(model) -> bool:
+    """Whether ``model(tokens)`` without ``attention_mask=`` masks left padding itself.
+
+    A HookedTransformer builds the mask from the tokens when its tokenizer pads on the left (TL's
+    ``get_attention_mask``); a TransformerBridge passes no mask to the Hugging Face model, so its
+    real tokens attend to left pads.
+    """
+    return not is_bridge(model)

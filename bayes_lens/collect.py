@@ -310,7 +310,7 @@ class Collection:
             if logits.ndim != 3:
                 raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
         n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
-        mask = _cache_mask(model, n, pos, attention_mask, tokens)
+        mask = _cache_mask(model, n, pos, attention_mask, tokens, cache)
 
         def read(name: str, ndim: int) -> Tensor:
             if not adapter.cache_has(cache, name):
@@ -454,13 +454,22 @@ def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
                            "names_filter=bl.hook_filter(...) covering them.")
 
 
-def _cache_mask(model, n: int, pos: int, attention_mask, tokens) -> Tensor:
+def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None) -> Tensor:
+    """The mask of the cache's tokens, refusing a cache whose activations attended to pads.
+
+    Refused (each silently wrong otherwise): ``tokens=`` contradicting ``attention_mask=``; tokens
+    padded on the left while the tokenizer pads on the right (TransformerLens then builds its mask
+    for right padding and reads the pads as tokens, and so would bayes_lens); left-padded tokens of
+    a model that does not mask left padding by itself (a TransformerBridge) unless the cached
+    attention patterns show that the run was masked; and, whenever the cache holds attention
+    patterns, attention from real tokens to positions the mask calls padding.
+    """
+    mask = None
     if attention_mask is not None:
-        mask = torch.as_tensor(attention_mask).long()
+        mask = torch.as_tensor(attention_mask).long().cpu()
         if tuple(mask.shape) != (n, pos):
             raise InvalidInputError(f"attention_mask has shape {list(mask.shape)} but the cache holds "
                                     f"[batch={n}, pos={pos}]; pass the mask of the tokens that produced it.")
-        return mask.cpu()
     if tokens is not None:
         tokens = torch.as_tensor(tokens)
         if tokens.ndim == 1:
@@ -468,13 +477,111 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens) -> Tensor:
         if tuple(tokens.shape) != (n, pos):
             raise InvalidInputError(f"tokens have shape {list(tokens.shape)} but the cache holds [batch={n}, "
                                     f"pos={pos}]; pass the tokens that produced it.")
-        return adapter.mask_from_tokens(model, tokens).cpu()
-    if n > 1:
+        tokens = tokens.cpu()
+        if mask is not None:
+            _check_tokens_match_mask(model, tokens, mask)
+        else:
+            mask = adapter.mask_from_tokens(model, tokens).cpu()
+            _check_token_padding(model, tokens, mask, cache)
+    if mask is None:
+        if n > 1:
+            raise InvalidInputError(
+                f"the cache holds {n} prompts but no attention_mask or tokens were given, so pad positions cannot "
+                "be told from real tokens (model.to_tokens pads on the right; reading pads as tokens silently "
+                "changes every number). Pass tokens=<the tokens you ran> or attention_mask=<their mask>.")
+        return torch.ones(n, pos, dtype=torch.long)
+    if cache is not None:
+        _check_pads_unattended(model, cache, mask)
+    return mask
+
+
+_RUN_FIX = ("pass attention_mask= to run_with_cache (e.g. tokens, mask = bl.adapter.tokenize(model, prompts, "
+            "padding_side='left'); model.run_with_cache(tokens, attention_mask=mask)) and the same attention_mask= "
+            "here")
+
+
+def _pad_id(model) -> Optional[int]:
+    tok = getattr(model, "tokenizer", None)
+    pad = getattr(tok, "pad_token_id", None)
+    return None if pad is None else int(pad)
+
+
+def _check_tokens_match_mask(model, tokens: Tensor, mask: Tensor) -> None:
+    """``tokens=`` and ``attention_mask=`` together: every position the mask calls padding holds the pad token."""
+    pad = _pad_id(model)
+    if pad is None:
+        return
+    bad = mask.eq(0) & tokens.ne(pad)
+    if bool(bad.any()):
+        rows = bad.any(1).nonzero().flatten().tolist()
         raise InvalidInputError(
-            f"the cache holds {n} prompts but no attention_mask or tokens were given, so pad positions cannot be "
-            "told from real tokens (model.to_tokens pads on the right; reading pads as tokens silently changes "
-            "every number). Pass tokens=<the tokens you ran> or attention_mask=<their mask>.")
-    return torch.ones(n, pos, dtype=torch.long)
+            f"tokens= and attention_mask= contradict each other: in rows {rows[:8]} the mask marks positions as "
+            f"padding that hold real tokens (not the pad id {pad}), e.g. a left-padded batch given a right-padded "
+            "mask. Pass the attention_mask the tokens were run with (or only one of tokens= / attention_mask=).")
+
+
+def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> None:
+    """Tokens only: refuse padding the run cannot have masked."""
+    pad = _pad_id(model)
+    if pad is None:
+        return
+    tok = model.tokenizer
+    side = getattr(tok, "padding_side", "right") or "right"
+    is_pad = tokens.eq(pad)
+    lead = (~is_pad).long().cumsum(-1).eq(0).sum(-1)  # length of each row's leading run of pad ids
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is not None and int(bos) == pad and bool(getattr(model.cfg, "default_prepend_bos", False)):
+        lead = (lead - 1).clamp(min=0)  # a prepended BOS that shares the pad id is a real token
+    if side == "right" and bool((lead > 0).any()):
+        rows = (lead > 0).nonzero().flatten().tolist()
+        raise InvalidInputError(
+            f"the tokens look padded on the left (rows {rows[:8]} start with pad tokens, id {pad}) but the "
+            "tokenizer pads on the right (tokenizer.padding_side='right'), so the pad positions cannot be read "
+            "from the tokens, and TransformerLens itself built its attention mask for right padding: the run "
+            "attended to the pads (e.g. model.to_tokens(..., padding_side='left')). To fix it, " + _RUN_FIX + ".")
+    left_padded = side == "left" and bool(mask.eq(0).any())
+    if left_padded and not adapter.masks_left_padding_from_tokens(model) and not _has_patterns(model, cache):
+        raise InvalidInputError(
+            f"the tokens are padded on the left and this {type(model).__name__} does not mask left padding by "
+            "itself: run_with_cache(tokens) without attention_mask= lets real tokens attend to the pads, and the "
+            "cache holds no attention pattern to tell whether the run was masked. " + _RUN_FIX[0].upper()
+            + _RUN_FIX[1:] + " (instead of tokens=).")
+
+
+def _pattern_names(model, cache) -> List[str]:
+    if cache is None:
+        return []
+    names = []
+    for layer in range(int(model.cfg.n_layers)):
+        name = adapter.hook_name(model, layer, "pattern")
+        if adapter.cache_has(cache, name):
+            names.append(name)
+    return names
+
+
+def _has_patterns(model, cache) -> bool:
+    return bool(_pattern_names(model, cache))
+
+
+def _check_pads_unattended(model, cache, mask: Tensor, tol: float = 1e-6) -> None:
+    """Refuse a cache whose attention patterns show real query rows attending to positions ``mask`` calls padding."""
+    if not bool(mask.eq(0).any()):
+        return
+    for name in _pattern_names(model, cache):
+        p = cache[name].detach()
+        if p.ndim != 4 or tuple(p.shape[-2:]) != tuple(mask.shape[-1:]) * 2 or p.shape[0] != mask.shape[0]:
+            continue
+        m = mask.to(p.device)
+        pad_keys = m.eq(0)[:, None, None, :].to(p.dtype)
+        real_q = m.eq(1)[:, None, :, None].to(p.dtype)
+        leak = float((p.float() * pad_keys * real_q).sum(-1).max())
+        if leak > tol:
+            raise InvalidInputError(
+                f"the cached attention ({name}) gives up to {leak:.3g} of real tokens' attention to positions "
+                "that are padding, so every activation in this cache attended to pad tokens (the run had no "
+                "attention mask, or another one; a TransformerBridge does not mask left padding by itself). "
+                "To fix it, " + _RUN_FIX + ".")
+        return  # one layer decides: masking is the same in every layer
 
 
 def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:

@@ -427,7 +427,8 @@ class EntropyAxis:
             out.append(r)
         return sorted(set(out))
 
-    def _parts(self, op: str, layers, *, lam=1.0, amount_sigmas=None, directions=None) -> List[PatchPart]:
+    def _parts(self, op: str, layers, *, lam=1.0, amount_sigmas=None, directions=None,
+               center: bool = False) -> List[PatchPart]:
         parts = []
         for layer in self._pick_layers(layers):
             u = self.axes_[layer] if directions is None else directions[layer]
@@ -441,34 +442,77 @@ class EntropyAxis:
                                             "prompts or pass sigma= to EntropyAxis.from_directions.")
                 amount = amount_sigmas * sig
             on_coord = directions is None and op in ("removal", "shift")
+            offset, mean = 0.0, None
+            if center and op != "shift":
+                mu = self.means_[layer].float()
+                if not bool(mu.ne(0).any()):
+                    raise InvalidInputError(
+                        f"center=True needs the mean activation at layer {layer}, which this axis does not have "
+                        "(made by from_directions without means=); fit the axis on prompts or pass means=.")
+                if on_coord:
+                    offset = float(mu.double() @ u.double())
+                else:
+                    mean = mu.clone()
             parts.append(PatchPart(layer=layer, hook_name=self.coord_hook_names_[layer] if on_coord else
                                    self.hook_names_[layer], site=self.site_, op=op, direction=u.float().clone(),
                                    lam=float(lam), amount=float(amount), on_coordinate=on_coord,
-                                   axis=self if on_coord else None))
+                                   axis=self if on_coord else None, offset=offset, mean=mean))
         return parts
+
+    @property
+    def basis_(self) -> str:
+        """The weight basis the axis was fitted in: ``"processed"`` (folded/centred weights, e.g.
+        ``HookedTransformer.from_pretrained``), ``"raw"`` or ``"unknown"`` (fitted on arrays)."""
+        self.check_fitted()
+        meta = self.model_meta_
+        if meta.get("basis"):
+            return str(meta["basis"])
+        processed = meta.get("processed")
+        return "unknown" if processed is None else ("processed" if processed else "raw")
+
+    def _warn_basis(self, what: str, center: bool) -> None:
+        """Warn when an uncentred removal/keep-only acts on values whose biases were folded out."""
+        if center or not getattr(self, "model_meta_", {}).get("value_bias_folded"):
+            return
+        warnings.warn(
+            f"{what}: this axis was fitted on a model whose value biases were folded out of hook_v "
+            f"({self.model_meta_.get('processing')}; fold_value_biases), so hook_v there is the raw value minus "
+            "b_V and v − (v·u)u is a different intervention than on the raw model (METHODS.md §7 defines it on "
+            "raw activations). Pass center=True (removes the coordinate's deviation from its mean: the same "
+            "intervention in either basis) or fit on raw weights (from_pretrained_no_processing).",
+            UserWarning, stacklevel=3)
 
     @staticmethod
     def _layer_tag(layers) -> str:
         return "L" + ",".join(str(x) for x in layers)
 
-    def removal(self, lam: float = 1.0, *, layers=None) -> Patch:
+    def removal(self, lam: float = 1.0, *, layers=None, center: bool = False) -> Patch:
         """v ← v − λ (v·u) u at every position (λ = 1: full removal; λ = 0: no change).
 
         It is the hook ``c ↦ (1 − λ)·c`` on the coordinate hook point ``blocks.{l}.hook_v_axis``
         (for λ = 1, zero-ablation), attached by ``bl.patched`` or ``bl.attach(model, axis=axis)``.
+
+        ``center=True``: v ← v − λ ((v − μ)·u) u with μ the fitted mean (the hook
+        ``c ↦ c − λ (c − μ·u)``): the coordinate is set to its mean instead of 0. It is invariant
+        to a constant shift of v, so a processed model (``fold_value_biases`` moves b_V out of
+        ``hook_v``) and its raw twin get the same intervention; the uncentred removal warns on such
+        a processed model.
         """
         lam = finite_float(lam, "lam")
-        parts = self._parts("removal", layers, lam=lam)
+        parts = self._parts("removal", layers, lam=lam, center=center)
+        self._warn_basis("removal", center)
         tag = self._layer_tag([p.layer for p in parts])
-        return Patch(parts, label=f"removal λ={lam:g} @{tag}", kind="removal", axis=self,
-                     params={"lam": lam}, model_meta=self.model_meta_)
+        return Patch(parts, label=f"removal{' centred' if center else ''} λ={lam:g} @{tag}", kind="removal",
+                     axis=self, params={"lam": lam, "center": bool(center)}, model_meta=self.model_meta_)
 
-    def keep_only(self, *, layers=None) -> Patch:
-        """v ← (v·u) u at every position: only the axis component survives."""
-        parts = self._parts("keep_only", layers)
+    def keep_only(self, *, layers=None, center: bool = False) -> Patch:
+        """v ← (v·u) u at every position: only the axis component survives (``center=True``:
+        v ← μ + ((v − μ)·u) u, the same intervention in a processed and a raw basis)."""
+        parts = self._parts("keep_only", layers, center=center)
+        self._warn_basis("keep_only", center)
         tag = self._layer_tag([p.layer for p in parts])
-        return Patch(parts, label=f"keep-only @{tag}", kind="keep_only", axis=self, params={},
-                     model_meta=self.model_meta_)
+        return Patch(parts, label=f"keep-only{' centred' if center else ''} @{tag}", kind="keep_only", axis=self,
+                     params={"center": bool(center)}, model_meta=self.model_meta_)
 
     def shift(self, sigmas: float, *, layers=None) -> Patch:
         """v ← v + s·σ·u at every position (σ: std of the clean coordinate at that layer): the hook
@@ -494,11 +538,12 @@ class EntropyAxis:
         return torch.tensor(r, dtype=torch.float32)
 
     def random_control(self, seed: int, *, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
-                       layers=None) -> Patch:
+                       layers=None, center: bool = False) -> Patch:
         """The same intervention along a random direction orthogonal to the axis (one per layer).
 
         ``op`` is ``"removal"`` (with ``lam``), ``"keep_only"`` or ``"shift"`` (by ``sigmas``·σ of the
         *axis* coordinate, so the perturbation has the same size). ``seed`` makes it reproducible.
+        ``center`` as in :meth:`removal`.
         """
         if op not in ("removal", "keep_only", "shift"):
             raise InvalidInputError(f"op must be 'removal', 'keep_only' or 'shift', got {op!r}.")
@@ -506,13 +551,15 @@ class EntropyAxis:
         if op == "shift":
             sigmas = finite_float(1.0 if sigmas is None else sigmas, "sigmas")
         picked = self._pick_layers(layers)
+        if op != "shift":
+            self._warn_basis(f"random_control(op={op!r})", center)
         dirs = {layer: self.random_direction(seed, layer) for layer in picked}
-        parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs)
+        parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs, center=center)
         tag = self._layer_tag(picked)
         what = {"removal": f"removal λ={lam:g}", "keep_only": "keep-only",
                 "shift": f"shift {sigmas if sigmas is not None else 0:+g}σ"}[op]
-        group = f"random ⟂ {what} @{tag}"
-        params = {"lam": lam, "sigmas": sigmas, "group": group}
+        group = f"random ⟂ {what}{' centred' if center and op != 'shift' else ''} @{tag}"
+        params = {"lam": lam, "sigmas": sigmas, "group": group, "center": bool(center)}
         return Patch(parts, label=f"{group} (seed {seed})", kind=op, axis=self, random_seed=int(seed),
                      params=params, model_meta=self.model_meta_)
 

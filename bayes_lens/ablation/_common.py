@@ -54,6 +54,8 @@ def model_meta(model, site: str) -> dict:
         "dim": site_dim(info, site),
         "processed": bool(info.processed),
         "processing": info.processing,
+        "basis": "processed" if info.processed else "raw",
+        "value_bias_folded": adapter.value_biases_folded(model),
     }
 
 

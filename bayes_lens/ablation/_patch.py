@@ -51,10 +51,17 @@ class PatchPart:
     amount: float = 0.0  # shift distance (s·σ), in activation units
     on_coordinate: bool = False
     axis: object = None  # the fitted EntropyAxis whose coordinate hook point an on_coordinate part uses
+    # centred operations (``center=True``): the fitted mean of the site, so that the change does not
+    # depend on a constant shift of the activations (a folded value bias). ``offset`` = mean·u for a
+    # coordinate part; ``mean`` the mean vector for a part on the site itself.
+    offset: float = 0.0
+    mean: Optional[Tensor] = None
 
     def apply(self, act: Tensor) -> Tensor:
         if self.on_coordinate:
-            return act + self.amount if self.op == "shift" else act * (1.0 - self.lam)
+            if self.op == "shift":
+                return act + self.amount
+            return act * (1.0 - self.lam) if self.offset == 0.0 else act - self.lam * (act - self.offset)
         shape = act.shape
         dim = self.direction.shape[0]
         if self.site == "v" and act.ndim == 4:
@@ -67,11 +74,15 @@ class PatchPart:
                 f"{list(shape)} ({flat.shape[-1]} per position); the axis was fitted on another model.")
         work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
         u = self.direction.to(device=work.device, dtype=work.dtype)
+        mu = None if self.mean is None else self.mean.to(device=work.device, dtype=work.dtype)
         if self.op == "shift":
             out = work + self.amount * u
         else:
-            coord = (work @ u).unsqueeze(-1)
-            out = work - self.lam * coord * u if self.op == "removal" else coord * u
+            coord = ((work if mu is None else work - mu) @ u).unsqueeze(-1)
+            if self.op == "removal":
+                out = work - self.lam * coord * u
+            else:
+                out = coord * u if mu is None else mu + coord * u
         return out.to(act.dtype).reshape(shape)
 
     def hook_fn(self, act: Tensor, hook=None) -> Tensor:
@@ -79,9 +90,13 @@ class PatchPart:
 
     def digest(self) -> str:
         """SHA-256 (hex) of what this part does: layer, hook, site, operation, λ, shift, direction bytes."""
-        h = hashlib.sha256(json.dumps([self.layer, self.hook_name, self.site, self.op, self.lam, self.amount,
-                                       self.on_coordinate]).encode())
+        fields = [self.layer, self.hook_name, self.site, self.op, self.lam, self.amount, self.on_coordinate]
+        if self.offset != 0.0 or self.mean is not None:  # centred: part of what it does (uncentred digests unchanged)
+            fields.append(["centred", self.offset])
+        h = hashlib.sha256(json.dumps(fields).encode())
         h.update(self.direction.detach().cpu().float().contiguous().numpy().tobytes())
+        if self.mean is not None:
+            h.update(self.mean.detach().cpu().float().contiguous().numpy().tobytes())
         return h.hexdigest()
 
 
@@ -183,7 +198,8 @@ class Patch:
         if self.axis is None or self.kind not in ("removal", "keep_only", "shift"):
             raise InvalidInputError("random_like needs a patch made by an EntropyAxis (removal, keep_only or shift).")
         return self.axis.random_control(seed, op=self.kind, lam=self.params.get("lam", 1.0),
-                                        sigmas=self.params.get("sigmas"), layers=self.layers)
+                                        sigmas=self.params.get("sigmas"), layers=self.layers,
+                                        center=bool(self.params.get("center", False)))
 
     def __repr__(self) -> str:
         return f"Patch({self.label!r}, hooks={list(self.hook_names)})"

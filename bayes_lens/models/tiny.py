@@ -5,6 +5,19 @@ either kind (``"hooked"`` = TL 3.x ``HookedTransformer``, ``"bridge"`` = ``Trans
 with or without grouped-query attention and rotary embeddings; :func:`tiny_pair` returns the *same*
 random llama weights as both kinds, so results can be compared across model kinds.
 
+Architecture families: ``tiny_model(kind, family="gpt2")`` builds a random-weight model of one of
+:data:`FAMILIES` (GPT-2; Pythia = GPT-NeoX with parallel attention and partial rotary; Phi; Llama-3
+with GQA; Mistral with a sliding window; Mixtral (MoE); Qwen2 with q/k/v biases; Gemma-2 with
+softcaps and alternating local/global layers; Gemma-3) from a ``transformers`` config, with
+non-trivial norm gains and biases so that weight processing matters, in each of :data:`FAMILY_KINDS`:
+``"hooked"`` (HookedTransformer, raw weights, as ``from_pretrained_no_processing``),
+``"hooked_processed"`` (as ``HookedTransformer.from_pretrained``: fold_ln, center_writing_weights,
+center_unembed (not with a logit softcap), fold_value_biases), ``"bridge"`` (TransformerBridge over
+the transformers model) and ``"bridge_compat"`` (the bridge after ``enable_compatibility_mode()``).
+:func:`tiny_hf_model` returns the transformers twin (same seed, same weights), for checking a
+TransformerLens model against the model it came from. Where TransformerLens cannot convert a family
+:class:`~bayes_lens.errors.UnsupportedModelError` says why (:func:`family_support`).
+
 The tokenizer is byte-level BPE (every byte is a token, so any text encodes) with merges for a short
 list of words: " 0"/" 1" (Bernoulli prompts), SULA's nonsense labels and carrier words, ":" etc.
 
@@ -18,16 +31,19 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import warnings
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, UnsupportedModelError
 from .gguf import LlamaSpec, from_weights
 
-__all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "TINY_WORDS"]
+__all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "tiny_hf_model", "family_support", "TINY_WORDS",
+           "FAMILIES", "FAMILY_KINDS"]
 
 # Words the tiny tokenizer keeps whole (with a leading space).
 TINY_WORDS = (
@@ -108,14 +124,25 @@ def _random_llama_weights(spec: LlamaSpec, seed: int):
 
 
 def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n_layers: int = 2,
-               d_model: int = 64, n_heads: int = 4, d_head: int = 16, n_ctx: int = 256, seed: int = 0):
+               d_model: Optional[int] = None, n_heads: int = 4, d_head: int = 16, n_ctx: Optional[int] = None,
+               seed: int = 0, family: Optional[str] = None):
     """A tiny random model (raw weights, eval mode) of ``kind`` ``"hooked"`` or ``"bridge"``.
+
+    With ``family=`` (one of :data:`FAMILIES`) a model of that architecture family in ``kind`` (one
+    of :data:`FAMILY_KINDS`); ``gqa``/``rotary``/``d_head`` are then the family's own, ``n_layers``,
+    ``d_model`` (default 64, or 32 for a family), ``n_heads``, ``n_ctx`` (default 256, or 128 for a
+    family) and ``seed`` apply. The same seed
+    gives the same weights in every kind and in :func:`tiny_hf_model`.
 
     ``gqa=True`` uses half as many key/value heads as query heads. ``rotary=False`` gives learned
     absolute positions: a HookedTransformer with ``positional_embedding_type="standard"`` or a
     GPT-2 bridge (GPT-2 has no grouped-query attention, so ``kind="bridge", rotary=False`` needs
     ``gqa=False``).
     """
+    if family is not None:
+        return _family_model(family, kind, n_layers=n_layers, d_model=d_model or 32, n_heads=n_heads,
+                             n_ctx=n_ctx or 128, seed=seed)
+    d_model, n_ctx = d_model or 64, n_ctx or 256
     tok = tiny_tokenizer()
     d_vocab = len(tok)
     n_kv = n_heads // 2 if gqa else n_heads
@@ -156,3 +183,237 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
 def tiny_pair(*, gqa: bool = True, seed: int = 0, **kw) -> Tuple[object, object]:
     """The same random llama weights as ``(HookedTransformer, TransformerBridge)``."""
     return tiny_model("hooked", gqa=gqa, seed=seed, **kw), tiny_model("bridge", gqa=gqa, seed=seed, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture families
+# ---------------------------------------------------------------------------------------------
+
+#: the families :func:`tiny_model` builds with ``family=``
+FAMILIES = ("gpt2", "pythia", "phi", "llama", "mistral", "mixtral", "qwen2", "gemma2", "gemma3")
+#: the kinds a family model comes in
+FAMILY_KINDS = ("hooked", "hooked_processed", "bridge", "bridge_compat")
+
+_HF_CLASS = {
+    "gpt2": "GPT2LMHeadModel", "pythia": "GPTNeoXForCausalLM", "phi": "PhiForCausalLM",
+    "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM",
+}
+#: sliding window of the tiny models' local layers (short, so that prompts of ~10 tokens exceed it)
+TINY_WINDOW = 4
+
+
+def _check_family(family: str, kind: str) -> None:
+    if family not in FAMILIES:
+        raise InvalidInputError(f"family must be one of {list(FAMILIES)}, got {family!r}.")
+    if kind not in FAMILY_KINDS:
+        raise InvalidInputError(f"kind must be one of {list(FAMILY_KINDS)}, got {kind!r}.")
+
+
+def family_support(family: str, kind: str) -> Optional[str]:
+    """None when the installed TransformerLens can build ``family`` as ``kind``, else the reason it cannot."""
+    from ..adapter import has_hooked_transformer
+
+    _check_family(family, kind)
+    if kind.startswith("hooked") and not has_hooked_transformer():
+        return "TransformerLens 4.x has no HookedTransformer (removed in 4.0); use a TransformerBridge"
+    if kind == "bridge_compat":
+        from transformer_lens.model_bridge import TransformerBridge
+
+        if not hasattr(TransformerBridge, "enable_compatibility_mode"):
+            return "this TransformerBridge has no enable_compatibility_mode()"
+    return None
+
+
+def _hf_config(family: str, *, n_layers: int, d_model: int, n_heads: int, n_ctx: int, d_vocab: int):
+    import transformers as tf
+
+    kv = max(1, n_heads // 2)
+    common = dict(vocab_size=d_vocab, hidden_size=d_model, num_hidden_layers=n_layers, num_attention_heads=n_heads,
+                  intermediate_size=2 * d_model, max_position_embeddings=n_ctx, tie_word_embeddings=False)
+    if family == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=d_vocab, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers, n_head=n_heads,
+                            bos_token_id=0, eos_token_id=0)
+    elif family == "pythia":
+        cfg = tf.GPTNeoXConfig(rotary_pct=0.5, use_parallel_residual=True, **common)
+    elif family == "phi":
+        cfg = tf.PhiConfig(partial_rotary_factor=0.5, **common)
+    elif family == "llama":
+        cfg = tf.LlamaConfig(num_key_value_heads=kv, **common)
+    elif family == "mistral":
+        cfg = tf.MistralConfig(num_key_value_heads=kv, sliding_window=TINY_WINDOW, **common)
+    elif family == "mixtral":
+        cfg = tf.MixtralConfig(num_key_value_heads=kv, num_local_experts=4, num_experts_per_tok=2, **common)
+    elif family == "qwen2":
+        cfg = tf.Qwen2Config(num_key_value_heads=kv, **common)
+    elif family == "gemma2":
+        common["tie_word_embeddings"] = True
+        cfg = tf.Gemma2Config(num_key_value_heads=kv, head_dim=d_model // n_heads, sliding_window=TINY_WINDOW,
+                              query_pre_attn_scalar=d_model // n_heads, final_logit_softcapping=5.0,
+                              attn_logit_softcapping=10.0, **common)
+    else:  # gemma3
+        common["tie_word_embeddings"] = True
+        cfg = tf.Gemma3TextConfig(num_key_value_heads=kv, head_dim=d_model // n_heads, sliding_window=TINY_WINDOW,
+                                  query_pre_attn_scalar=d_model // n_heads, sliding_window_pattern=2,
+                                  layer_types=["sliding_attention", "full_attention"] * (n_layers // 2)
+                                  + ["sliding_attention"] * (n_layers % 2), **common)
+    cfg.architectures = [_HF_CLASS[family]]
+    cfg.bos_token_id = cfg.eos_token_id = 0  # the tiny tokenizer's <|endoftext|>
+    cfg.pad_token_id = 1
+    return cfg
+
+
+def _randomize(hf, seed: int) -> None:
+    """Random weights of a size that makes attention and next-token distributions non-trivial, norm
+    gains around 1 (around 0 for Gemma's ``1 + w`` norms) and non-zero biases wherever there are biases."""
+    g = torch.Generator().manual_seed(seed)
+    gemma = type(hf).__name__.startswith("Gemma")
+    with torch.no_grad():
+        for name, p in sorted(hf.named_parameters()):
+            noise = torch.randn(p.shape, generator=g)
+            if "norm" in name or ".ln_" in name or name.endswith(("ln_f.weight", "ln_f.bias")):
+                if name.endswith("bias"):
+                    p.copy_(0.1 * noise)
+                else:
+                    p.copy_((0.0 if gemma else 1.0) + 0.1 * noise)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            elif "embed" in name or "wte" in name or "wpe" in name:
+                p.copy_(noise * (0.3 if gemma else 1.0))
+            else:
+                fan_in = p.shape[-1] if p.ndim >= 2 else p.shape[0]
+                p.copy_(noise * 1.5 * fan_in ** -0.5)
+
+
+def tiny_hf_model(family: str, *, n_layers: int = 2, d_model: int = 32, n_heads: int = 4, n_ctx: int = 128,
+                  seed: int = 0):
+    """The transformers model (eager attention, eval mode) that ``tiny_model(kind, family=..., seed=...)`` wraps
+    or converts: the independent reference for checking a TransformerLens model of that family."""
+    from transformers import AutoModelForCausalLM
+
+    _check_family(family, "bridge")
+    cfg = _hf_config(family, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx,
+                     d_vocab=len(tiny_tokenizer()))
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    _randomize(hf, seed)
+    return hf.eval()
+
+
+class _PhiConfigShim:
+    """TL 3.9 reads ``PhiConfig.partial_rotary_factor``; transformers 5 keeps it in ``rope_parameters``.
+
+    Within the block, TransformerLens's ``AutoConfig.from_pretrained`` returns a config with the old
+    attribute restored (the value transformers itself uses), so TL's own Phi conversion runs.
+    """
+
+    def __enter__(self):
+        import transformer_lens.loading_from_pretrained as loading
+
+        self._loading, self._orig = loading, loading.AutoConfig
+        orig = self._orig
+
+        class _Auto:
+            @staticmethod
+            def from_pretrained(*a, **kw):
+                cfg = orig.from_pretrained(*a, **kw)
+                rope = getattr(cfg, "rope_parameters", None) or {}
+                if not hasattr(cfg, "partial_rotary_factor") and "partial_rotary_factor" in rope:
+                    cfg.partial_rotary_factor = rope["partial_rotary_factor"]
+                return cfg
+
+        loading.AutoConfig = _Auto
+        return self
+
+    def __exit__(self, *exc):
+        self._loading.AutoConfig = self._orig
+
+
+def _gemma_hooked_config(family: str, hf_cfg, n_ctx: int):
+    """TL 3.9 converts Gemma 2/3 configs only by official model name (hard-coded shapes); this mirrors
+    its ``google/gemma-2-2b`` / ``google/gemma-3-270m`` entries with the tiny model's shapes."""
+    from transformer_lens import HookedTransformerConfig
+
+    types = ["local" if t == "sliding_attention" else "global" for t in hf_cfg.layer_types]
+    d = dict(d_model=hf_cfg.hidden_size, d_head=hf_cfg.head_dim, n_heads=hf_cfg.num_attention_heads,
+             d_mlp=hf_cfg.intermediate_size, n_layers=hf_cfg.num_hidden_layers, n_ctx=n_ctx, eps=hf_cfg.rms_norm_eps,
+             d_vocab=hf_cfg.vocab_size, act_fn="gelu_pytorch_tanh", normalization_type="RMS",
+             positional_embedding_type="rotary", use_attn_scale=True, n_key_value_heads=hf_cfg.num_key_value_heads,
+             window_size=hf_cfg.sliding_window, use_local_attn=True, attn_types=types, gated_mlp=True, final_rms=True,
+             use_normalization_before_and_after=True, original_architecture=_HF_CLASS[family],
+             model_name=f"tiny-{family}", default_prepend_bos=False, init_weights=False,
+             attn_scale=float(hf_cfg.query_pre_attn_scalar) ** 0.5, rotary_dim=hf_cfg.head_dim)
+    rope = hf_cfg.rope_parameters
+    if family == "gemma2":
+        d.update(rotary_base=float(rope["rope_theta"]), attn_scores_soft_cap=float(hf_cfg.attn_logit_softcapping),
+                 output_logits_soft_cap=float(hf_cfg.final_logit_softcapping))
+    else:
+        d.update(rotary_base=float(rope["full_attention"]["rope_theta"]),
+                 rotary_base_local=float(rope["sliding_attention"]["rope_theta"]), use_qk_norm=True)
+    return HookedTransformerConfig(**d)
+
+
+def _hooked(family: str, hf, tok, n_ctx: int):
+    """A raw-weight HookedTransformer converted by TransformerLens from ``hf`` (no hub access)."""
+    import json
+    import tempfile
+
+    import transformer_lens.loading_from_pretrained as loading
+    from transformer_lens import HookedTransformer
+
+    if family in ("gemma2", "gemma3"):
+        from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_weights
+
+        cfg = _gemma_hooked_config(family, hf.config, n_ctx)
+        state = convert_gemma_weights(hf, cfg)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bl_tiny_") as tmp:
+            # a local folder: TL reads its config.json (a name with "llama"/"gemma" in it would send TL
+            # down its name-based branches)
+            folder = Path(tmp) / "model"
+            hf.config.save_pretrained(folder)
+            if family == "gpt2":  # TL reads GPT-2's context from n_ctx
+                j = json.loads((folder / "config.json").read_text())
+                j["n_ctx"] = n_ctx
+                (folder / "config.json").write_text(json.dumps(j))
+            shim = _PhiConfigShim() if family == "phi" else contextlib.nullcontext()
+            with shim:
+                cfg = loading.get_pretrained_model_config(str(folder), device="cpu", default_prepend_bos=False)
+                state = loading.get_pretrained_state_dict(str(folder), cfg, hf)
+        cfg.model_name = f"tiny-{family}"
+    model = HookedTransformer(cfg, tok, move_to_device=False, default_padding_side="right")
+    model.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False, center_unembed=False,
+                                      fold_value_biases=False)
+    return model.eval()
+
+
+def _process_like_from_pretrained(model) -> None:
+    """Process a HookedTransformer's weights in place as ``HookedTransformer.from_pretrained`` does by default."""
+    softcap = (getattr(model.cfg, "output_logits_soft_cap", None) or -1.0) > 0
+    model.load_and_process_state_dict(model.state_dict(), fold_ln=True, center_writing_weights=True,
+                                      center_unembed=not softcap, fold_value_biases=True)
+
+
+def _family_model(family: str, kind: str, *, n_layers: int, d_model: int, n_heads: int, n_ctx: int, seed: int):
+    _check_family(family, kind)
+    why = family_support(family, kind)
+    if why is not None:
+        raise UnsupportedModelError(f"cannot build a tiny {family} as {kind!r}: {why}.")
+    tok = tiny_tokenizer()
+    hf = tiny_hf_model(family, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_ctx=n_ctx, seed=seed)
+    if kind.startswith("hooked"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = _hooked(family, hf, tok, n_ctx)
+            if kind == "hooked_processed":
+                _process_like_from_pretrained(model)
+        return model.eval()
+    from transformer_lens.model_bridge import TransformerBridge
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bridge = TransformerBridge.boot_transformers(f"tiny-{family}", hf_model=hf, tokenizer=tok)
+        bridge.cfg.default_prepend_bos = False
+        if kind == "bridge_compat":
+            bridge.enable_compatibility_mode()
+    return bridge.eval()

@@ -1,0 +1,139 @@
+"""Caches whose activations attended to pad tokens are refused (issue: silently wrong numbers).
+
+* a TransformerBridge does not mask left padding when ``run_with_cache`` gets tokens only, so its
+  cached activations attended to the pads: ``tokens=`` is refused unless the cached attention
+  patterns show the run was masked;
+* a HookedTransformer given left-padded tokens while its tokenizer pads right builds its mask for
+  right padding (so does ``mask_from_tokens``): refused;
+* ``tokens=`` contradicting ``attention_mask=`` is refused;
+* with attention patterns in the cache, real tokens attending to positions the mask calls padding is
+  refused for every kind.
+
+The correct runs (``attention_mask=`` in ``run_with_cache``) are accepted and give the numbers of
+the model-and-prompts path, which is checked against an unpadded forward pass per prompt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bayes_lens as bl
+from bayes_lens.errors import InvalidInputError
+from bayes_lens.models.tiny import tiny_model
+
+PROMPTS = ["the cat is on the house", "a dog", "moon river stone", "apple chair cloud lamp tree bird", "dax lug"]
+FIX = r"attention_mask= to run_with_cache"
+
+
+def _left(kind):
+    model = tiny_model(kind)
+    model.tokenizer.padding_side = "left"
+    return model
+
+
+def _unpadded_final_v(model, layer=-1):
+    """Final-token hook_v of each prompt run alone (no padding at all): the reference."""
+    name = bl.adapter.hook_name(model, layer, "v")
+    rows = []
+    for p in PROMPTS:
+        ids = model.tokenizer(p, add_special_tokens=False)["input_ids"]
+        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=lambda n: n == name)
+        rows.append(cache[name][0, -1].reshape(-1))
+    return torch.stack(rows).double()
+
+
+def test_bridge_left_padding_without_mask_in_run_is_refused():
+    model = _left("bridge")
+    tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="left")
+    _, cache_v = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
+    # no pattern in the cache: whether the run was masked cannot be told -> refused, naming the fix
+    with pytest.raises(InvalidInputError, match=FIX):
+        bl.collect.Collection.from_cache(cache_v, model=model, tokens=tokens, value_layers=[-1])
+    # with patterns: the activations show the leak -> refused
+    logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter())
+    with pytest.raises(InvalidInputError, match="attended to pad tokens"):
+        bl.geometry((logits, cache), tokens=tokens, n_boot=10, n_null=5, n_perm=10)
+    with pytest.raises(InvalidInputError, match="attended to pad tokens"):
+        bl.geometry((logits, cache), attention_mask=mask, n_boot=10, n_null=5, n_perm=10)
+    # the contaminated rows really differ from the unpadded ones (so the refusal is not cosmetic)
+    name = bl.adapter.hook_name(model, -1, "v")
+    leaked = cache[name][:, -1].reshape(len(PROMPTS), -1).double()
+    assert float((leaked - _unpadded_final_v(model)).abs().max()) > 1e-3
+
+
+def test_bridge_left_padding_masked_run_is_accepted_and_correct():
+    model = _left("bridge")
+    tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="left")
+    logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
+    want = _unpadded_final_v(model)
+    for kw in (dict(attention_mask=mask), dict(tokens=tokens), dict(tokens=tokens, attention_mask=mask)):
+        col = bl.collect.Collection.from_cache((logits, cache), value_layers=[-1], attention=True, **kw)
+        np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(), want.numpy(), atol=1e-4)
+
+
+def test_hooked_left_padded_tokens_with_right_padding_tokenizer_are_refused():
+    if not bl.adapter.has_hooked_transformer():
+        pytest.skip("HookedTransformer needs TransformerLens 3.x")
+    model = tiny_model("hooked")
+    assert model.tokenizer.padding_side == "right"
+    tokens = model.to_tokens(PROMPTS, prepend_bos=False, padding_side="left")
+    logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
+    with pytest.raises(InvalidInputError, match="padded on the left") as err:
+        bl.value_manifold((logits, cache), tokens=tokens, n_boot=10, n_null=5)
+    assert "attention_mask=" in str(err.value)
+    # TL's own numbers are wrong here too: the run attended to the pads
+    name = bl.adapter.hook_name(model, -1, "v")
+    assert float((cache[name][:, -1].reshape(len(PROMPTS), -1).double() - _unpadded_final_v(model)).abs().max()) > 1e-3
+
+
+def test_hooked_left_padding_with_left_tokenizer_is_masked_by_tl_and_accepted():
+    if not bl.adapter.has_hooked_transformer():
+        pytest.skip("HookedTransformer needs TransformerLens 3.x")
+    model = _left("hooked")
+    tokens, _ = bl.adapter.tokenize(model, PROMPTS, padding_side="left")
+    logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
+    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1])
+    np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(),
+                               _unpadded_final_v(model).numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", (["hooked"] if bl.adapter.has_hooked_transformer() else []) + ["bridge"])
+def test_tokens_contradicting_attention_mask_are_refused(kind):
+    model = _left(kind)
+    tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="left")
+    _, right_mask = bl.adapter.tokenize(model, PROMPTS, padding_side="right")
+    logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter(sites=("v",)))
+    with pytest.raises(InvalidInputError, match="contradict"):
+        bl.value_manifold((logits, cache), tokens=tokens, attention_mask=right_mask, n_boot=10, n_null=5)
+    # the consistent pair is fine
+    bl.value_manifold((logits, cache), tokens=tokens, attention_mask=mask, n_boot=10, n_null=5)
+
+
+def test_right_padding_without_mask_in_run_is_fine_for_a_bridge():
+    """Causal attention never looks ahead, so right pads cannot leak into real rows."""
+    model = tiny_model("bridge")
+    tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="right")
+    logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter())
+    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
+    np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(),
+                               _unpadded_final_v(model).numpy(), atol=1e-4)
+
+
+def test_gpt2_style_tokenizer_pad_is_bos_on_a_bridge():
+    """pad = bos = eos (GPT-2's tokenizer as TL sets it up), left padding, BOS prepended: refused
+    without a mask in the run, accepted (and right) with one."""
+    model = tiny_model("bridge", family="gpt2")
+    tok = model.tokenizer
+    tok.pad_token = tok.eos_token  # id 0, the BOS too
+    tok.padding_side = "left"
+    model.cfg.default_prepend_bos = True
+    tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="left", prepend_bos=True)
+    assert int(tokens[1, 0]) == int(tokens[1, -len(tok("a dog", add_special_tokens=False)["input_ids"]) - 1]) == 0
+    _, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
+    with pytest.raises(InvalidInputError, match=FIX):
+        bl.collect.Collection.from_cache(cache, model=model, tokens=tokens, value_layers=[-1])
+    logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
+    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
+    assert col.n_tokens.tolist() == mask.sum(1).tolist()
