@@ -235,18 +235,53 @@ def child_rngs(seed, n: int) -> Tuple[np.random.Generator, ...]:
     return tuple(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n))
 
 
-def keyed_rng(seed, *keys: int) -> np.random.Generator:
-    """A generator for one random purpose inside an analysis: ``SeedSequence([seed, *keys])``.
+def _key_int(value, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or int(value) < 0:
+        raise InvalidInputError(f"keyed_rng / keyed_seed take non-negative integers; the {what} is {value!r}.")
+    return int(value)
 
-    Distinct key tuples give independent streams (unlike ``seed + k`` offsets, which collide:
-    ``seed + 7·i + N`` repeats across settings) and a result does not depend on loop order.
+
+def _keyed_sequence(seed, keys) -> np.random.SeedSequence:
+    """The SeedSequence of ``(seed, *keys)``: distinct tuples give distinct hash inputs (no padding collisions).
+
+    ``SeedSequence([seed, *keys])`` alone is not injective: each integer becomes its 32-bit words and
+    the words are zero-padded to the pool size (4), so ``(5,) ≡ (5, 0)``, ``(5, 1) ≡ (5 + 2**32,)`` and
+    ``(5, 1000, 0) ≡ (5, 1000)``. Tuples of three or more values below 2**32 - the form of every call
+    site in the library (``keyed_seed(seed, 1000, i)``, ``keyed_rng(seed, 7, i, N)``) - keep that
+    input (so their streams are the ones of earlier versions) except a four-value tuple ending in 0,
+    the one padded form that collides inside that family. Every other tuple is length-prefixed (the
+    value count, then each value as its word count and words, so no two tuples give the same words)
+    and hashed with a pool of 8 words, a separate function from the pool-4 one.
     """
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *(int(k) for k in keys)]))
+    values = [_key_int(seed, "seed"), *(_key_int(k, f"key {i}") for i, k in enumerate(keys))]
+    if len(values) >= 3 and all(v < 2 ** 32 for v in values) and not (len(values) == 4 and values[-1] == 0):
+        return np.random.SeedSequence(values)
+    words = [len(values)]
+    for v in values:
+        w = []
+        while True:
+            w.append(v & 0xFFFFFFFF)
+            v >>= 32
+            if not v:
+                break
+        words += [len(w), *w]
+    return np.random.SeedSequence(words, pool_size=8)
+
+
+def keyed_rng(seed, *keys: int) -> np.random.Generator:
+    """A generator for one random purpose inside an analysis, keyed by ``(seed, *keys)``.
+
+    Distinct tuples of non-negative integers give independent streams (unlike ``seed + k`` offsets,
+    which collide: ``seed + 7·i + N`` repeats across settings, and unlike a bare
+    ``SeedSequence([seed, *keys])``, whose zero padding makes ``(5,)`` and ``(5, 0)`` one stream; see
+    :func:`_keyed_sequence`), and a result does not depend on loop order.
+    """
+    return np.random.default_rng(_keyed_sequence(seed, keys))
 
 
 def keyed_seed(seed, *keys: int) -> int:
     """An integer seed for a callee that takes one, derived like :func:`keyed_rng` (63 bits)."""
-    return int(np.random.SeedSequence([int(seed), *(int(k) for k in keys)]).generate_state(2, np.uint64)[0] >> 1)
+    return int(_keyed_sequence(seed, keys).generate_state(2, np.uint64)[0] >> 1)
 
 
 def bootstrap_indices(n: int, n_boot: int, seed_or_rng=0) -> np.ndarray:

@@ -9,6 +9,7 @@ from scipy.stats import bootstrap as scipy_bootstrap
 from scipy.stats import entropy as scipy_entropy
 from scipy.stats import linregress, pearsonr, spearmanr
 
+from bayes_lens.errors import InvalidInputError
 from bayes_lens.metrics import stats as S
 
 
@@ -120,3 +121,37 @@ def test_keyed_streams_are_distinct_where_offsets_collide():
     np.testing.assert_array_equal(keyed_rng(0, 7, 1, 30).random(5), a)  # reproducible
     s = keyed_seed(3, 1000, 2)
     assert isinstance(s, int) and 0 <= s < 2 ** 63 and s == keyed_seed(3, 1000, 2) != keyed_seed(3, 1000, 1)
+
+
+def test_keyed_streams_do_not_collide_through_zero_padding():
+    """Issue 25: SeedSequence([seed, *keys]) pads to 32-bit words, so these pairs were one stream."""
+    from itertools import product
+
+    from bayes_lens.metrics.stats import keyed_rng, keyed_seed
+
+    assert not np.array_equal(keyed_rng(5).random(4), keyed_rng(5, 0).random(4))
+    assert not np.array_equal(keyed_rng(5, 1).random(4), keyed_rng(5 + 2 ** 32).random(4))
+    assert keyed_seed(5, 1000, 0) != keyed_seed(5, 1000)
+    # every tuple of 1-5 values from a set full of padding and word-split traps gets its own stream
+    vals = (0, 1, 2 ** 32, 2 ** 32 + 1)
+    tuples = [t for n in range(1, 6) for t in product(vals, repeat=n)]
+    states = {tuple(keyed_rng(*t).bit_generator.state["state"].values()) for t in tuples}
+    assert len(states) == len(tuples) == 1364
+    seeds = {keyed_seed(*t) for t in tuples}
+    assert len(seeds) == len(tuples)
+
+
+def test_keyed_streams_of_the_library_call_sites_are_unchanged():
+    """keyed_seed(seed, 1000, i) and keyed_rng(seed, 7, i, N) (the Falck checks) draw what
+    SeedSequence([seed, *keys]) drew before issue 25, so no recorded result moves."""
+    from bayes_lens.metrics.stats import keyed_rng, keyed_seed
+
+    for seed, i, n in [(0, 0, 40), (0, 3, 37), (12345, 1, 4), (2 ** 32 - 1, 7, 1)]:
+        old_seed = int(np.random.SeedSequence([seed, 1000, i]).generate_state(2, np.uint64)[0] >> 1)
+        assert keyed_seed(seed, 1000, i) == old_seed
+        np.testing.assert_array_equal(keyed_rng(seed, 7, i, n).random(6),
+                                      np.random.default_rng(np.random.SeedSequence([seed, 7, i, n])).random(6))
+    with pytest.raises(InvalidInputError, match="non-negative integers"):
+        keyed_rng(-1, 2)
+    with pytest.raises(InvalidInputError, match="key 0"):
+        keyed_seed(3, 1.5)
