@@ -30,6 +30,7 @@ from .errors import (
     NonFiniteError,
     TokenizationError,
     UnsupportedModelError,
+    WriteError,
 )
 
 __version__ = "0.1.0"
@@ -85,6 +86,7 @@ __all__ = [
     "NonFiniteError",
     "TokenizationError",
     "UnsupportedModelError",
+    "WriteError",
     *_LAZY,
 ]
 

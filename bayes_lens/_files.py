@@ -1,9 +1,15 @@
 """Small file utilities shared by the report writer and the wind-tunnel checkpoints.
 
 * :func:`sha256_file` - the hash recorded for every file of a report or checkpoint;
+  :func:`sha256_tensor` / :func:`sha256_json` - the hashes of one tensor (dtype, shape, bytes) and of
+  a JSON document (canonical form), which self-checking files (merged collections, axes) carry;
 * :func:`write_bytes` / :func:`write_text` - atomic file writes (temporary file in the same folder,
   ``fsync``, ``os.replace``, ``fsync`` of the folder): a reader sees the old or the new content,
-  never a torn file, even if the process is killed;
+  never a torn file, even if the process is killed. The temporary file is named
+  ``.<name>.<host>-<pid>-<random>.tmp``; one left by a killed writer on this host is deleted by the
+  next write of the same file. A write that the file system refuses (disk full, read-only, no
+  permission) raises :class:`~bayes_lens.errors.WriteError` naming the file and the fix;
+* :func:`make_dir` - ``mkdir -p`` with the same errors (a file in the way, a read-only parent);
 * :func:`fsync_dir` - make a rename durable;
 * :class:`FolderLock` - an exclusive ``fcntl.flock`` on a lock file, waited for with a timeout, so
   that two processes never commit into the same output folder at once (the loser waits, or raises
@@ -21,17 +27,22 @@ Example
 
 from __future__ import annotations
 
+import errno
+import glob
 import hashlib
+import json
 import os
+import re
+import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
-from .errors import LockTimeoutError
+from .errors import BayesLensError, LockTimeoutError, WriteError
 
-__all__ = ["sha256_file", "write_atomic", "write_bytes", "write_text", "fsync_dir", "file_mode", "FolderLock",
-           "DEFAULT_LOCK_TIMEOUT", "lock_timeout"]
+__all__ = ["sha256_file", "sha256_tensor", "sha256_json", "write_atomic", "write_bytes", "write_text", "fsync_dir",
+           "file_mode", "make_dir", "write_error", "pid_alive", "FolderLock", "DEFAULT_LOCK_TIMEOUT", "lock_timeout"]
 
 #: Seconds a writer waits for another writer's lock before giving up (``BAYES_LENS_LOCK_TIMEOUT``).
 DEFAULT_LOCK_TIMEOUT = 120.0
@@ -44,6 +55,96 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_tensor(t) -> str:
+    """Hex SHA-256 of a torch tensor's dtype, shape and bytes (row-major; any dtype, bfloat16 included)."""
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    """Hex SHA-256 of a JSON-able object in canonical form (sorted keys, no spaces; NaN allowed).
+
+    The same object read back from any JSON text of it (``json.loads``) hashes the same, so a file
+    can store the hash of its own metadata next to it.
+    """
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+_FIXES = {
+    errno.ENOSPC: "the disk is full: free space, or write to another disk",
+    errno.EDQUOT: "the disk quota is exhausted: free space, or write to another disk",
+    errno.EROFS: "the file system is read-only: write to a writable folder",
+    errno.EACCES: "permission denied: write to a folder you can write to",
+    errno.EPERM: "permission denied: write to a folder you can write to",
+    errno.EEXIST: "a file is in the way where a folder is needed: remove it or choose another path",
+    errno.ENOTDIR: "a file is in the way where a folder is needed: remove it or choose another path",
+    errno.EISDIR: "a folder is in the way where a file is needed: remove it or choose another path",
+    errno.ENOENT: "its folder does not exist (deleted meanwhile?): create it or choose another path",
+}
+
+
+def write_error(err: BaseException, path: Union[str, Path], what: str = "write") -> WriteError:
+    """The :class:`~bayes_lens.errors.WriteError` for an ``OSError`` (or safetensors' error, which
+    carries the OS error code in its text) raised while writing ``path``."""
+    code = getattr(err, "errno", None)
+    if code is None:
+        m = re.search(r"code: (\d+)", str(err))
+        code = int(m.group(1)) if m else None
+    fix = _FIXES.get(code) if code is not None else None
+    reason = (os.strerror(code) if code else str(err)) or type(err).__name__
+    return WriteError(f"cannot {what} {str(path)!r}: {reason}" + (f"; {fix}" if fix else "") +
+                      ". Nothing partial was left in its place.")
+
+
+def make_dir(path: Union[str, Path], what: str = "folder") -> Path:
+    """``mkdir -p path``; a file in the way or an unwritable parent is a WriteError saying so."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise WriteError(f"cannot use {str(path)!r} as the {what}: it is a file, not a folder; pass a folder path "
+                         "(it is created if missing) or remove the file.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise write_error(err, path, f"create the {what}") from None
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (EPERM: it exists but is not ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError as err:
+        return err.errno == errno.EPERM
+    return True
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.{_HOST}-"
+
+
+def _clean_stale_tmp(path: Path) -> None:
+    """Delete temporary files of ``path`` left by killed writers on this host (a live writer's stay)."""
+    prefix = _tmp_prefix(path)
+    for tmp in path.parent.glob(glob.escape(prefix) + "*.tmp"):
+        pid = tmp.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def file_mode() -> int:
@@ -71,7 +172,12 @@ def write_atomic(path: Union[str, Path], write) -> None:
     """Call ``write(tmp_path)`` on a temporary file next to ``path``, fsync it, then ``os.replace`` it in
     (and fsync the folder): a reader sees the old file or the complete new one, never a part."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    if path.is_dir():
+        raise WriteError(f"cannot write {str(path)!r}: it is a folder; remove it or choose another file name.")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(path)}{os.getpid()}-", suffix=".tmp", dir=str(path.parent))
+    except OSError as err:
+        raise write_error(err, path) from None
     os.close(fd)
     try:
         os.chmod(tmp, file_mode())
@@ -79,13 +185,17 @@ def write_atomic(path: Union[str, Path], write) -> None:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
+        if not isinstance(err, BayesLensError) and (isinstance(err, OSError)
+                                                    or type(err).__name__ == "SafetensorError"):
+            raise write_error(err, path) from err
         raise
     fsync_dir(path.parent)
+    _clean_stale_tmp(path)
 
 
 def write_bytes(path: Union[str, Path], data: bytes) -> None:

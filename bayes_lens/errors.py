@@ -28,6 +28,7 @@ __all__ = [
     "MissingExtraError",
     "LockTimeoutError",
     "UnsupportedModelError",
+    "WriteError",
 ]
 
 
@@ -70,6 +71,11 @@ class CheckpointError(BayesLensError):
 
 class LockTimeoutError(BayesLensError, TimeoutError):
     """Another process held the lock of an output folder (a report being committed) for too long."""
+
+
+class WriteError(BayesLensError, OSError):
+    """A file or folder could not be written (disk full, read-only file system, no permission, a file
+    where a folder should be); nothing partial was left in place of the file."""
 
 
 class MissingExtraError(BayesLensError, ImportError):

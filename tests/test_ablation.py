@@ -7,6 +7,7 @@ later-registered read hook at the same point.
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pytest
@@ -424,6 +425,85 @@ def test_load_refuses_other_shapes_and_warns_on_basis(tiny, tmp_path):
         EntropyAxis.load(bad)
     with pytest.raises(bl.CheckpointError, match="no axis file"):
         EntropyAxis.load(tmp_path / "missing.npz")
+
+
+def _rewrite_axis(path, edit):
+    """Rewrite a saved .safetensors axis with ``edit(meta, tensors)`` applied (a hand-edited file)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["bayes_lens_entropy_axis"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    edit(meta, tensors)
+    save_file(tensors, str(path), metadata={"bayes_lens_entropy_axis": json.dumps(meta)})
+
+
+def _times_ten_sigma(meta, tensors):
+    meta["sigma"] = {k: 10 * v for k, v in meta["sigma"].items()}
+
+
+def _flip_correlation(meta, tensors):
+    meta["entropy_correlation"] = {k: -v for k, v in meta["entropy_correlation"].items()}
+
+
+def _older_version(meta, tensors):
+    meta["format_version"] = 2
+
+
+def _flip_tensor_as_format_1(meta, tensors):
+    # a format-3 file turned into "format 1" (metadata checksum removed) with one tensor damaged:
+    # its per-tensor checksums are still there, so they must be checked
+    del meta["metadata_sha256"]
+    meta["format_version"] = 1
+    tensors["axis.1"][0] += 0.5
+
+
+@pytest.mark.parametrize("edit", [_times_ten_sigma, _flip_correlation, _older_version, _flip_tensor_as_format_1])
+def test_edited_axis_metadata_refuses_to_load(tiny, tmp_path, edit):
+    """Issue 25: the metadata (σ, correlations, format version) is under the checksum too."""
+    axis = EntropyAxis(layer=[0, 1], standardize="raw", progress=False).fit(tiny, TEXTS)
+    assert all(np.isfinite(v) and v != 0 for v in axis.entropy_correlation_.values())
+    path = axis.save(tmp_path / "a.safetensors")
+    EntropyAxis.load(path, tiny)  # the untouched file loads
+    _rewrite_axis(path, edit)
+    with pytest.raises(bl.CheckpointError, match="SHA-256"):
+        EntropyAxis.load(path, tiny)
+
+
+def test_edited_axis_metadata_refuses_to_load_npz(tiny, tmp_path):
+    path = _random_axis(tiny, layers=(1,), sigma=0.7).save(tmp_path / "a.npz")
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays.pop("__meta__")))
+    meta["sigma"]["1"] *= 10
+    np.savez(path, __meta__=np.array(json.dumps(meta)), **arrays)
+    with pytest.raises(bl.CheckpointError, match="metadata .* does not match its SHA-256"):
+        EntropyAxis.load(path, tiny)
+
+
+def test_older_axis_formats_still_load(tiny, tmp_path):
+    """Files written before the metadata checksum (format 2) or any checksum (format 1) load, with a
+    warning saying what is not verified; format 2's tensor checksums are still checked."""
+    axis = _random_axis(tiny, layers=(1,), sigma=0.7)
+    path = axis.save(tmp_path / "a.safetensors")
+
+    def as_format_2(meta, tensors):
+        del meta["metadata_sha256"]
+        meta["format_version"] = 2
+
+    _rewrite_axis(path, as_format_2)
+    with pytest.warns(UserWarning, match="format 2"):
+        loaded = EntropyAxis.load(path, tiny)
+    assert loaded.sigma_ == axis.sigma_ and torch.equal(loaded.axes_[1], axis.axes_[1])
+
+    def as_format_1(meta, tensors):
+        del meta["sha256"]
+        meta["format_version"] = 1
+
+    _rewrite_axis(path, as_format_1)
+    with pytest.warns(UserWarning, match="format 1, without checksums"):
+        assert EntropyAxis.load(path, tiny).sigma_ == axis.sigma_
 
 
 # --------------------------------------------------------------------------------------------

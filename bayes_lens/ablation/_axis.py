@@ -7,7 +7,8 @@ coordinate correlates non-negatively with the model's entropy (or the Bayes entr
 METHODS.md §1) and maps it back to raw activations, u = (w/σ)/‖w/σ‖; ``"raw"`` takes PC1 of the raw
 centred values. ``fit`` takes a model and prompts, a user's cache, or arrays; its patches
 (``removal``, ``shift``, ``keep_only``, ``random_control``) are :class:`~bayes_lens.ablation.Patch`
-objects. Saved axes carry a SHA-256 per tensor.
+objects. Saved axes carry a SHA-256 per tensor and (format 3) one of their metadata - σ, the entropy
+correlations, the model facts, the format version itself - so an edited or damaged file refuses to load.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .. import adapter
-from .._files import write_atomic
+from .._files import sha256_json, write_atomic
 from ..collect import Collection, collect, is_cache_like, source_model
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
 from ..hookpoints import axis_hook_name
@@ -42,17 +43,50 @@ from ._patch import Patch, PatchPart
 
 __all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "axis_from_pca", "check_loaded"]
 
-_FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+# 1: no checksums; 2: a SHA-256 per tensor ("sha256"); 3: also one of the metadata ("metadata_sha256")
+_FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 _META_KEY = "bayes_lens_entropy_axis"
+_META_SHA = "metadata_sha256"
 
 
 def _tensor_sha256(t: Tensor) -> str:
-    """SHA-256 of a tensor's dtype, shape and bytes (row-major)."""
+    """SHA-256 of a tensor's dtype, shape and bytes (row-major), as numpy names the dtype (format 2)."""
     a = t.detach().cpu().contiguous().numpy()
     h = hashlib.sha256(f"{a.dtype.str}{list(a.shape)}".encode())
     h.update(a.tobytes())
     return h.hexdigest()
+
+
+def _verify(path, meta: dict, tensors: Dict[str, Tensor]) -> None:
+    """Check the metadata checksum and the tensor checksums wherever the file carries them.
+
+    A checksum that is present is always checked, whatever ``format_version`` says (an edited
+    version number must not switch the checks off); format 3 must carry both, format 2 the tensor
+    ones; only format 1 files, written before checksums existed, load unverified (with a warning).
+    """
+    version = meta.get("format_version")
+    if _META_SHA in meta or version >= 3:
+        body = {k: v for k, v in meta.items() if k != _META_SHA}
+        if not isinstance(meta.get(_META_SHA), str) or sha256_json(body) != meta[_META_SHA]:
+            raise CheckpointError(f"{path}: the axis metadata (format version, σ, entropy correlations, model facts, "
+                                  "tensor checksums) does not match its SHA-256: the file was edited or damaged. "
+                                  "Fit and save the axis again.")
+    sha = meta.get("sha256")
+    if sha is not None or version >= 2:
+        if not isinstance(sha, dict) or set(sha) != set(tensors):
+            raise CheckpointError(f"{path}: the checksums do not list exactly the stored tensors; the file is "
+                                  "damaged.")
+        for name, t in tensors.items():
+            if not isinstance(sha[name], str) or _tensor_sha256(t) != sha[name]:
+                raise CheckpointError(f"{path}: the tensor {name!r} does not match its SHA-256; the file is "
+                                      "corrupted. Fit and save the axis again.")
+    else:
+        warnings.warn(f"{path} is an axis file of format 1, without checksums: its tensors cannot be verified. "
+                      "Save it again to add them.", UserWarning, stacklevel=4)
+    if _META_SHA not in meta and version == 2:
+        warnings.warn(f"{path} is an axis file of format 2: its tensors are verified but its metadata (σ, entropy "
+                      "correlations) is not. Save it again (format 3) to cover it.", UserWarning, stacklevel=4)
 
 
 @dataclass(frozen=True, eq=False)
@@ -601,6 +635,8 @@ class EntropyAxis:
             tensors[f"scale.{k}"] = self.scales_[k].contiguous()
         meta_dict = self._metadata()
         meta_dict["sha256"] = {name: _tensor_sha256(t) for name, t in tensors.items()}
+        meta_dict = json.loads(json.dumps(meta_dict, allow_nan=True))  # the form load() reads back
+        meta_dict[_META_SHA] = sha256_json(meta_dict)
         meta = json.dumps(meta_dict, allow_nan=True)
         if path.suffix != ".npz" and path.suffix != ".safetensors":
             path = path.with_name(path.name + ".safetensors")
@@ -655,18 +691,7 @@ class EntropyAxis:
         if not isinstance(meta, dict) or meta.get("format_version") not in _READABLE_VERSIONS:
             version = meta.get("format_version") if isinstance(meta, dict) else None
             raise CheckpointError(f"{path} has axis format {version!r}; this bayes_lens reads {_READABLE_VERSIONS}.")
-        sha = meta.get("sha256")
-        if meta["format_version"] >= 2:
-            if not isinstance(sha, dict) or set(sha) != set(tensors):
-                raise CheckpointError(f"{path}: the checksums do not list exactly the stored tensors; the file is "
-                                      "damaged.")
-            for name, t in tensors.items():
-                if not isinstance(sha[name], str) or _tensor_sha256(t) != sha[name]:
-                    raise CheckpointError(f"{path}: the tensor {name!r} does not match its SHA-256; the file is "
-                                          "corrupted. Fit and save the axis again.")
-        else:
-            warnings.warn(f"{path} is an axis file of format 1, without checksums: its tensors cannot be verified. "
-                          "Save it again to add them.", UserWarning, stacklevel=3)
+        _verify(path, meta, tensors)
         params = meta["params"]
         if not isinstance(params, dict) or set(params) - set(cls().get_params()):
             raise CheckpointError(f"{path}: unknown axis parameters {sorted(set(params) - set(cls().get_params()))}.")

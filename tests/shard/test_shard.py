@@ -209,6 +209,52 @@ def test_corrupt_files_are_refused(shards):
         sh.merge(d)
 
 
+def _merged_file(d):
+    out = d / "merged.safetensors"
+    ms = sh.open_shards(d, PROMPTS)
+    sh.save_collection(ms.collection(), out, {"settings_sha256": ms.manifests[0]["settings_sha256"],
+                                              "model_fingerprint": ms.model_fingerprint})
+    return out
+
+
+def test_merged_file_verifies_its_bytes(shards):
+    """Issue 25: a bit flipped in the merged file (tensor bytes or metadata) is refused on load."""
+    import struct
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    d, _ = shards
+    out = _merged_file(d)
+    good = out.read_bytes()
+    assert_equal_collections(sh.load_collection(out), sh.merge(d, PROMPTS))
+    header_len = struct.unpack("<Q", good[:8])[0]
+    header = json.loads(good[8:8 + header_len])
+    begin, end = header["final_values.0"]["data_offsets"]
+    for pos in (begin, (begin + end) // 2, end - 1):  # first, middle and last byte of one layer's rows
+        flipped = bytearray(good)
+        flipped[8 + header_len + pos] ^= 0x10
+        out.write_bytes(bytes(flipped))
+        with pytest.raises(sh.ShardIntegrityError, match="'final_values.0' does not match its SHA-256"):
+            sh.load_collection(out)
+        with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):
+            sh.load_collection(out, layers=[0])
+        sh.load_collection(out, layers=[1])  # the rows read are intact: layer 1 alone loads
+    out.write_bytes(good[:-100])  # truncation: still refused
+    with pytest.raises(sh.ShardIntegrityError, match="cannot read"):
+        sh.load_collection(out)
+    # the metadata (model fingerprint, settings hash) is under the checksum too
+    out.write_bytes(good)
+    with safe_open(str(out), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, str(out), metadata={**meta, "model_fingerprint": "0" * 64})
+    with pytest.raises(sh.ShardIntegrityError, match="metadata .* does not match its SHA-256"):
+        sh.load_collection(out)
+    save_file(tensors, str(out), metadata={k: v for k, v in meta.items() if k != "tensors_sha256"})
+    with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):
+        sh.load_collection(out)
+
+
 def test_changed_or_reordered_prompts_are_refused(shards):
     d, _ = shards
     changed = list(PROMPTS)
