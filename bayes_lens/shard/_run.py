@@ -5,6 +5,9 @@ A worker calls :func:`bayes_lens.collect.collect` on ``prompts[shard.start:shard
 is reported as prompt 37 whichever worker ran it), then writes ``shard-XXXXX.safetensors`` and, last,
 ``shard-XXXXX.json`` (see :mod:`bayes_lens.shard._store`). A shard whose manifest is on disk and
 matches this run (range, prompt hashes, settings hash, model) is skipped: rerunning a job resumes it.
+"Model" means the fingerprint (:func:`~bayes_lens.shard.model_fingerprint`) of the model this run
+uses: a run from a :class:`~bayes_lens.shard.ModelSpec` builds the model once even when every shard
+is finished, so weights changed behind an unchanged spec are refused, not silently reused.
 A manifest that does *not* match is refused rather than overwritten (``overwrite=True`` replaces it).
 
 The settings hash covers the collect arguments that change the numbers (layers, attention,
@@ -158,11 +161,18 @@ class _Model:
             self._fp = model_fingerprint(self.get())
         return self._fp
 
-    def matches(self, manifest: Dict[str, Any]) -> bool:
-        """Whether a finished shard was made by this model: same spec, or (a model object) same fingerprint."""
-        if self.spec is not None and self._model is None:
-            return manifest.get("model_spec") == self.spec.to_dict()
-        return manifest.get("model_fingerprint") == self.fingerprint()
+    def difference(self, manifest: Dict[str, Any]) -> Optional[str]:
+        """Why a shard was not made by this model, or None: for a spec, the same spec *and* the same
+        fingerprint of the model it loads now (the model is built once per run for that: the same
+        path or loader can return other weights, e.g. a retrained checkpoint); for a model object,
+        the same fingerprint."""
+        if self.spec is not None and manifest.get("model_spec") != self.spec.to_dict():
+            return f"another model spec ({manifest.get('model_spec')!r}, now {self.spec.to_dict()!r})"
+        if manifest.get("model_fingerprint") != self.fingerprint():
+            what = (f"the model {self.spec.loader!r} loads now" if self.spec is not None else "this model")
+            return (f"another model: {what} has fingerprint {self.fingerprint()[:12]}..., the shard's model "
+                    f"{str(manifest.get('model_fingerprint'))[:12]}... (other weights behind the same spec?)")
+        return None
 
 
 def _differences(m: Dict[str, Any], shard: Shard, n_prompts: int, hashes, settings, model: _Model) -> list:
@@ -178,8 +188,9 @@ def _differences(m: Dict[str, Any], shard: Shard, n_prompts: int, hashes, settin
         old = m.get("settings") or {}
         keys = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
         diff.append("settings " + ", ".join(f"{k}={old.get(k)!r} (now {settings.get(k)!r})" for k in keys))
-    if not model.matches(m):
-        diff.append("another model")
+    other = model.difference(m)
+    if other:
+        diff.append(other)
     return diff
 
 

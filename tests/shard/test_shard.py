@@ -284,6 +284,35 @@ def test_changed_model_is_refused(shards):
         sh.merge(d)
 
 
+SWAP_LOADER = """
+from pathlib import Path
+from bayes_lens.models.tiny import tiny_model
+
+
+def model(kind):  # the same spec, whatever weights the file next to it names (a retrained checkpoint)
+    return tiny_model(kind, seed=int((Path(__file__).parent / "weights_seed.txt").read_text()))
+"""
+
+
+def test_spec_resume_of_a_finished_folder_checks_the_weights(tmp_path, monkeypatch):
+    """Issue 25: a ModelSpec whose loader now returns other weights must not reuse the finished shards."""
+    (tmp_path / "bl_swap_loader.py").write_text(SWAP_LOADER)
+    (tmp_path / "weights_seed.txt").write_text("0")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = sh.ModelSpec("bl_swap_loader:model", {"kind": KINDS[0]})
+    d, shards = tmp_path / "job", sh.plan(len(PROMPTS), 4, 3)
+    assert set(sh.run_shards(spec, PROMPTS, shards, d, **KW).values()) == {"done"}
+    assert set(sh.run_shards(spec, PROMPTS, shards, d, **KW).values()) == {"skipped"}  # same weights: resumed
+    (tmp_path / "weights_seed.txt").write_text("1")  # other weights behind the unchanged spec
+    with pytest.raises(sh.ShardMismatchError, match="another model: the model 'bl_swap_loader:model' loads now"):
+        sh.run_shards(spec, PROMPTS, shards, d, **KW)
+    with pytest.raises(sh.ShardMismatchError, match="fingerprint"):
+        sh.collect_sharded(spec, PROMPTS, d, n_shards=3, **KW)
+    # overwrite=True redoes them with the new weights, which then equal one process on those weights
+    sh.run_shards(spec, PROMPTS, shards, d, overwrite=True, **KW)
+    assert_equal_collections(sh.merge(d, PROMPTS), collect(tiny_model(KINDS[0], seed=1), PROMPTS, **KW))
+
+
 def test_mixed_dtypes_warn(shards):
     d, _ = shards
     m = json.loads((d / "shard-00001.json").read_text())
