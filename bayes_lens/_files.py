@@ -91,7 +91,7 @@ _FIXES = {
 }
 
 
-def write_error(err: BaseException, path: Union[str, Path], what: str = "write") -> WriteError:
+def write_error(err: BaseException, path: Union[str, Path], what: str = "write", *, file: bool = True) -> WriteError:
     """The :class:`~bayes_lens.errors.WriteError` for an ``OSError`` (or safetensors' error, which
     carries the OS error code in its text) raised while writing ``path``."""
     code = getattr(err, "errno", None)
@@ -101,7 +101,7 @@ def write_error(err: BaseException, path: Union[str, Path], what: str = "write")
     fix = _FIXES.get(code) if code is not None else None
     reason = (os.strerror(code) if code else str(err)) or type(err).__name__
     return WriteError(f"cannot {what} {str(path)!r}: {reason}" + (f"; {fix}" if fix else "") +
-                      ". Nothing partial was left in its place.")
+                      (". Nothing partial was left in its place." if file else "."))
 
 
 def make_dir(path: Union[str, Path], what: str = "folder") -> Path:
@@ -113,7 +113,7 @@ def make_dir(path: Union[str, Path], what: str = "folder") -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise write_error(err, path, f"create the {what}") from None
+        raise write_error(err, path, f"create the {what}", file=False) from None
     return path
 
 
@@ -243,7 +243,10 @@ class FolderLock:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
             return self
-        fd = os.open(str(self.lock_file), os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            fd = os.open(str(self.lock_file), os.O_RDWR | os.O_CREAT, file_mode())
+        except OSError as err:
+            raise write_error(err, self.lock_file, f"create the lock file of {self.what}", file=False) from None
         deadline = time.monotonic() + self.timeout
         delay = 0.01
         while True:

@@ -506,6 +506,84 @@ def test_older_axis_formats_still_load(tiny, tmp_path):
         assert EntropyAxis.load(path, tiny).sigma_ == axis.sigma_
 
 
+def test_axis_save_on_a_full_disk_is_a_write_error_and_keeps_the_old_file(tiny, tmp_path, monkeypatch):
+    import errno
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    axis = _random_axis(tiny, layers=(1,), sigma=0.7)
+    path = axis.save(tmp_path / "a.safetensors")
+    before = path.read_bytes()
+
+    def full_disk(tensors, filename, metadata=None):
+        open(filename, "wb").write(b"partial")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    with pytest.raises(bl.WriteError, match=r"a.safetensors.*No space left on device; the disk is full"):
+        _random_axis(tiny, layers=(1,), seed=1).save(path)
+    monkeypatch.undo()
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(np, "savez", read_only)
+    with pytest.raises(bl.WriteError, match="the file system is read-only"):
+        axis.save(tmp_path / "b.npz")
+    monkeypatch.undo()
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors"]
+    (tmp_path / "c.safetensors").mkdir()
+    with pytest.raises(bl.WriteError, match="it is a folder"):
+        axis.save(tmp_path / "c.safetensors")
+
+
+KILLED_SAVE = """
+import os, sys, torch
+import safetensors.torch
+import bayes_lens as bl
+from bayes_lens.models.tiny import tiny_model
+
+model = tiny_model(sys.argv[2])
+dim = bl.adapter.model_info(model).kv_dim
+axis = bl.EntropyAxis.from_directions(model, {0: torch.ones(dim)}, sigma=1.0)
+
+
+def killed(tensors, filename, metadata=None):
+    open(filename, "wb").write(b"partial")
+    os.kill(os.getpid(), 9)  # SIGKILL in the middle of the write
+
+
+safetensors.torch.save_file = killed
+axis.save(sys.argv[1])
+"""
+
+
+def test_killed_axis_save_leaves_a_temporary_file_the_next_save_removes(tmp_path):
+    """Issue 25: a SIGKILL inside axis.save left a .tmp file that nothing cleaned."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tiny = tiny_model("hooked" if bl.adapter.has_hooked_transformer() else "bridge")
+
+    script = tmp_path / "killed_save.py"
+    script.write_text(KILLED_SAVE)
+    path = tmp_path / "axis.safetensors"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script), str(path), model_info(tiny).kind], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(left) == 1 and left[0].startswith(".axis.safetensors.") and not path.exists()
+    _random_axis(tiny, layers=(0,)).save(path)  # the next save of that file removes the dead writer's temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["axis.safetensors", "killed_save.py"]
+    EntropyAxis.load(path, tiny)
+
+
 # --------------------------------------------------------------------------------------------
 # compare_patched
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from .._files import make_dir
 from ..collect import check_prompts
 from ._errors import ShardIntegrityError, ShardMismatchError
 from ._plan import Shard
@@ -48,8 +49,7 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
     """Write ``plan.json`` and ``prompts.jsonl`` into ``out_dir``; an identical plan there is kept."""
     prompts = check_prompts(prompts)
     settings = collect_settings(dict(collect_kwargs or {}), task)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir, "shard folder")
     doc = {
         "format": PLAN_FORMAT,
         "model": None if spec is None else spec.to_dict(),

@@ -30,6 +30,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 
+from .._files import make_dir
 from .._progress import progress as progress_bar
 from ..collect import check_prompts, collect
 from ..errors import InvalidInputError
@@ -213,8 +214,7 @@ def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], o
     needs running); ``{shard index: "done" | "skipped"}``."""
     prompts = check_prompts(prompts)
     settings = collect_settings(collect_kwargs, task)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir, "shard folder")
     model = model_or_spec if isinstance(model_or_spec, _Model) else _Model(model_or_spec)
     hashes_all = prompt_hashes(prompts)
     status = {}
@@ -277,8 +277,7 @@ def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int
     :func:`run_shard` calls this after running the model; it is public for engines that compute rows
     another way (and for tests and benchmarks that write synthetic shards).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir, "shard folder")
     tensors = collection_tensors(col)
     tpath = tensors_path(out, shard)
     write_tensors_atomic(tpath, tensors, {"attention_positions": col.attention_positions,

@@ -350,6 +350,91 @@ def test_bad_collect_arguments_are_refused(tmp_path):
         sh.merge(tmp_path)
 
 
+_ENOSPC_TEXT = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+
+
+def _leftovers(d):
+    return sorted(p.name for p in Path(d).rglob("*") if p.name.endswith(".tmp") or p.suffix == ".safetensors")
+
+
+def test_full_or_read_only_file_system_is_a_write_error(tmp_path, monkeypatch):
+    """Issue 25: ENOSPC / EROFS / EEXIST while writing shards are a WriteError naming the file and the
+    fix (not a bare OSError or SafetensorError), and nothing partial is committed."""
+    import errno
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    model = tiny_model(KINDS[0])
+    real_save = safetensors.torch.save_file
+
+    def full_disk(tensors, filename, metadata=None):
+        with open(filename, "wb") as fh:
+            fh.write(b"x" * 100)  # half-written, then the disk is full
+        raise SafetensorError(_ENOSPC_TEXT)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    d = tmp_path / "full"
+    with pytest.raises(bl.WriteError, match=r"shard-00000.safetensors.*No space left on device; the disk is full"):
+        sh.collect_sharded(model, PROMPTS, d, n_shards=2, **KW)
+    assert _leftovers(d) == [] and not list(d.glob("shard-*.json"))  # no tensor file, no temporary, no manifest
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+    assert_equal_collections(sh.collect_sharded(model, PROMPTS, d, n_shards=2, **KW), collect(model, PROMPTS, **KW))
+
+    # a read-only file system: the shard folder cannot be created (geometry(shard_dir=) goes through the same code)
+    def read_only(self, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(bl.WriteError, match="Read-only file system; the file system is read-only"):
+        sh.collect_sharded(model, PROMPTS, tmp_path / "ro" / "job", **KW)
+    with pytest.raises(bl.WriteError, match="read-only"):
+        bl.geometry(model, PROMPTS[:6], layer=0, n_boot=10, n_null=5, n_perm=10, shard_dir=tmp_path / "ro2")
+    monkeypatch.undo()
+
+    # an existing folder that turned read-only: the temporary file cannot be made
+    import tempfile
+
+    def no_tmp(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_tmp)
+    with pytest.raises(bl.WriteError, match="plan.json|prompts.jsonl"):
+        sh.write_plan(tmp_path / "plan_ro", None, PROMPTS, sh.plan(len(PROMPTS), 4, 2), KW)
+    monkeypatch.undo()
+
+    # a file where the shard folder should be (EEXIST): named, with the fix
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(bl.WriteError, match="it is a file, not a folder"):
+        sh.collect_sharded(model, PROMPTS, f, **KW)
+    with pytest.raises(bl.WriteError, match="Not a directory; a file is in the way where a folder is needed"):
+        sh.run_shards(model, PROMPTS, sh.plan(len(PROMPTS), 4, 2), f / "sub", **KW)
+    assert f.read_text() == "x"
+
+
+def test_cli_shard_plan_into_a_file_or_read_only_folder(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from bayes_lens.cli import main
+
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("\n".join(PROMPTS))
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    assert main(["shard", "plan", str(f), "--prompts", str(prompts_file)]) == 2
+    err = capsys.readouterr().err
+    assert "it is a file, not a folder" in err and "Errno" not in err and err.count("\n") == 1
+
+    def read_only(self, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["shard", "plan", str(tmp_path / "ro" / "job"), "--prompts", str(prompts_file)]) == 2
+    err = capsys.readouterr().err
+    assert "the file system is read-only: write to a writable folder" in err and "Errno" not in err
+
+
 # ------------------------------------------------------------------- processes
 
 
