@@ -49,6 +49,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+import re
 from contextlib import contextmanager, nullcontext
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -310,6 +311,7 @@ class Collection:
             if logits.ndim != 3:
                 raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
         n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
+        _check_cache_fits(cache, model, v_layers, r_layers)
         mask = _cache_mask(model, n, pos, attention_mask, tokens, cache)
 
         def read(name: str, ndim: int) -> Tensor:
@@ -422,6 +424,28 @@ def _token_ids(model, token_ids) -> Optional[Tensor]:
     if ids.numel() and (int(ids.min()) < 0 or (d_vocab and int(ids.max()) >= d_vocab)):
         raise InvalidInputError(f"token_ids must lie in [0, {d_vocab}), got {ids.tolist()}.")
     return ids
+
+
+def _check_cache_fits(cache, model, v_layers, r_layers) -> None:
+    """Refuse a cache made by another model than ``model`` (a dict cache records none): its layer
+    indices past the model's layers, or value / residual widths that are not the model's."""
+    info = adapter.model_info(model)
+    why = (f"the cache was made by another model than {info.name!r} ({info.n_layers} layers, {info.n_heads} "
+           f"heads / {info.n_kv_heads} key-value heads of d_head {info.d_head}, d_model {info.d_model}); pass the "
+           "model that made it as model=.")
+    layers = {int(m.group(1)) for m in (re.match(r"blocks\.(\d+)\.", str(k)) for k in cache.keys()) if m}
+    if layers and max(layers) >= info.n_layers:
+        raise InvalidInputError(f"the cache holds layer {max(layers)}: {why}")
+    for layer in v_layers:
+        name = adapter.hook_name(model, layer, "v")
+        shape = list(cache[name].shape)
+        if len(shape) == 4 and (shape[-1] != info.d_head or shape[-2] not in (info.n_kv_heads, info.n_heads)):
+            raise InvalidInputError(f"{name} in the cache is {shape} ([batch, pos, heads, d_head]): {why}")
+    for layer in r_layers:
+        name = adapter.hook_name(model, layer, "resid_post")
+        shape = list(cache[name].shape)
+        if len(shape) == 3 and shape[-1] != info.d_model:
+            raise InvalidInputError(f"{name} in the cache is {shape} ([batch, pos, d_model]): {why}")
 
 
 def _missing_hook(name: str) -> MissingHookError:

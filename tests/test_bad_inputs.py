@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import bayes_lens as bl
+import bayes_lens.shard  # noqa: F401 - bl.shard.ModelSpec below
 from bayes_lens import _validate as V
 from bayes_lens import cli
 from bayes_lens.errors import (BayesLensError, CheckpointError, InvalidInputError, LockTimeoutError, ModelLoadError,
@@ -31,6 +32,7 @@ from bayes_lens.martingale import (compression, falck_checks, fit_gap, gap, lapl
                                    positional_spectrum, resample_paths)
 from bayes_lens.windtunnel import read_checkpoint, train
 from bayes_lens.windtunnel.checkpoint import write_checkpoint
+from bayes_lens.models.tiny import tiny_model
 
 NO_CUDA = not torch.cuda.is_available()
 NO_MPS = not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
@@ -287,6 +289,13 @@ CASES = [
     ("compression_seed_bool", lambda t: compression(laplace, seed=True), E, r"got True \(bool\)"),
     ("fit_gap_seed_none", lambda t: fit_gap([10, 20, 30], [0.1, 0.05, 0.03], seed=None), E, r"seed must be"),
     ("fit_gap_bad_shape", lambda t: fit_gap([10, 20, 30], [0.1, 0.05, 0.03], shape="cubic"), E, r"shape must be"),
+    # ModelSpec keywords the loader does not take: named before anything is loaded (was a TypeError)
+    ("model_spec_unknown_loader_kwarg", lambda t: bl.shard.ModelSpec(
+        "bayes_lens.models.tiny:tiny_model", {"kind": "bridge", "sedd": 1}).load(), E,
+     r"kwargs \['sedd'\] are not parameters of the loader 'bayes_lens.models.tiny:tiny_model', which takes "
+     r"\['kind', 'gqa'"),
+    ("model_spec_unknown_load_model_kwarg", lambda t: bl.shard.ModelSpec("default", {"knd": "bridge"}).load(), E,
+     r"kwargs \['knd'\] are not parameters of bl.load_model"),
 ]
 
 
@@ -326,6 +335,26 @@ def _padded_pair(model):
     toks, mask = bl.adapter.tokenize(model, ["the cat is a dog", "moon", "a b"])
     with torch.inference_mode():
         return model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+
+
+def _dict_cache_on(model, other):
+    """A dict cache of ``model``'s run, read with ``model=other`` (another model)."""
+    toks, mask = bl.adapter.tokenize(model, ["the cat is a dog", "moon", "a b"])
+    with torch.inference_mode():
+        _, cache = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+    return bl.value_manifold(dict(cache.items()), model=other, attention_mask=mask, n_boot=10, n_null=5)
+
+
+def _compare_with_foreign_axis(model):
+    items = ["the cat is a dog", "moon", "a b", "river stone"]
+    toks, mask = bl.adapter.tokenize(model, items)
+    with torch.inference_mode():
+        pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+    other = tiny_model(bl.adapter.model_info(model).kind, gqa=False)  # twice the key/value width
+    g = torch.Generator().manual_seed(0)
+    axis = bl.EntropyAxis.from_directions(other, {0: torch.randn(bl.adapter.model_info(other).kv_dim,
+                                                                 generator=g)}, sigma=1.0)
+    return bl.compare_patched(items, clean=pair, patched={"same": pair}, axis=axis, attention_mask=mask, n_boot=10)
 
 
 MODEL_CASES = [
@@ -375,6 +404,14 @@ MODEL_CASES = [
     ("cache_remove_batch_dim", lambda m, t: bl.value_manifold(_flat_cache(m)), E, r"remove_batch_dim"),
     ("cache_padded_without_mask", lambda m, t: bl.value_manifold(_padded_pair(m)), E, r"tokens="),
     ("cache_dict_without_model", lambda m, t: bl.value_manifold(dict(_padded_pair(m)[1].items())), E, r"model="),
+    ("cache_dict_of_a_deeper_model", lambda m, t: _dict_cache_on(m, tiny_model(bl.adapter.model_info(m).kind,
+                                                                               n_layers=1)), E,
+     r"the cache holds layer 1: the cache was made by another model"),
+    ("cache_dict_of_other_heads", lambda m, t: _dict_cache_on(m, tiny_model(bl.adapter.model_info(m).kind,
+                                                                            gqa=False)), E,
+     r"hook_v in the cache is \[3, \d+, 2, 16\].*made by another model"),
+    ("compare_patched_caches_axis_of_another_model", lambda m, t: _compare_with_foreign_axis(m), E,
+     r"the axis was fitted on .* has dimension 64, but the caches' model .* has 32"),
     ("compare_patched_only_clean", lambda m, t: bl.compare_patched(["a"] * 4, clean=_padded_pair(m)), E,
      r"clean=.*patched="),
     ("compare_patched_seed", lambda m, t: bl.compare_patched(m, ["the cat is", "a dog", "moon river"] + ["x y"], [], seed=-2), E, r"seed must be"),

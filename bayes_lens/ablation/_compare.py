@@ -420,6 +420,7 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
     if m is None:
         raise InvalidInputError("a plain dict cache does not record its model; pass model=.")
     site = axis.site_
+    _check_axis_fits(axis, m)
     if readout_layers == "auto":
         cache = clean[1] if isinstance(clean, tuple) else clean
         first = min(axis.layers_)
@@ -445,6 +446,22 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
         meta.append((label, "cache", isinstance(value, list), (), len(group)))
     return _comparison(runs, meta, axis=axis, model=m, readouts=readouts, bayes=bayes, calibration=calibration,
                        correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0)
+
+
+def _check_axis_fits(axis: EntropyAxis, model) -> None:
+    """Refuse an axis fitted on another model than the caches' (its width or layers do not fit)."""
+    info = adapter.model_info(model)
+    site = axis.site_
+    dim = site_dim(info, site)
+    fitted = (axis.model_meta_ or {}).get("model_name", "another model")
+    widths = {int(u.shape[0]) for u in axis.axes_.values()}
+    if widths != {dim}:
+        raise InvalidInputError(f"the axis was fitted on {fitted!r}, whose {site!r} site has dimension "
+                                f"{sorted(widths)[0]}, but the caches' model {info.name!r} has {dim}: fit the axis on "
+                                "the model that made the caches (bl.EntropyAxis(...).fit(model, prompts)).")
+    if max(axis.layers_) >= info.n_layers:
+        raise InvalidInputError(f"the axis holds layers {list(axis.layers_)} (fitted on {fitted!r}) but the caches' "
+                                f"model {info.name!r} has {info.n_layers} layers: fit the axis on that model.")
 
 
 def _comparison(runs: Dict[str, List[AxisData]], meta, *, axis, model, readouts, bayes, calibration, correlation,

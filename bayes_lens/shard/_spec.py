@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -78,10 +79,11 @@ class ModelSpec:
         return ":" in self.loader and not os.path.exists(self.loader)
 
     def load(self):
-        """Build the model in this process."""
+        """Build the model in this process (keyword arguments the loader does not take are refused first)."""
         if not self.is_import_path():
             from ..models import load_model
 
+            self._check_kwargs(load_model, f"bl.load_model (ModelSpec {self.loader!r})", skip=("name",))
             return load_model(self.loader, **self.kwargs)
         module_name, _, fn_name = self.loader.partition(":")
         try:
@@ -96,7 +98,29 @@ class ModelSpec:
                 raise ModelLoadError(f"module {module_name!r} has no {fn_name!r} (ModelSpec {self.loader!r}).")
         if not callable(fn):
             raise ModelLoadError(f"ModelSpec loader {self.loader!r} is not callable.")
+        self._check_kwargs(fn, f"the loader {self.loader!r}")
         return fn(**self.kwargs)
+
+    def _check_kwargs(self, fn, what: str, skip=()) -> None:
+        """InvalidInputError naming the keywords ``fn`` does not take (not a TypeError from inside it)."""
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin or C function: nothing to check against
+            return
+        params = [p for p in sig.parameters.values() if p.name not in skip]
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return
+        named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        unknown = sorted(set(self.kwargs) - set(named))
+        if unknown:
+            raise InvalidInputError(f"ModelSpec kwargs {unknown} are not parameters of {what}, which takes "
+                                    f"{named}; fix the spec's kwargs (CLI: --model-kwargs).")
+        missing = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                 p.KEYWORD_ONLY)
+                   and p.name not in self.kwargs]
+        if missing:
+            raise InvalidInputError(f"{what} needs {missing}, which the ModelSpec kwargs {sorted(self.kwargs)} do "
+                                    "not give; add them to the spec's kwargs (CLI: --model-kwargs).")
 
 
 def model_device_dtype(model) -> tuple:
