@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 __all__ = ["add_subparsers"]
 
@@ -43,7 +44,13 @@ def _cmd_train(args) -> int:
     cfg = TrainConfig(n_layers=args.layers, d_model=args.d_model, n_heads=args.heads, d_head=args.d_head,
                       d_mlp=args.d_mlp if args.d_mlp else 4 * args.d_model, batch_size=args.batch_size, lr=args.lr,
                       warmup=args.warmup, weight_decay=args.weight_decay)
-    run = train(task, cfg, steps=args.steps, seed=args.seed, out=args.out, resume=args.resume,
+    resume = args.resume
+    if resume and args.out is not None and not (Path(args.out) / "config.json").exists():
+        # a job script that always passes --resume starts fresh the first time; say so (a mistyped --out shows)
+        print(f"bayes-lens: --resume: {args.out!r} holds no checkpoint yet; starting a new run at step 0",
+              file=sys.stderr)
+        resume = False
+    run = train(task, cfg, steps=args.steps, seed=args.seed, out=args.out, resume=resume,
                 overwrite=args.overwrite, checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
                 eval_n=args.eval_n, threads=args.threads,
                 extra={"command": _command_line(args)})

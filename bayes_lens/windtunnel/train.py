@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional
 
@@ -207,7 +208,9 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
     out: checkpoint folder; written every ``checkpoint_every`` steps and at the end.
     resume: continue from the checkpoint in ``out`` (its task and config must match). With the same
         ``steps`` the continuation is exact; a larger ``steps`` extends the run, recomputing the
-        cosine schedule for the new total from the current step on.
+        cosine schedule for the new total from the current step on. When ``out`` holds no checkpoint
+        yet the run starts at step 0 with a :class:`UserWarning` saying so (a job script that always
+        passes ``resume=True`` works from its first run on; a mistyped ``out`` is not silent).
     overwrite: allow starting afresh over an existing checkpoint in ``out``.
     eval_every / eval_n: held-out MAE (bits) every so many steps on ``eval_n`` sequences.
     threads: torch CPU threads during training (restored afterwards).
@@ -232,6 +235,12 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
     if out is not None and (out / "config.json").exists() and not (resume or overwrite):
         raise InvalidInputError(f"{str(out)!r} already holds a checkpoint; pass resume=True to continue it or "
                                 "overwrite=True to start afresh.")
+    if resume and out is None:
+        raise InvalidInputError("resume=True continues the checkpoint in out=, but no out was given; pass the "
+                                "checkpoint folder as out=.")
+    if resume and not (out / "config.json").exists():
+        warnings.warn(f"resume=True, but {str(out)!r} holds no checkpoint (no config.json) yet: starting a new run "
+                      "at step 0.", UserWarning, stacklevel=2)
 
     old_threads = torch.get_num_threads()
     if threads:

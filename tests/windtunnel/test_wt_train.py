@@ -210,3 +210,25 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert "MAE" in capsys.readouterr().out
     assert cli_main(["eval", "--checkpoint", str(tmp_path / "nope"), "--n", "20"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_resume_without_a_checkpoint_says_it_starts_afresh(tmp_path, capsys):
+    """Issue 25: --resume with no checkpoint in --out trained from scratch silently. A job script that
+    always passes --resume must keep working on its first run, so it starts at step 0 - and says so."""
+    from bayes_lens.cli import windtunnel_main as cli_main
+
+    task = BijectionTask(V=4)
+    cfg = TrainConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, d_mlp=32, batch_size=8, warmup=2)
+    with pytest.warns(UserWarning, match="holds no checkpoint .* starting a new run at step 0"):
+        run = train(task, cfg, steps=3, seed=0, out=tmp_path / "fresh", resume=True, eval_n=10, threads=1)
+    ref = train(task, cfg, steps=3, seed=0, out=tmp_path / "ref", eval_n=10, threads=1)
+    assert all(torch.equal(run.weights[k], ref.weights[k]) for k in ref.weights)  # a run from step 0
+    with pytest.raises(bl.InvalidInputError, match="no out was given"):
+        train(task, cfg, steps=3, resume=True)
+    args = ["train", "--task", "bijection", "--V", "4", "--layers", "1", "--d-model", "16", "--heads", "2",
+            "--d-head", "8", "--steps", "3", "--eval-n", "10", "--threads", "1", "--resume"]
+    assert cli_main(args + ["--out", str(tmp_path / "cli")]) == 0
+    err = capsys.readouterr().err
+    assert "--resume: " in err and "holds no checkpoint yet; starting a new run at step 0" in err
+    assert cli_main(args + ["--out", str(tmp_path / "cli")]) == 0  # now there is one: resumed, no notice
+    assert "holds no checkpoint" not in capsys.readouterr().err
