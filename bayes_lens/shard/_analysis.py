@@ -44,7 +44,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from ..collect import Collection, check_prompts, collect
 from ..errors import InvalidInputError
-from ._engines import collect_sharded, resolve_engine
+from ._engines import check_layers, collect_sharded, resolve_engine
 from ._errors import ShardEngineError, ShardMismatchError
 from ._job import read_plan_shards
 from ._merge import merge
@@ -137,6 +137,7 @@ class AnalysisRun:
                 "strengths, directions) would share a folder and a rerun would silently reuse the wrong shards. "
                 "Use bl.ablation patches (bl.EntropyAxis(...).removal(), bl.ablation.Patch) or run this analysis "
                 "without engine= / shard_dir=.")
+        check_layers(model, collect_kwargs)  # also when the workers get the spec: before plan.json is written
         out = self.folder(prompts, task, collect_kwargs)
         target = model if self.spec is None or getattr(self.engine, "runs_here", False) else self.spec
         planned = read_plan_shards(out)  # a started collection keeps its plan, whichever engine resumes it

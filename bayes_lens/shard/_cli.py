@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from ..errors import InvalidInputError
@@ -82,7 +83,11 @@ def _cmd_plan(args) -> int:
            "attention_positions": args.attention_positions, "batch_size": args.batch_size,
            "padding_side": args.padding_side}
     if args.token_ids:
-        ckw["token_ids"] = [int(x) for x in args.token_ids.split(",")]
+        try:
+            ckw["token_ids"] = [int(x) for x in args.token_ids.split(",")]
+        except ValueError:
+            raise InvalidInputError(f"--token-ids must be comma-separated integer token ids (e.g. 17,42), got "
+                                    f"{args.token_ids!r}.") from None
     shards = plan(len(prompts), args.batch_size, args.n_shards)
     path = write_plan(args.dir, spec, prompts, shards, ckw, args.task, overwrite=args.overwrite)
     print(f"planned {len(shards)} shard(s) of {len(prompts)} prompts in {path}")
@@ -138,6 +143,12 @@ def _cmd_status(args) -> int:
     if st["pending"] is not None:
         print(f"pending:  {len(st['pending'])} of {st['n_planned']} " +
               " ".join(f"{i}[{a},{b})" for i, a, b in st["pending"]))
+    for i, a, b, why in st["damaged"]:
+        print(f"damaged:  {'' if i is None else f'{i}[{a},{b}) '}{why}")
+    if st["damaged"]:  # exit 1: files need attention (pending shards alone are a normal state, exit 0)
+        print(f"bayes-lens: {len(st['damaged'])} damaged shard(s); `bayes-lens shard run {args.dir}` redoes them "
+              "(a manifest that does not read: delete it first)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -41,7 +41,7 @@ from ._plan import plan, shards_for_rank
 from ._run import run_shards
 from ._spec import ModelSpec
 
-__all__ = ["LocalEngine", "TorchrunEngine", "collect_sharded", "dist_rank_world", "resolve_engine"]
+__all__ = ["LocalEngine", "TorchrunEngine", "collect_sharded", "dist_rank_world", "resolve_engine", "check_layers"]
 
 
 def dist_rank_world() -> tuple:
@@ -171,6 +171,24 @@ def _destroy_group() -> None:
         dist.destroy_process_group()
 
 
+def check_layers(model, collect_kwargs) -> None:
+    """Refuse ``value_layers`` / ``resid_layers`` the model does not have before anything is written
+    (a plan written with them would make the corrected rerun a ShardMismatchError)."""
+    from .. import adapter
+
+    for name in ("value_layers", "resid_layers"):
+        layers = collect_kwargs.get(name, ())
+        if layers is None:
+            continue
+        if not isinstance(layers, (str, int)):
+            layers = collect_kwargs[name] = list(layers)  # a generator is read once, here
+        if layers or isinstance(layers, int):
+            try:
+                adapter.resolve_layers(model, layers)
+            except InvalidInputError as err:
+                raise type(err)(f"{name}: {err}") from None
+
+
 def resolve_engine(engine) -> Any:
     """``"local"`` / ``"torchrun"`` or an engine object: anything with ``world_size()`` and
     ``run(model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs, prepare)``
@@ -200,6 +218,8 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     """
     prompts = check_prompts(prompts)
     eng = resolve_engine(engine)
+    if not isinstance(model, ModelSpec):  # bad layers are refused before plan.json is written
+        check_layers(model, collect_kwargs)
     if collect_kwargs.get("fwd_hooks") and not getattr(eng, "runs_here", False):
         raise ShardEngineError(
             f"fwd_hooks (patches) are Python callables, which the {getattr(eng, 'name', type(eng).__name__)!r} "

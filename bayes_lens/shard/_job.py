@@ -66,8 +66,11 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
         if old == doc:
             return path
         keys = [k for k in doc if old.get(k) != doc[k]]
+        hint = ("" if any(out.glob("shard-*.json")) else
+                " No shard of that plan has finished (a run that failed at its start?), so nothing is lost by "
+                "replacing it.")
         raise ShardMismatchError(f"{str(path)!r} holds another plan ({', '.join(keys)} differ); use another folder or "
-                                 "overwrite=True (CLI: --overwrite).")
+                                 f"overwrite=True (CLI: --overwrite).{hint}")
     text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts)
     write_atomic(out / "prompts.jsonl", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     write_json_atomic(path, doc)

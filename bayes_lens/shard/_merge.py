@@ -259,14 +259,41 @@ def merge(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,
 
 
 def status(out_dir: Union[str, Path]) -> Dict[str, Any]:
-    """Finished shards in ``out_dir`` and, when a plan is there, the planned shards not finished yet."""
+    """Finished shards in ``out_dir`` and, when a plan is there, the planned shards not finished yet.
+
+    A shard counts as finished when its manifest reads and its tensor file is there with the size the
+    manifest records (the SHA-256 is left to :func:`merge`, so a status stays quick); one whose files
+    are missing, truncated or unreadable is listed under ``"damaged"`` with the reason (and is pending:
+    ``bayes-lens shard run`` redoes it). A folder that does not exist, or a file, is a
+    :class:`ShardCoverageError` / :class:`ShardIntegrityError`, not an empty status.
+    """
     from ._job import read_plan_shards
 
     out = Path(out_dir)
-    ms = _manifests(out) if out.is_dir() else []
-    done = {m["shard"]["index"]: (m["shard"]["start"], m["shard"]["stop"]) for m in ms}
+    if not out.exists():
+        raise ShardCoverageError(f"no shard folder {str(out)!r}; plan a job there first (bayes-lens shard plan), or "
+                                 "check the path.")
+    if not out.is_dir():
+        raise ShardIntegrityError(f"{str(out)!r} is a file, not a shard folder; pass the job folder (the one holding "
+                                  "plan.json and shard-*.json).")
+    done, damaged, n_prompts = {}, [], None
+    for path in sorted(out.glob("shard-*.json")):
+        try:
+            m = read_manifest(path)
+        except ShardIntegrityError as err:
+            damaged.append((None, None, None, f"{path.name}: {err}"))
+            continue
+        i, a, b = m["shard"]["index"], m["shard"]["start"], m["shard"]["stop"]
+        t = out / str(m["tensors_file"])
+        if not t.is_file():
+            damaged.append((i, a, b, f"{m['tensors_file']} is missing"))
+        elif t.stat().st_size != m["tensors_bytes"]:
+            damaged.append((i, a, b, f"{m['tensors_file']} has {t.stat().st_size} bytes, its manifest says "
+                                     f"{m['tensors_bytes']}"))
+        else:
+            done[i] = (a, b)
+            n_prompts = m["n_prompts"]
     planned = read_plan_shards(out)
     pending = [(s.index, s.start, s.stop) for s in planned if s.index not in done] if planned is not None else None
     return {"finished": sorted((i, a, b) for i, (a, b) in done.items()), "pending": pending,
-            "n_planned": None if planned is None else len(planned),
-            "n_prompts": ms[0]["n_prompts"] if ms else None}
+            "damaged": damaged, "n_planned": None if planned is None else len(planned), "n_prompts": n_prompts}

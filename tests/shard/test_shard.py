@@ -435,6 +435,69 @@ def test_cli_shard_plan_into_a_file_or_read_only_folder(tmp_path, monkeypatch, c
     assert "the file system is read-only: write to a writable folder" in err and "Errno" not in err
 
 
+def test_cli_shard_plan_bad_token_ids(tmp_path, capsys):
+    from bayes_lens.cli import main
+
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("\n".join(PROMPTS))
+    for bad in ("a,b", "5,,6", "5.5"):
+        assert main(["shard", "plan", str(tmp_path / "job"), "--prompts", str(prompts_file), "--token-ids", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"--token-ids must be comma-separated integer token ids (e.g. 17,42), got {bad!r}" in err
+        assert "internal error" not in err
+    assert not (tmp_path / "job" / "plan.json").exists()
+
+
+def test_shard_status_names_damaged_and_missing_folders(shards, tmp_path, capsys):
+    """Issue 25: a shard whose tensor file was deleted is not finished; a missing folder or a file is
+    an error with a non-zero exit, not 'finished: 0'."""
+    from bayes_lens.cli import main
+
+    d, spec = shards
+    assert sh.status(d)["damaged"] == [] and len(sh.status(d)["finished"]) == 3
+    (d / "shard-00001.safetensors").unlink()
+    t2 = d / "shard-00002.safetensors"
+    t2.write_bytes(t2.read_bytes()[:-10])
+    st = sh.status(d)
+    assert st["finished"] == [(0, 0, 8)]
+    assert st["damaged"] == [(1, 8, 16, "shard-00001.safetensors is missing"),
+                             (2, 16, 23, f"shard-00002.safetensors has {t2.stat().st_size} bytes, its manifest says "
+                                         f"{t2.stat().st_size + 10}")]
+    assert main(["shard", "status", str(d)]) == 1
+    cap = capsys.readouterr()
+    assert "finished: 1 shard(s) 0[0,8)" in cap.out and "damaged:  1[8,16) shard-00001.safetensors is missing" in cap.out
+    assert "2 damaged shard(s)" in cap.err
+    # what status lists as damaged, a rerun redoes
+    assert sh.run_shards(spec, PROMPTS, sh.plan(len(PROMPTS), 4, 3), d, **KW) == {0: "skipped", 1: "done", 2: "done"}
+    assert sh.status(d)["damaged"] == [] and main(["shard", "status", str(d)]) == 0
+    capsys.readouterr()
+    with pytest.raises(sh.ShardCoverageError, match="no shard folder"):
+        sh.status(tmp_path / "nowhere")
+    assert main(["shard", "status", str(tmp_path / "nowhere")]) == 2
+    assert "no shard folder" in capsys.readouterr().err
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    assert main(["shard", "status", str(f)]) == 2
+    assert "is a file, not a shard folder" in capsys.readouterr().err
+
+
+def test_bad_layers_are_refused_before_the_plan_is_written(tmp_path):
+    """Issue 25: value_layers=[7] on a 2-layer model failed after writing plan.json, so the corrected
+    rerun was a ShardMismatchError."""
+    model = tiny_model(KINDS[0])
+    d = tmp_path / "job"
+    with pytest.raises(bl.LayerIndexError, match="value_layers"):
+        sh.collect_sharded(model, PROMPTS, d, value_layers=[7], batch_size=4)
+    with pytest.raises(bl.LayerIndexError, match="resid_layers"):
+        sh.collect_sharded(model, PROMPTS, d, resid_layers=[-3], batch_size=4)
+    assert not (d / "plan.json").exists()
+    with pytest.raises(bl.LayerIndexError):  # an analysis with shard_dir= (its workers could get a spec)
+        bl.EntropyAxis(layer=7, progress=False).fit(model, PROMPTS[:8], shard_dir=tmp_path / "axis")
+    assert not list((tmp_path / "axis").rglob("plan.json"))
+    col = sh.collect_sharded(model, PROMPTS, d, value_layers=[1], batch_size=4)  # the corrected call just runs
+    assert_equal_collections(col, collect(model, PROMPTS, value_layers=[1], batch_size=4))
+
+
 # ------------------------------------------------------------------- processes
 
 
