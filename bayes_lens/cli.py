@@ -156,8 +156,11 @@ def _cmd_analysis(args) -> int:
     from .reporting import SectionPrinter, prepare_report, run_model_report
 
     sections, _, _ = _ANALYSES[args.command]
-    if args.command == "report" and args.sections:
-        sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if args.command == "report" and args.sections is not None:  # '' or 'a,,b' are refused, as sections=[] is
+        sections = [s.strip() for s in args.sections.split(",")]
+        if "" in sections:
+            raise InvalidInputError(f"--sections {args.sections!r} has an empty section name; pass comma-separated "
+                                    "names, e.g. --sections geometry,sula (or leave --sections out for all).")
     out = args.out or _ANALYSES[args.command][1]
     # cheap checks first: a bad --out or --seed must not cost a model load
     prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)

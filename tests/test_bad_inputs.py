@@ -548,3 +548,23 @@ def test_cli_bad_device(capsys):
 
 def test_lock_timeout_error_is_a_bayes_lens_error():
     assert issubclass(LockTimeoutError, BayesLensError) and issubclass(LockTimeoutError, TimeoutError)
+
+
+@pytest.mark.parametrize("value, pattern", [
+    ("", r"--sections '' has an empty section name"),
+    ("sula,,sula", r"--sections 'sula,,sula' has an empty section name"),
+    ("sula,", r"--sections 'sula,' has an empty section name"),
+    ("sula,sula", r"report sections \['sula'\] are named more than once"),
+])
+def test_cli_report_sections_empty_or_repeated(value, pattern, tmp_path, capsys):
+    """Issue 25: --sections '' ran every section and 'sula,,sula' was accepted, while the API refuses
+    sections=[]; both are refused before any model is loaded (and duplicates in the API too)."""
+    with mock.patch.object(cli, "_load", side_effect=AssertionError("no model may be loaded")):
+        assert cli.main(["report", "--sections", value, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    _one_line(capsys, pattern)
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
+def test_report_sections_repeated_in_the_api(tiny, tmp_path):
+    with pytest.raises(InvalidInputError, match=r"\['geometry'\] are named more than once"):
+        bl.report(tiny, tmp_path / "o", sections=["geometry", "sula", "geometry"], progress=False)

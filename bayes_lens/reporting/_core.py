@@ -320,5 +320,8 @@ def check_sections(names, registry: Dict[str, Section]) -> List[Section]:
         raise InvalidInputError(f"unknown report section(s) {unknown}; choose from {list(registry)}.")
     if not names:
         raise InvalidInputError(f"no sections selected; choose from {list(registry)}.")
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise InvalidInputError(f"report sections {dup} are named more than once; name each once.")
     return [registry[n] for n in names]
 
