@@ -537,6 +537,56 @@ def test_positional_spectrum_refines_a_planted_period_of_48():
     assert coarse.period_symbols == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
 
 
+def _second_harmonic_dominant(period, a1=0.3, a2=1.0):
+    """Lag-1 dependence whose strength has period ``period`` but most of its power at period/2."""
+    def predictor(sequences):
+        x = np.asarray(sequences, dtype=float)
+        t = np.arange(x.shape[1])
+        c = 0.25 * (1 + a1 * np.sin(2 * np.pi * t / period) + a2 * np.sin(4 * np.pi * t / period + 0.5)) / (1 + a1 + a2)
+        p = np.full(x.shape, 0.5)
+        p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
+        return p
+    return predictor
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_positional_spectrum_recovers_p30_when_the_fft_peak_is_its_second_harmonic(seed):
+    """P = 30 with a weak fundamental and a strong second harmonic, 8 noisy sequences: the FFT peak is
+    the bin at 254/17 = 14.9 and the local scan alone stays near 15; the scan of 2P₀ finds 30."""
+    res = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0)
+    assert res.period_fft_symbols == pytest.approx(254 / 17)
+    assert abs(res.period_symbols - 30) < 0.5
+    cands = res.period_candidates
+    assert cands.chosen.sum() == 1 and cands.period[cands.chosen].iloc[0] == res.period_symbols
+    # independent check: the 3-harmonic least-squares fit explains more of the series at 30 than at 15
+    ns = res.series.position_n.to_numpy(float)
+    g = res.series.gap_nats.to_numpy()
+    assert harmonic_fit(ns, g, 30, 3)["explained_fraction"] > harmonic_fit(ns, g, 15, 3)["explained_fraction"] + 0.02
+    old = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0,
+                              harmonic_scan=False)
+    assert abs(old.period_symbols - 15) < 0.5
+
+
+def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
+    """A longer candidate (2P, 3P) contains P among its harmonics and always fits a little better; it is
+    only taken when its extra harmonics are significant, so a pure period-15 envelope stays at 15."""
+    for seed in range(3):
+        res = positional_spectrum(_second_harmonic_dominant(30, a1=0.0), length=256, n_seqs=8, seed=seed, n_boot=0)
+        assert abs(res.period_symbols - 15) < 0.3
+        longer = res.period_candidates[res.period_candidates.period > 20]
+        assert len(longer) == 2 and not longer.chosen.any() and longer.gain.max() < 0.02
+
+
+def test_positional_spectrum_flags_a_wide_period_interval():
+    noisy = positional_spectrum(_second_harmonic_dominant(30, a1=0.3, a2=0.15), length=256, n_seqs=2, seed=0,
+                                n_boot=60)
+    lo, hi = noisy.period_ci_symbols
+    assert noisy.period_wide == ((hi - lo) > min(0.05 * noisy.period_symbols, noisy.period_fft_spacing_symbols / 2))
+    assert noisy.period_wide
+    clean = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=32, seed=0, n_boot=60)
+    assert not clean.period_wide and abs(clean.period_symbols - 30) < 0.5
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def test_bad_inputs_raise_clear_errors():
