@@ -297,6 +297,82 @@ def test_permutation_headline_separates_order_dependent_from_exchangeable():
     assert math.isnan(lap.slope)
 
 
+def _beta_mixture(dtype, comps=((1.0, 1.0), (2.0, 5.0), (5.0, 2.0)), weights=(0.5, 0.25, 0.25)):
+    """A Bayesian mixture of Beta priors, updated symbol by symbol in ``dtype``: exchangeable in exact
+    arithmetic (its predictive depends on the counts only), order-dependent only through rounding."""
+    a = np.array([c[0] for c in comps], dtype=dtype)
+    b = np.array([c[1] for c in comps], dtype=dtype)
+
+    def predictor(sequences):
+        x = np.asarray(sequences).astype(dtype)
+        out = np.empty(x.shape, dtype=dtype)
+        logw = np.repeat(np.log(np.array(weights, dtype=dtype))[None, :], x.shape[0], 0)
+        k = np.zeros(x.shape[0], dtype=dtype)
+        for t in range(x.shape[1]):
+            pc = (k[:, None] + a) / (dtype(t) + a + b)
+            w = np.exp(logw - logw.max(1, keepdims=True))
+            out[:, t] = ((w / w.sum(1, keepdims=True)) * pc).sum(1)
+            logw = logw + np.log(np.where(x[:, t][:, None] > 0, pc, 1 - pc))
+            k = k + x[:, t]
+        return out
+    return predictor
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
+    """An exact-in-exact-arithmetic mixture computed in float64/float32: SD(k = 1) is rounding (> 0) and
+    the slope fitted to it is noise; it is suppressed, and the floor is √n·eps·mean P (a deterministic
+    predictor re-scored in another layout gives identical values)."""
+    kw = dict(n=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=100)
+    res = permutation_average(_beta_mixture(dtype), **kw)
+    assert 0 < res.sd_k1 <= res.numerical_floor_sd
+    assert res.rescore_sd == 0.0 and res.working_dtype == np.dtype(dtype).name
+    assert res.numerical_floor_sd == pytest.approx(np.sqrt(30) * np.finfo(dtype).eps * res.predictive.mean())
+    assert res.at_numerical_floor and math.isnan(res.slope) and all(math.isnan(v) for v in res.slope_ci)
+    assert math.isfinite(res.slope_raw)
+    # an order-dependent predictor of the same dtype keeps its slope
+    rec = permutation_average(lambda s: _recency_of(0.05)(s).astype(dtype), **kw)
+    assert not rec.at_numerical_floor and rec.slope == pytest.approx(-0.5, abs=0.1)
+    assert rec.sd_k1 > 1e3 * rec.numerical_floor_sd
+
+
+def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
+    res = permutation_average(tiny, n=6, n_seqs=2, n_perms=8, ks=(1, 2, 4), seed=0, n_boot=0, batch_size=4)
+    assert res.working_dtype == "float32"
+    eps_part = np.sqrt(6) * np.finfo(np.float32).eps * res.predictive.mean()
+    assert res.numerical_floor_sd == pytest.approx(max(eps_part, res.rescore_sd))
+    # the rescore part, recomputed: the same orderings one at a time
+    p_one = np.array([predictive(tiny, [row], include_next=True)[0, -1].item() for row in
+                      _permutations_of(res, tiny)])
+    diff = p_one - res.predictive[:2, :8].reshape(-1)
+    assert np.sqrt(np.mean(diff ** 2) / 2) < 10 * max(eps_part, res.rescore_sd) + 1e-12
+    assert res.sd_k1 > res.numerical_floor_sd and not res.at_numerical_floor  # random weights: order-dependent
+
+
+def _permutations_of(res, model):
+    """The orderings permutation_average scored (same seeded draws)."""
+    rng = np.random.default_rng(res.seed)
+    x = (rng.random((res.n_seqs, res.n)) < 0.5).astype(np.int64)
+    return [x[i][rng.permutation(res.n)] for i in range(res.n_seqs) for _ in range(res.n_perms)]
+
+
+def test_permutation_distance_is_from_the_uniform_prior_bayesian():
+    """``mean_abs_dev_from_uniform_bayes`` is |ordering average − Laplace|: 0 for Laplace, but not for exact
+    Bayesians with other priors (closed form (k + a)/(n + a + b) vs (k + 1)/(n + 2))."""
+    kw = dict(n=30, n_seqs=16, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=0)
+    for a, b in ((1.0, 1.0), (0.5, 0.5), (2.0, 5.0)):
+        res = permutation_average(bl.martingale.beta_bernoulli(a, b), **kw)
+        k = np.round(res.laplace_predictive * 32 - 1)  # ones in the prefix, from (k + 1)/(n + 2)
+        expected = np.mean(np.abs((k + a) / (30 + a + b) - (k + 1) / 32))
+        assert res.mean_abs_dev_from_uniform_bayes == pytest.approx(expected, abs=1e-12)
+        assert res.mean_abs_dev_from_laplace == res.mean_abs_dev_from_uniform_bayes  # the earlier name
+        assert res.sd_k1 == 0.0 and res.at_numerical_floor and math.isnan(res.slope)
+        if a == 1.0:
+            assert res.mean_abs_dev_from_uniform_bayes < 1e-12
+        else:
+            assert res.mean_abs_dev_from_uniform_bayes > 1e-3
+
+
 # ----------------------------------------------------------------------------- compression
 
 def test_expected_ce_matches_enumeration():

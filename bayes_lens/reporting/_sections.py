@@ -317,13 +317,20 @@ def _martingale(ctx: Context) -> SectionOutput:
                "prefix (k = 1)", perm.sd_k1, "dimensionless", perm.sd_k1_ci,
                (perm.exchangeable_sd_k1, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
                note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings; "
-                    f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; ordering-averaged "
-                    f"predictive vs Laplace: mean |Δ| = {perm.mean_abs_dev_from_laplace:.3g}", ci_method=_SEQ_CI),
+                    f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; numerical floor "
+                    f"(rounding in {perm.working_dtype}) {perm.numerical_floor_sd:.2g}"
+                    f"{' — at the floor: no order sensitivity above rounding' if perm.at_numerical_floor else ''}; "
+                    f"distance of the ordering-averaged predictive from the uniform-prior Bayesian (Laplace's "
+                    f"rule; not 0 for a Bayesian with another prior): mean |Δ| = "
+                    f"{perm.mean_abs_dev_from_uniform_bayes:.3g}", ci_method=_SEQ_CI),
         Metric("martingale.permutation_slope", "log-log slope of SD vs number of orderings k (design check)",
                perm.slope, "dimensionless", perm.slope_ci,
                (-0.5, "any predictor with independently drawn orderings"),
                note="−0.5 by construction for every order-sensitive predictor (SD(k) = SD(1)/√k): it checks the "
-                    "design, not exchangeability; undefined (NaN) for an exchangeable predictor", ci_method=_SEQ_CI),
+                    "design, not exchangeability; undefined (NaN) for an exchangeable predictor"
+                    + (f"; suppressed: the SD at k = 1 is at the numerical floor ({perm.numerical_floor_sd:.2g}), "
+                       f"the fitted {perm.slope_raw:.2f} would be a slope of rounding noise"
+                       if perm.at_numerical_floor else ""), ci_method=_SEQ_CI),
     ]
     c = dict(z["martingale_compression"])
     comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)
@@ -350,7 +357,10 @@ def _martingale(ctx: Context) -> SectionOutput:
                                   "exchangeable_sd_k1": perm.exchangeable_sd_k1,
                                   "sd_k1_over_posterior_sd": perm.sd_k1_over_posterior_sd,
                                   "slope": perm.slope, "slope_ci": perm.slope_ci,
-                                  "mean_abs_dev_from_laplace": perm.mean_abs_dev_from_laplace}
+                                  "numerical_floor_sd": perm.numerical_floor_sd,
+                                  "at_numerical_floor": perm.at_numerical_floor, "slope_raw": perm.slope_raw,
+                                  "mean_abs_dev_from_uniform_bayes": perm.mean_abs_dev_from_uniform_bayes,
+                                  "mean_abs_dev_from_laplace": perm.mean_abs_dev_from_uniform_bayes}  # old name
     out.details["gap_weights"] = g.fit.weights
     return out
 
