@@ -25,6 +25,7 @@ from bayes_lens.martingale import (BernoulliTemplate, balanced_sequences, clippe
                                    falck_statistics, fit_gap, gap, harmonic_fit, krichevsky_trofimov, laplace,
                                    laplace_expected_gap, martingale_gap, mixture_codelength_bits, permutation_average,
                                    positional_spectrum, predictive, refine_period, resample_paths)
+from bayes_lens.martingale._falck import t2
 from bayes_lens.martingale._predict import symbol_layout
 
 
@@ -296,6 +297,82 @@ def test_permutation_headline_separates_order_dependent_from_exchangeable():
     assert math.isnan(lap.slope)
 
 
+def _beta_mixture(dtype, comps=((1.0, 1.0), (2.0, 5.0), (5.0, 2.0)), weights=(0.5, 0.25, 0.25)):
+    """A Bayesian mixture of Beta priors, updated symbol by symbol in ``dtype``: exchangeable in exact
+    arithmetic (its predictive depends on the counts only), order-dependent only through rounding."""
+    a = np.array([c[0] for c in comps], dtype=dtype)
+    b = np.array([c[1] for c in comps], dtype=dtype)
+
+    def predictor(sequences):
+        x = np.asarray(sequences).astype(dtype)
+        out = np.empty(x.shape, dtype=dtype)
+        logw = np.repeat(np.log(np.array(weights, dtype=dtype))[None, :], x.shape[0], 0)
+        k = np.zeros(x.shape[0], dtype=dtype)
+        for t in range(x.shape[1]):
+            pc = (k[:, None] + a) / (dtype(t) + a + b)
+            w = np.exp(logw - logw.max(1, keepdims=True))
+            out[:, t] = ((w / w.sum(1, keepdims=True)) * pc).sum(1)
+            logw = logw + np.log(np.where(x[:, t][:, None] > 0, pc, 1 - pc))
+            k = k + x[:, t]
+        return out
+    return predictor
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
+    """An exact-in-exact-arithmetic mixture computed in float64/float32: SD(k = 1) is rounding (> 0) and
+    the slope fitted to it is noise; it is suppressed, and the floor is √n·eps·mean P (a deterministic
+    predictor re-scored in another layout gives identical values)."""
+    kw = dict(n=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=100)
+    res = permutation_average(_beta_mixture(dtype), **kw)
+    assert 0 < res.sd_k1 <= res.numerical_floor_sd
+    assert res.rescore_sd == 0.0 and res.working_dtype == np.dtype(dtype).name
+    assert res.numerical_floor_sd == pytest.approx(np.sqrt(30) * np.finfo(dtype).eps * res.predictive.mean())
+    assert res.at_numerical_floor and math.isnan(res.slope) and all(math.isnan(v) for v in res.slope_ci)
+    assert math.isfinite(res.slope_raw)
+    # an order-dependent predictor of the same dtype keeps its slope
+    rec = permutation_average(lambda s: _recency_of(0.05)(s).astype(dtype), **kw)
+    assert not rec.at_numerical_floor and rec.slope == pytest.approx(-0.5, abs=0.1)
+    assert rec.sd_k1 > 1e3 * rec.numerical_floor_sd
+
+
+def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
+    res = permutation_average(tiny, n=6, n_seqs=2, n_perms=8, ks=(1, 2, 4), seed=0, n_boot=0, batch_size=4)
+    assert res.working_dtype == "float32"
+    eps_part = np.sqrt(6) * np.finfo(np.float32).eps * res.predictive.mean()
+    assert res.numerical_floor_sd == pytest.approx(max(eps_part, res.rescore_sd))
+    # the rescore part, recomputed: the same orderings one at a time
+    p_one = np.array([predictive(tiny, [row], include_next=True)[0, -1].item() for row in
+                      _permutations_of(res, tiny)])
+    diff = p_one - res.predictive[:2, :8].reshape(-1)
+    assert np.sqrt(np.mean(diff ** 2) / 2) < 10 * max(eps_part, res.rescore_sd) + 1e-12
+    assert res.sd_k1 > res.numerical_floor_sd and not res.at_numerical_floor  # random weights: order-dependent
+
+
+def _permutations_of(res, model):
+    """The orderings permutation_average scored (same seeded draws)."""
+    rng = np.random.default_rng(res.seed)
+    x = (rng.random((res.n_seqs, res.n)) < 0.5).astype(np.int64)
+    return [x[i][rng.permutation(res.n)] for i in range(res.n_seqs) for _ in range(res.n_perms)]
+
+
+def test_permutation_distance_is_from_the_uniform_prior_bayesian():
+    """``mean_abs_dev_from_uniform_bayes`` is |ordering average − Laplace|: 0 for Laplace, but not for exact
+    Bayesians with other priors (closed form (k + a)/(n + a + b) vs (k + 1)/(n + 2))."""
+    kw = dict(n=30, n_seqs=16, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=0)
+    for a, b in ((1.0, 1.0), (0.5, 0.5), (2.0, 5.0)):
+        res = permutation_average(bl.martingale.beta_bernoulli(a, b), **kw)
+        k = np.round(res.laplace_predictive * 32 - 1)  # ones in the prefix, from (k + 1)/(n + 2)
+        expected = np.mean(np.abs((k + a) / (30 + a + b) - (k + 1) / 32))
+        assert res.mean_abs_dev_from_uniform_bayes == pytest.approx(expected, abs=1e-12)
+        assert res.mean_abs_dev_from_laplace == res.mean_abs_dev_from_uniform_bayes  # the earlier name
+        assert res.sd_k1 == 0.0 and res.at_numerical_floor and math.isnan(res.slope)
+        if a == 1.0:
+            assert res.mean_abs_dev_from_uniform_bayes < 1e-12
+        else:
+            assert res.mean_abs_dev_from_uniform_bayes > 1e-3
+
+
 # ----------------------------------------------------------------------------- compression
 
 def test_expected_ce_matches_enumeration():
@@ -378,8 +455,9 @@ def test_falck_definitions_match_a_loop_implementation():
     rng = np.random.default_rng(2)
     z = (rng.random((30, 17)) < rng.beta(3, 3, size=(30, 1))).astype(float)
     stats = falck_statistics(z, lags=(2, 3, 5), definition="falck")
-    np.testing.assert_allclose(stats["T2"], _falck_t2_loop(z.tolist(), (2, 3, 5)), rtol=1e-12)
-    assert stats["T1"] == pytest.approx(z[:, :8].sum() / (30 * 8) - z[:, 8:].sum() / (30 * 9), rel=1e-12)
+    # float32 like the reference code (see the next test); the loop is float64, so agree to float32 precision
+    np.testing.assert_allclose(stats["T2"], _falck_t2_loop(z.tolist(), (2, 3, 5)), rtol=1e-5, atol=1e-6)
+    assert stats["T1"] == pytest.approx(z[:, :8].sum() / (30 * 8) - z[:, 8:].sum() / (30 * 9), rel=1e-6)
     lib = falck_statistics(z, lags=(2, 3, 5))
     assert lib["T1"] == pytest.approx(np.mean(z[:, :8].mean(1) - z[:, 8:16].mean(1)), rel=1e-12)
     # outlier paths: mean |z| outside Tukey's fences across paths are dropped
@@ -392,6 +470,51 @@ def test_falck_definitions_match_a_loop_implementation():
     assert kept.shape[0] == sum(_tukey(np.abs(paths).mean(1)))
     with pytest.raises(InvalidInputError, match="definition must be one of"):
         falck_statistics(z, definition="paper")
+
+
+def _reference_multi_acf_diff(paths, Kmax=5):
+    """Falck et al.'s plotting.py (github.com/meta-inf/bayes_icl), marginal_acf + multi_acf_diff verbatim."""
+    def remove_outliers_1d(a):
+        q1, q3 = np.quantile(a, [0.25, 0.75])
+        iqr = q3 - q1
+        mask = (q1 - 1.5*iqr <= a) & (a <= q3 + 1.5*iqr)
+        return a[mask]
+    ret = []
+    for i in range(1, Kmax+1):
+        t = (paths[:, i:] * paths[:, :-i]).mean(1)
+        t = remove_outliers_1d(t)
+        ret.append(t.mean() / (1e-5+(paths[:, i:-i]**2).mean()))
+    macf = np.asarray(ret)
+    return np.asarray([macf[i] - macf[0] for i in range(1, Kmax)])
+
+
+def _reference_remove_outliers_abs(sample_paths):
+    a = np.abs(sample_paths).mean(1)
+    q1, q3 = np.quantile(a, [0.25, 0.75])
+    iqr = q3 - q1
+    mask = (q1 - 1.5*iqr <= a) & (a <= q3 + 1.5*iqr)
+    return sample_paths[mask]
+
+
+def test_falck_definition_reproduces_the_reference_float32_cast():
+    """The reference code's posterior completions are float32 (``.astype('f')``); on Bernoulli paths the
+    per-path lag products sit on Tukey fences, so float32 and float64 trim different paths. The
+    "falck" T2 equals the reference code run on float32 paths, value for value, and for some data
+    sets differs from the same code run in float64 (what the library computed before)."""
+    rng = np.random.default_rng(11)
+    n_differ = 0
+    for _ in range(60):
+        th = rng.beta(16, 36, size=(48, 1))  # Beta(k+1, n-k+1) posterior at n = 50, k = 15
+        z = (rng.random((48, 25)) < th).astype(np.int64)
+        ours = falck_statistics(z, lags=(2, 3, 4, 5), definition="falck")["T2"]
+        kept = _reference_remove_outliers_abs(z.astype("f"))
+        np.testing.assert_array_equal(ours, _reference_multi_acf_diff(kept))
+        kept64 = _reference_remove_outliers_abs(z.astype(np.float64))
+        n_differ += not np.allclose(_reference_multi_acf_diff(kept64), ours, rtol=1e-4, atol=1e-6)
+        # the reference bands are drawn as float32 as well: same values as the reference on float32
+        ref = (rng.random((48, 25)) < th).astype("f")
+        np.testing.assert_array_equal(t2(ref, (2, 3, 4, 5), "falck"), _reference_multi_acf_diff(ref))
+    assert n_differ >= 3
 
 
 def test_falck_checks_reference_definition_accepts_laplace_and_rejects_sticky():
@@ -488,6 +611,56 @@ def test_positional_spectrum_refines_a_planted_period_of_48():
     assert res.explained_fraction > res.explained_fraction_fft + 0.05
     coarse = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=0, refine=False)
     assert coarse.period_symbols == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
+
+
+def _second_harmonic_dominant(period, a1=0.3, a2=1.0):
+    """Lag-1 dependence whose strength has period ``period`` but most of its power at period/2."""
+    def predictor(sequences):
+        x = np.asarray(sequences, dtype=float)
+        t = np.arange(x.shape[1])
+        c = 0.25 * (1 + a1 * np.sin(2 * np.pi * t / period) + a2 * np.sin(4 * np.pi * t / period + 0.5)) / (1 + a1 + a2)
+        p = np.full(x.shape, 0.5)
+        p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
+        return p
+    return predictor
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_positional_spectrum_recovers_p30_when_the_fft_peak_is_its_second_harmonic(seed):
+    """P = 30 with a weak fundamental and a strong second harmonic, 8 noisy sequences: the FFT peak is
+    the bin at 254/17 = 14.9 and the local scan alone stays near 15; the scan of 2P₀ finds 30."""
+    res = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0)
+    assert res.period_fft_symbols == pytest.approx(254 / 17)
+    assert abs(res.period_symbols - 30) < 0.5
+    cands = res.period_candidates
+    assert cands.chosen.sum() == 1 and cands.period[cands.chosen].iloc[0] == res.period_symbols
+    # independent check: the 3-harmonic least-squares fit explains more of the series at 30 than at 15
+    ns = res.series.position_n.to_numpy(float)
+    g = res.series.gap_nats.to_numpy()
+    assert harmonic_fit(ns, g, 30, 3)["explained_fraction"] > harmonic_fit(ns, g, 15, 3)["explained_fraction"] + 0.02
+    old = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0,
+                              harmonic_scan=False)
+    assert abs(old.period_symbols - 15) < 0.5
+
+
+def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
+    """A longer candidate (2P, 3P) contains P among its harmonics and always fits a little better; it is
+    only taken when its extra harmonics are significant, so a pure period-15 envelope stays at 15."""
+    for seed in range(3):
+        res = positional_spectrum(_second_harmonic_dominant(30, a1=0.0), length=256, n_seqs=8, seed=seed, n_boot=0)
+        assert abs(res.period_symbols - 15) < 0.3
+        longer = res.period_candidates[res.period_candidates.period > 20]
+        assert len(longer) == 2 and not longer.chosen.any() and longer.gain.max() < 0.02
+
+
+def test_positional_spectrum_flags_a_wide_period_interval():
+    noisy = positional_spectrum(_second_harmonic_dominant(30, a1=0.3, a2=0.15), length=256, n_seqs=2, seed=0,
+                                n_boot=60)
+    lo, hi = noisy.period_ci_symbols
+    assert noisy.period_wide == ((hi - lo) > min(0.05 * noisy.period_symbols, noisy.period_fft_spacing_symbols / 2))
+    assert noisy.period_wide
+    clean = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=32, seed=0, n_boot=60)
+    assert not clean.period_wide and abs(clean.period_symbols - 30) < 0.5
 
 
 # ----------------------------------------------------------------------------- bad input

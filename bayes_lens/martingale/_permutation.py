@@ -9,8 +9,23 @@ the reference ``exchangeable_sd_k1`` is Laplace's rule ((k+1)/(n+2)) scored on t
 (0 up to rounding), and ``sd_k1`` − reference is the order sensitivity of the model. To give it a
 scale, ``sd_k1_over_posterior_sd`` divides each sequence's SD by the SD of the Beta(k+1, n−k+1)
 posterior of θ (how large the ordering noise is next to the Bayesian uncertainty). Next to it,
-``mean_abs_dev_from_laplace`` is |mean over orderings − Laplace|: whether the ordering-averaged
-predictive is Bayes ("in expectation").
+``mean_abs_dev_from_uniform_bayes`` is |mean over orderings − Laplace|, the distance of the
+ordering-averaged predictive from the **uniform-prior** Bayesian (Laplace's rule). It is not a
+distance from "Bayes" in general: an exact Bayesian with another prior is not at 0 (on the default
+design, n = 30, 16 sequences: Krichevsky–Trofimov 0.0021, Beta(2, 5) 0.034).
+``mean_abs_dev_from_laplace`` is the same number under its earlier name (kept as an alias).
+
+Numerical floor. A predictor that is exchangeable in exact arithmetic but computed in floating point
+(a Bayesian mixture, a float32 or bfloat16 model) gives orderings that differ by rounding, so its SD
+at k = 1 is tiny but not 0, and a slope of rounding noise would be reported (−0.84 and −0.51 were
+seen for float64 and float32 mixtures). ``numerical_floor_sd`` estimates the SD rounding alone can
+produce, the larger of (a) √n · eps · mean P, eps of the predictive's working precision (the model's
+``cfg.dtype``, or the dtype a predictor returns; for a three-component Beta mixture updated in
+sequence the measured SD was 0.11–0.15 of this in float64, float32 and float16) and (b) the spread
+from re-scoring some orderings in another batch layout (reversed order, another batch size; the
+RMS difference / √2). When ``sd_k1`` is at or below the floor, ``at_numerical_floor`` is True and
+``slope``/``slope_ci`` are NaN (the fitted value stays in ``slope_raw``): there is no order
+sensitivity above rounding to take a slope of.
 
 What the slope can and cannot say. The SD of the mean of k orderings is also estimated for each k
 (without finite-pool bias, from disjoint groups of k orderings over many random partitions of the
@@ -22,7 +37,7 @@ tiny position noise, and an exchangeable predictor has no slope (SD 0). The slop
 checks the design and the estimator (a slope away from −0.5 means correlated orderings or a biased
 SD estimate) and tells how many orderings an average needs; it says nothing about whether the model
 is exchangeable or Bayesian. That is what ``sd_k1`` (order sensitivity) and
-``mean_abs_dev_from_laplace`` (distance of the average from Bayes) measure.
+``mean_abs_dev_from_uniform_bayes`` (distance of the average from the uniform-prior Bayesian) measure.
 
 Example
 -------
@@ -44,7 +59,7 @@ from .._results import Result, plotly
 from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ._predict import BernoulliTemplate, predict_with_next, laplace
+from ._predict import BernoulliTemplate, is_model, predict_with_next, laplace
 
 __all__ = ["PermutationResult", "permutation_average"]
 
@@ -80,7 +95,7 @@ class PermutationResult(Result):
     paper_b_slope: float
     predictive: np.ndarray  # [n_seqs, n_perms] P(next=1 | ordering)
     laplace_predictive: np.ndarray  # [n_seqs] (k+1)/(n+2)
-    mean_abs_dev_from_laplace: float
+    mean_abs_dev_from_uniform_bayes: float  # mean |ordering-average − Laplace| (uniform-prior Bayesian)
     n: int
     n_seqs: int
     n_perms: int
@@ -89,6 +104,17 @@ class PermutationResult(Result):
     sd_k1_ci: Tuple[float, float] = (float("nan"), float("nan"))
     exchangeable_sd_k1: float = 0.0  # the same statistic for Laplace's rule on the same orderings
     sd_k1_over_posterior_sd: float = float("nan")  # mean of SD_i / SD of the Beta(k+1, n−k+1) posterior
+    numerical_floor_sd: float = 0.0  # SD across orderings that rounding alone can give (module docstring)
+    rescore_sd: float = 0.0  # the part of it measured by re-scoring orderings in another batch layout
+    working_dtype: str = "float64"  # precision the floor's eps is taken from
+    at_numerical_floor: bool = False  # sd_k1 <= numerical_floor_sd: slope suppressed (NaN)
+    slope_raw: float = float("nan")  # the fitted slope before suppression at the floor
+
+    @property
+    def mean_abs_dev_from_laplace(self) -> float:
+        """Earlier name of :attr:`mean_abs_dev_from_uniform_bayes` (distance from Laplace's rule, the
+        uniform-prior Bayesian; not 0 for exact Bayesians with other priors)."""
+        return self.mean_abs_dev_from_uniform_bayes
 
     @property
     def sd_k1_excess(self) -> float:
@@ -105,8 +131,10 @@ class PermutationResult(Result):
         if np.isfinite(self.slope) and (d.sd > 0).any():
             ref = d.sd.iloc[0] * (d.k / d.k.iloc[0]) ** -0.5
             fig.add_trace(go.Scatter(x=d.k, y=ref, name="k^-1/2", line=dict(dash="dash")))
-        fig.update_layout(title=f"Permutation averaging: SD at k = 1 {self.sd_k1:.3g} (exchangeable: 0); "
-                                f"slope {self.slope:.3f} (−0.5 by construction)", xaxis_type="log",
+        slope = (f"at the numerical floor {self.numerical_floor_sd:.2g}: no slope" if self.at_numerical_floor
+                 else f"slope {self.slope:.3f} (−0.5 by construction)")
+        fig.update_layout(title=f"Permutation averaging: SD at k = 1 {self.sd_k1:.3g} (exchangeable: 0); {slope}",
+                          xaxis_type="log",
                           yaxis_type="log", xaxis_title="k orderings", yaxis_title="SD of P(next=1)")
         return fig
 
@@ -162,9 +190,54 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
         slope_ci = percentile_interval(np.array([_slope(ks.astype(float), b) for b in boot]))
     lap = (x.sum(1) + 1.0) / (n + 2.0)
     per_k = pd.DataFrame({"k": ks, "sd": mean_sd, "sd_ci_low": lo, "sd_ci_high": hi})
+    floor, rescore, dtype = _numerical_floor(model, perms, pnext, n, n_seqs, n_perms, template=template,
+                                             batch_size=batch_size)
+    sd_k1 = float(sd1.mean())
+    at_floor = bool(sd_k1 <= floor)
+    slope_raw = slope
+    if at_floor:
+        slope, slope_ci = float("nan"), (float("nan"), float("nan"))
     return PermutationResult(per_k=per_k, slope=slope, slope_ci=slope_ci, theory_slope=-0.5, paper_b_slope=-0.48,
                              predictive=pnext, laplace_predictive=lap,
-                             mean_abs_dev_from_laplace=float(np.abs(pnext.mean(1) - lap).mean()),
-                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed, sd_k1=float(sd1.mean()),
+                             mean_abs_dev_from_uniform_bayes=float(np.abs(pnext.mean(1) - lap).mean()),
+                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed, sd_k1=sd_k1,
                              sd_k1_ci=sd1_ci, exchangeable_sd_k1=float(lap_sd1.mean()),
-                             sd_k1_over_posterior_sd=float(np.mean(sd1 / post_sd)))
+                             sd_k1_over_posterior_sd=float(np.mean(sd1 / post_sd)), numerical_floor_sd=floor,
+                             rescore_sd=rescore, working_dtype=dtype, at_numerical_floor=at_floor,
+                             slope_raw=slope_raw)
+
+
+_RESCORE_SEQS, _RESCORE_PERMS = 4, 8
+
+
+def _working_dtype(model, sample: np.ndarray) -> np.dtype:
+    """The precision the predictive is computed in: a model's ``cfg.dtype``, or what a predictor returns."""
+    import torch
+
+    if is_model(model):
+        dt = getattr(model.cfg, "dtype", torch.float32)
+        return np.dtype(str(dt).replace("torch.", "")) if dt != torch.bfloat16 else "bfloat16"
+    out = model(sample)
+    dt = out.dtype if hasattr(out, "dtype") else np.asarray(out).dtype
+    if isinstance(dt, torch.dtype):
+        return "bfloat16" if dt == torch.bfloat16 else np.dtype(str(dt).replace("torch.", ""))
+    dt = np.dtype(dt)
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def _numerical_floor(model, perms: np.ndarray, pnext: np.ndarray, n: int, n_seqs: int, n_perms: int, *,
+                     template, batch_size: int):
+    """(floor, rescore part, dtype name): the SD across orderings rounding alone can give."""
+    import torch
+
+    rows = np.concatenate([np.arange(i * n_perms, i * n_perms + min(n_perms, _RESCORE_PERMS))
+                           for i in range(min(n_seqs, _RESCORE_SEQS))])[::-1]  # another order ...
+    p_again, _ = predict_with_next(model, perms[rows], template=template,
+                                   batch_size=max(1, batch_size - 1) if batch_size > 1 else 2,  # ... and batches
+                                   progress=False)
+    diff = p_again[:, -1] - pnext.reshape(-1)[rows]
+    rescore = float(np.sqrt(np.mean(diff ** 2) / 2.0)) if np.all(np.isfinite(diff)) else 0.0
+    dtype = _working_dtype(model, np.concatenate([perms[:1], np.zeros((1, 1), dtype=np.int64)], axis=1))
+    eps = float(torch.finfo(torch.bfloat16).eps) if dtype == "bfloat16" else float(np.finfo(dtype).eps)
+    from_eps = float(np.sqrt(n) * eps * np.nanmean(pnext))
+    return max(from_eps, rescore), rescore, str(dtype)

@@ -23,6 +23,16 @@ as ``period_resolution_symbols`` (the FFT's own spacing at the peak as ``period_
 the raw FFT peak as ``period_fft_symbols``, and a bootstrap interval of the refined period over
 sequences as ``period_ci_symbols``. ``refine=False`` gives the FFT-bin period as before.
 
+Harmonics (``harmonic_scan=True``, default). At low signal-to-noise the largest FFT peak can be the
+second (or third) harmonic of the true period, e.g. P = 30 found as 15, and a scan around the peak
+cannot leave that bracket. The scan is therefore also run around 2P₀ and 3P₀ (up to M/2), and the
+longer period is taken when the harmonics it adds (its odd multiples, absent from the model at P₀)
+pass an F test at p < 0.01 *and* explain ≥ 2% of the detrended variance; otherwise the shorter
+period stays (a longer period always fits a little better, since its harmonics include P₀'s).
+``period_candidates`` lists each candidate with its RSS, p-value and gain. ``period_wide`` flags a
+bootstrap interval of P wider than min(5% of P, half the FFT bin spacing): the refined period is then
+no better resolved than the FFT bin and should not be quoted to a decimal.
+
 Reported: the fraction of the detrended variance the harmonics explain (with a bootstrap CI over
 sequences) and the debiased series g(n) − Σ harmonics. Laplace's rule on the same sequences is smooth
 (no periods). A resampled mean series is noisier than the original, so the bootstrap distribution of
@@ -161,6 +171,73 @@ def _parabolic_min(x: np.ndarray, rss: np.ndarray) -> np.ndarray:
     return np.where(interior, x[i] + np.clip(shift, -1, 1) * step, x[best])
 
 
+def _refine_near(ns: np.ndarray, g: np.ndarray, centre: float, n_harmonics: int, min_period: float,
+                 n_grid: int):
+    """Least-squares period in the bracket M/(j+1) … M/(j−1), j = M/centre (j need not be an integer):
+    (period or periods [B], grid step)."""
+    lo, hi = _fft_bracket(ns.size, centre, min_period)
+    grid = np.linspace(lo, hi, n_grid)
+    rss = _harmonic_rss(ns, g if g.ndim == 2 else g[:, None], grid, n_harmonics)
+    best = _parabolic_min(grid, rss)
+    return (float(best[0]) if g.ndim == 1 else best), float(grid[1] - grid[0])
+
+
+def _rss_at(ns: np.ndarray, g: np.ndarray, period: float, n_harmonics: int) -> float:
+    return float(_harmonic_rss(ns, g, np.array([float(period)]), n_harmonics)[0])
+
+
+#: A longer candidate period (m times the current one) replaces it when the harmonics it adds have an
+#: F-test p-value below HARMONIC_TEST_ALPHA *and* explain at least HARMONIC_MIN_GAIN more of the
+#: detrended variance (significance alone is not enough: with many sequences the few-harmonic model's
+#: own misfit makes any extra sinusoids "significant"; a planted 48 gained 0.002 at 96).
+HARMONIC_TEST_ALPHA = 0.01
+HARMONIC_MIN_GAIN = 0.02
+
+
+def _select_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics: int, min_period: float,
+                   n_grid: int):
+    """Refined period among the FFT peak P₀ and its multiples 2P₀, 3P₀: (period, step, table).
+
+    Each candidate is refined by the least-squares scan around it. At low signal-to-noise the FFT
+    peak can be the second or third harmonic of the true period (whose harmonics are all in the
+    model at P but only some at P/m), so starting from P₀ a longer candidate L ≈ m·S replaces the
+    current choice S when the harmonics of L that S lacks matter: the
+    K-harmonic model at L/m is nested in the mK-harmonic model at L; the extra harmonics must pass an
+    F test (p < :data:`HARMONIC_TEST_ALPHA`) and explain at least :data:`HARMONIC_MIN_GAIN` of the
+    detrended variance. A shorter period is kept when the longer one only fits noise, so a pure
+    sinusoid keeps its own period (RSS alone would often pick a multiple of it).
+    """
+    from scipy import stats
+
+    m_pts = ns.size
+    tss = float(np.sum(_detrend(ns, g) ** 2))
+    cands = [period_fft] + [c for c in (2 * period_fft, 3 * period_fft) if c <= m_pts / 2]
+    refined = [(c,) + _refine_near(ns, g, c, n_harmonics, min_period, n_grid) for c in cands]
+    rows, best = [], None
+    for c, per, step in refined:
+        row = {"candidate": float(c), "period": float(per), "rss": _rss_at(ns, g, per, n_harmonics),
+               "p_value": float("nan"), "gain": float("nan"), "chosen": False}
+        if best is None:
+            best = row
+        else:
+            m = int(round(per / best["period"]))
+            df_full = m_pts - 2 - 2 * m * n_harmonics
+            if m >= 2 and abs(per / best["period"] - m) < 0.15 * m and df_full > 0:
+                rss_small = _rss_at(ns, g, per / m, n_harmonics)
+                rss_full = _rss_at(ns, g, per, m * n_harmonics)
+                extra = 2 * (m - 1) * n_harmonics
+                if rss_full > 0:
+                    f = max(rss_small - rss_full, 0.0) / extra / (rss_full / df_full)
+                    row["p_value"] = float(stats.f.sf(f, extra, df_full))
+                    row["gain"] = (rss_small - rss_full) / tss if tss > 0 else float("nan")
+                    if row["p_value"] < HARMONIC_TEST_ALPHA and row["gain"] >= HARMONIC_MIN_GAIN:
+                        best = row
+        row["step"] = step
+        rows.append(row)
+    best["chosen"] = True
+    return best["period"], best["step"], rows
+
+
 def refine_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics: int = 3, *,
                   min_period: float = 2.0, n_grid: int = 400) -> Tuple[float, float]:
     """Least-squares period of the harmonic model near an FFT peak: (period, grid step).
@@ -176,12 +253,7 @@ def refine_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics:
         raise InvalidInputError(f"period_fft must be positive, got {period_fft}.")
     if n_grid < 3:
         raise InvalidInputError(f"n_grid must be >= 3, got {n_grid}.")
-    lo, hi = _fft_bracket(ns.size, period_fft, min_period)
-    grid = np.linspace(lo, hi, n_grid)
-    rss = _harmonic_rss(ns, g if g.ndim == 2 else g[:, None], grid, n_harmonics)
-    best = _parabolic_min(grid, rss)
-    step = float(grid[1] - grid[0])
-    return (float(best[0]) if g.ndim == 1 else best), step
+    return _refine_near(ns, g, period_fft, n_harmonics, min_period, n_grid)
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,6 +282,8 @@ class SpectrumResult(Result):
     period_ci_symbols: Tuple[float, float] = (float("nan"), float("nan"))  # bootstrap 95% of the refined P
     explained_fraction_fft: float = float("nan")  # explained fraction at the FFT-bin period, for comparison
     refined: bool = True
+    period_candidates: Optional[pd.DataFrame] = None  # P₀, 2P₀, 3P₀ (≤ M/2): period, RSS, F-test p, gain, chosen
+    period_wide: bool = False  # the bootstrap interval of P is wider than min(5% of P, half the FFT bin spacing)
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.series.melt(id_vars=["position_n"], var_name="series", value_name="value_nats")
@@ -239,12 +313,16 @@ def _tokens_per_symbol(model, template: BernoulliTemplate) -> float:
 def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float = 0.5, seed: int = 0,
                         n_harmonics: int = 3, min_period: float = 4.0, top: int = 3,
                         template: Optional[BernoulliTemplate] = None, n_boot: int = 1000, batch_size: int = 8,
-                        refine: bool = True, n_grid: int = 400, progress: Optional[bool] = None) -> SpectrumResult:
+                        refine: bool = True, n_grid: int = 400, harmonic_scan: bool = True,
+                        progress: Optional[bool] = None) -> SpectrumResult:
     """Per-position gap over ``n_seqs`` i.i.d. Bernoulli(``p``) sequences of ``length`` symbols; FFT,
     dominant periods (≥ ``min_period`` symbols), harmonic fit with ``n_harmonics`` and the debiased series.
 
     ``refine=True`` (default) refines the FFT peak's period by a least-squares scan of ``n_grid``
     periods between the neighbouring FFT bins (:func:`refine_period`); ``refine=False`` keeps the FFT bin.
+    ``harmonic_scan=True`` (default, with ``refine``) also refines 2P₀ and 3P₀ and moves to a
+    longer one when its extra harmonics are significant (the FFT peak can be the second harmonic at
+    low signal-to-noise; see the module docstring); ``period_candidates`` lists them.
     """
     seed = check_seed(seed)
     length = check_int(length, "length")
@@ -272,13 +350,18 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
     g = d.mean(0)
     periods, _, spec = dominant_periods(ns, g, top=top, min_period=min_period)
     period_fft = float(periods[0]) if periods.size else float("nan")
-    period, step, spacing, fr_fft = period_fft, 0.0, float("nan"), float("nan")
+    period, step, spacing, fr_fft, cands = period_fft, 0.0, float("nan"), float("nan"), None
+    centre = period_fft  # the bracket the bootstrap refines in: the FFT peak's, or the chosen relative's
     if np.isfinite(period_fft):
-        j = ns.size / period_fft
-        spacing = period_fft - ns.size / (j + 1)
         fr_fft = harmonic_fit(ns, g, period_fft, n_harmonics)["explained_fraction"]
-        if refine:
+        if refine and harmonic_scan:
+            period, step, rows = _select_period(ns, g, period_fft, n_harmonics, min_period, n_grid)
+            cands = pd.DataFrame(rows)
+            centre = float(cands.candidate[cands.chosen].iloc[0])
+        elif refine:
             period, step = refine_period(ns, g, period_fft, n_harmonics, min_period=min_period, n_grid=n_grid)
+        j = ns.size / centre
+        spacing = centre - ns.size / (j + 1)
     if np.isfinite(period):
         hf = harmonic_fit(ns, g, period, n_harmonics)
     else:
@@ -299,9 +382,10 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
             ci = (float(np.quantile(fr, 0.025)), float(np.quantile(fr, 0.975)))
         agree = float(np.mean(same))
         if refine:
-            pb = np.concatenate([refine_period(ns, gbs[:, i:i + 100], period_fft, n_harmonics, min_period=min_period,
-                                               n_grid=n_grid)[0] for i in range(0, n_boot, 100)])
+            pb = np.concatenate([_refine_near(ns, gbs[:, i:i + 100], centre, n_harmonics, min_period, n_grid)[0]
+                                 for i in range(0, n_boot, 100)])
             pci = (float(np.quantile(pb, 0.025)), float(np.quantile(pb, 0.975)))
+    wide = bool(np.isfinite(pci[0]) and (pci[1] - pci[0]) > min(0.05 * period, spacing / 2))
     lap = per_position_gap(laplace(x), x).mean(0)
     series = pd.DataFrame({"position_n": ns.astype(int), "gap_nats": g, "laplace_gap_nats": lap,
                            "harmonic_nats": hf["harmonic"], "debiased_gap_nats": g - hf["harmonic"]})
@@ -318,4 +402,5 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
                           period_agreement=agree, n_seqs=n_seqs, length=length, seed=seed,
                           period_fft_symbols=period_fft, period_fft_spacing_symbols=float(spacing),
                           period_resolution_symbols=float(step), period_ci_symbols=pci,
-                          explained_fraction_fft=float(fr_fft), refined=bool(refine))
+                          explained_fraction_fft=float(fr_fft), refined=bool(refine), period_candidates=cands,
+                          period_wide=wide)

@@ -12,7 +12,7 @@ from typing import Dict
 import numpy as np
 
 from ._core import Context, Metric, Section, SectionOutput
-from ._verdicts import KEY_COS_THRESHOLD, KEY_LAYER_FRACTION, threshold_verdict
+from ._verdicts import fit_verdict, key_orthogonality_verdict
 
 __all__ = ["SECTIONS", "QUICK", "FULL"]
 
@@ -58,6 +58,19 @@ def _bl():
 
 
 # --------------------------------------------------------------------------------------------- geometry
+_HEADS_CI = "95% percentile bootstrap over (layer, KV head) pairs (seeded): the spread across heads of these weights"
+
+
+def _mean_over_heads(per_head: np.ndarray, n_boot: int, seed: int):
+    """Mean |cos| over every (layer, KV head) and its percentile interval over heads resampled."""
+    from ..metrics.stats import bootstrap_indices, percentile_interval
+
+    v = per_head[np.isfinite(per_head)].ravel()
+    if v.size < 2 or n_boot < 1:
+        return float(np.mean(v)) if v.size else float("nan"), None
+    return float(v.mean()), tuple(percentile_interval(v[bootstrap_indices(v.size, n_boot, seed)].mean(1)))
+
+
 def _geometry(ctx: Context) -> SectionOutput:
     bl = _bl()
     model, z = ctx.model, ctx.sizes
@@ -77,17 +90,17 @@ def _geometry(ctx: Context) -> SectionOutput:
     ko = cmp.key_orthogonality
     per_head = np.asarray(ko.per_head, dtype=float)
     layer_mean = np.asarray(ko.layer_mean, dtype=float)
+    ko_mean, ko_ci = _mean_over_heads(per_head, nb, ctx.seed)
     out.metrics.append(Metric(
         "geometry.key_orthogonality", "key orthogonality: mean |cos| between W_K columns (all layers, KV heads)",
-        float(np.nanmean(per_head)), "cosine", None,
+        ko_mean, "cosine", ko_ci,
         (ko.gaussian_baseline, "dimension-matched Gaussian √(2/(π·d_model))"),
         note=f"paper convention √(2/(π·d_head)) = {float(ko.paper_baseline):.3f}; "
              f"{int(np.sum(layer_mean < 0.20))}/{len(layer_mean)} layers below 0.20 (Paper A's threshold); "
+             f"ratio to the Gaussian baseline {ko_mean / ko.gaussian_baseline:.2f}; "
              f"layer means {np.nanmin(layer_mean):.3f}-{np.nanmax(layer_mean):.3f}; weights: {ko.processing}",
-        verdict=threshold_verdict(
-            bool(np.mean(layer_mean < KEY_COS_THRESHOLD) >= KEY_LAYER_FRACTION),
-            f"mean |cos| < 0.20 in {int(np.sum(layer_mean < KEY_COS_THRESHOLD))}/{len(layer_mean)} layers "
-            f"(needs >= 50%)")))
+        ci_method=_HEADS_CI,
+        verdict=key_orthogonality_verdict(layer_mean, ko_mean, ko_ci, float(ko.gaussian_baseline))))
     for d in domains:
         vm, af, ea = cmp.value_manifold[d], cmp.attention_focusing[d], cmp.entropy_alignment[d]
         tag = f" [{d}, n = {vm.n_prompts}]"
@@ -286,6 +299,16 @@ _SEQ_CI = "95% percentile bootstrap over sequences (seeded)"
 _GAP_CI = "95% percentile bootstrap over sequences within each n (seeded), IRLS refit in every replicate"
 
 
+#: measured in simulation (docs/METHODS.md §8, "Misspecification"): truth Δ = 1/n, N = 100 exponential
+#: per-sequence gaps, 200 data sets, IRLS fit of A·log(n)/n + B
+_SHAPE_CAVEAT = ("shape comparison: a high adjusted R² does not confirm the log(n)/n shape. When the true gap is "
+                 "1/n (an exact Bayesian), the log(n)/n fit still reaches adjusted R² ≈ 0.93, and its A and B "
+                 "describe a pseudo-true curve that depends on the n range and the weights (A = 0.32 for "
+                 "n = 10–198, 0.38 for 10–98, 0.27 for 50–198), which its intervals cover (s.e. interval "
+                 "conservative: 0.995; bootstrap 0.955). Judge the shape by the likelihood ratio and the "
+                 "encompassing-model tests (details: gap_comparison), not by R²")
+
+
 def _martingale(ctx: Context) -> SectionOutput:
     bl = _bl()
     mg = bl.martingale
@@ -302,11 +325,12 @@ def _martingale(ctx: Context) -> SectionOutput:
         Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats", f.A_ci,
                (g.laplace_fit.A, "Laplace's rule (exact Bayes), same sequences"),
                note=f"± {f.A_se:.3g} (s.e.); {len(g.per_n)} lengths × {g.n_seqs} balanced sequences; "
-                    f"IRLS with weights N/fitted² ({f.n_iter} iterations)", ci_method=_GAP_CI),
+                    f"IRLS with weights N/fitted² ({f.n_iter} iterations); adjusted R² {f.adj_r2:.3f}",
+               ci_method=_GAP_CI, verdict=fit_verdict(f.adj_r2)),
         Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats", f.B_ci,
                (g.laplace_fit.B, "Laplace's rule"), ci_method=_GAP_CI),
         Metric("martingale.adj_r2", "adjusted R² of A·log(n)/n + B", f.adj_r2, "dimensionless", None,
-               (fi.adj_r2, "adjusted R² of the A/n + B fit")),
+               (fi.adj_r2, "adjusted R² of the A/n + B fit"), note=_SHAPE_CAVEAT),
         Metric("martingale.symbol_mass", "probability mass on the '0'/'1' tokens", g.mean_symbol_mass, "fraction",
                None, None, note="low mass means the model does not treat the prompt as a binary sequence"),
     ]
@@ -317,13 +341,20 @@ def _martingale(ctx: Context) -> SectionOutput:
                "prefix (k = 1)", perm.sd_k1, "dimensionless", perm.sd_k1_ci,
                (perm.exchangeable_sd_k1, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
                note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings; "
-                    f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; ordering-averaged "
-                    f"predictive vs Laplace: mean |Δ| = {perm.mean_abs_dev_from_laplace:.3g}", ci_method=_SEQ_CI),
+                    f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; numerical floor "
+                    f"(rounding in {perm.working_dtype}) {perm.numerical_floor_sd:.2g}"
+                    f"{' — at the floor: no order sensitivity above rounding' if perm.at_numerical_floor else ''}; "
+                    f"distance of the ordering-averaged predictive from the uniform-prior Bayesian (Laplace's "
+                    f"rule; not 0 for a Bayesian with another prior): mean |Δ| = "
+                    f"{perm.mean_abs_dev_from_uniform_bayes:.3g}", ci_method=_SEQ_CI),
         Metric("martingale.permutation_slope", "log-log slope of SD vs number of orderings k (design check)",
                perm.slope, "dimensionless", perm.slope_ci,
                (-0.5, "any predictor with independently drawn orderings"),
                note="−0.5 by construction for every order-sensitive predictor (SD(k) = SD(1)/√k): it checks the "
-                    "design, not exchangeability; undefined (NaN) for an exchangeable predictor", ci_method=_SEQ_CI),
+                    "design, not exchangeability; undefined (NaN) for an exchangeable predictor"
+                    + (f"; suppressed: the SD at k = 1 is at the numerical floor ({perm.numerical_floor_sd:.2g}), "
+                       f"the fitted {perm.slope_raw:.2f} would be a slope of rounding noise"
+                       if perm.at_numerical_floor else ""), ci_method=_SEQ_CI),
     ]
     c = dict(z["martingale_compression"])
     comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)
@@ -350,7 +381,10 @@ def _martingale(ctx: Context) -> SectionOutput:
                                   "exchangeable_sd_k1": perm.exchangeable_sd_k1,
                                   "sd_k1_over_posterior_sd": perm.sd_k1_over_posterior_sd,
                                   "slope": perm.slope, "slope_ci": perm.slope_ci,
-                                  "mean_abs_dev_from_laplace": perm.mean_abs_dev_from_laplace}
+                                  "numerical_floor_sd": perm.numerical_floor_sd,
+                                  "at_numerical_floor": perm.at_numerical_floor, "slope_raw": perm.slope_raw,
+                                  "mean_abs_dev_from_uniform_bayes": perm.mean_abs_dev_from_uniform_bayes,
+                                  "mean_abs_dev_from_laplace": perm.mean_abs_dev_from_uniform_bayes}  # old name
     out.details["gap_weights"] = g.fit.weights
     return out
 

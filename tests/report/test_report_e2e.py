@@ -109,6 +109,14 @@ def test_headline_numbers_match_independent_recomputation(quick_report):
     dom = _section_table(quick_report, "geometry", "domains").set_index("domain")
     assert _metric(quick_report, "geometry.mixed.pc12")["value"] == pytest.approx(dom.loc["mixed", "pc12_fraction"])
     assert 0 < dom.loc["mixed", "pc1_fraction"] <= dom.loc["mixed", "pc12_fraction"] <= 1
+    # key orthogonality: mean over the per-head table, an interval over heads, the verdict next to the
+    # ratio to the Gaussian baseline (which passes Paper A's threshold too)
+    ko = _section_table(quick_report, "geometry", "key_orthogonality")
+    m = _metric(quick_report, "geometry.key_orthogonality")
+    assert m["value"] == pytest.approx(ko["mean_abs_cosine"].mean(), rel=1e-9)
+    assert m["ci"]["low"] < m["value"] < m["ci"]["high"]
+    ratio = m["value"] / m["baseline"]["value"]
+    assert f"{ratio:.2f}× the dimension-matched Gaussian baseline" in m["verdict"]["text"]
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (the Makefile's set-up "
