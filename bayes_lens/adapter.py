@@ -308,13 +308,15 @@ class HookResolver:
 
     A bridge's ``hook_dict`` is a property that rebuilds its legacy aliases on every access, and its
     ``hooks()`` reads it twice per hook added: adding a few hooks per batch that way cost more than the
-    forward pass of short prompts (TL 3.9). A runner resolves each name once per call instead. Names
-    not in the snapshot (bayes_lens points attached later) are looked up as module paths.
+    forward pass of short prompts (TL 3.9). A runner resolves each name once per call instead. bayes_lens's
+    own points (attached per batch, possibly by another thread) are not kept: they are looked up as
+    module paths each time.
     """
 
     def __init__(self, model):
         self.model = model
-        self._names = dict(model.hook_dict)
+        with model_lock(model):  # bayes_lens's own points come and go with attachments: always looked up live
+            self._names = {k: hp for k, hp in model.hook_dict.items() if not getattr(hp, "_bl_point", False)}
 
     def __call__(self, name: str):
         hp = self._names.get(name)
