@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -59,11 +60,13 @@ def _cmd_eval(args) -> int:
     from . import evaluate, load, untrained
 
     device = check_device(getattr(args, "device", None), "--device")  # 'auto': CUDA when present
-    if args.untrained:
-        model, task = untrained(args.checkpoint, seed=args.seed, kind=args.kind, device=device)
-    else:
-        model, task = load(args.checkpoint, kind=args.kind, device=device)
-    res = evaluate(model, task, n=args.n, seed=args.seed)
+    # TransformerLens prints "Moving model to device" on stdout; keep stdout for the result (--json parses)
+    with contextlib.redirect_stdout(sys.stderr):
+        if args.untrained:
+            model, task = untrained(args.checkpoint, seed=args.seed, kind=args.kind, device=device)
+        else:
+            model, task = load(args.checkpoint, kind=args.kind, device=device)
+        res = evaluate(model, task, n=args.n, seed=args.seed)
     if args.json:
         print(json.dumps({k: v for k, v in res.to_dict().items()
                           if k not in ("model_entropy_bits", "bayes_entropy_bits")}, indent=1))
