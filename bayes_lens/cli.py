@@ -123,6 +123,37 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _parameter_counts(model):
+    """``(as loaded, the checkpoint's weights, why they differ)``.
+
+    A ``HookedTransformer`` of a model with tied embeddings (SmolLM2) stores the unembedding as its
+    own copy of ``W_E.T``, and it has every bias (``b_Q`` ... ``b_U``) even where the checkpoint has
+    none (all zeros); the bridge keeps the checkpoint's modules (here with one zero ``lm_head``
+    bias). ``sum(p.numel())`` therefore reads 163.0 M on the HookedTransformer and 134.6 M on the
+    bridge for the one 134.5 M-weight SmolLM2-135M. The second count drops a ``W_U`` equal to
+    ``W_E.T`` and all-zero bias tensors, so it is the same for both kinds.
+    """
+    import torch
+
+    seen, loaded, copies, zero_biases = set(), 0, 0, 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
+            continue
+        seen.add(p.data_ptr())
+        loaded += p.numel()
+        last = name.split(".")[-1].lstrip("_")
+        if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
+            zero_biases += p.numel()
+    w_u, w_e = getattr(model, "W_U", None), getattr(model, "W_E", None)
+    if isinstance(w_u, torch.Tensor) and isinstance(w_e, torch.Tensor) and w_u.shape == w_e.T.shape \
+            and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
+            any(p is w_u for p in model.parameters()):
+        copies = w_u.numel()
+    parts = ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
+        ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
+    return loaded, loaded - copies - zero_biases, "; ".join(parts)
+
+
 def _cmd_info(args) -> int:
     import torch
 
@@ -132,6 +163,9 @@ def _cmd_info(args) -> int:
     info = adapter.model_info(model)
     for key, value in info.__dict__.items():
         print(f"{key:12s} {value}")
+    loaded, weights, why = _parameter_counts(model)
+    print(f"{'parameters':12s} {weights:,} in the checkpoint's weights"
+          + (f"; {loaded:,} as loaded ({why})" if loaded != weights else ""))
     tokens, _ = adapter.tokenize(model, [args.prompt])
     room = info.n_ctx - int(tokens.shape[1]) if info.n_ctx else None
     if room is not None and args.max_new_tokens > room:

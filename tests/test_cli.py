@@ -262,3 +262,20 @@ def test_device_defaults_to_auto_everywhere_and_auto_resolves():
     assert seen >= 7  # five analyses, info, windtunnel eval, shard plan
     assert check_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     assert check_device("cpu") == "cpu"
+
+
+def test_info_parameter_counts_agree_across_kinds(tiny_pair):
+    """`bayes-lens info` prints one weight count for both kinds (issue 26.4: 163.0 M vs 134.5 M)."""
+    import torch
+
+    from bayes_lens import cli
+
+    hooked, bridge = tiny_pair
+    h_loaded, h_weights, _ = cli._parameter_counts(hooked)
+    b_loaded, b_weights, _ = cli._parameter_counts(bridge)
+    assert h_loaded == sum(p.numel() for p in hooked.parameters())
+    # independent: the HookedTransformer's non-zero parameters, minus W_U where it copies W_E.T
+    nonzero = sum(p.numel() for n, p in hooked.named_parameters()
+                  if not (n.split(".")[-1].lstrip("_").startswith("b_") and not torch.count_nonzero(p)))
+    tied = hooked.W_U.numel() if torch.equal(hooked.W_U, hooked.W_E.T) else 0
+    assert h_weights == nonzero - tied == b_weights
