@@ -10,8 +10,8 @@ into a fresh venv whose only other packages come from *this* environment's site-
 not the wheel). ``.pth`` files inside that folder are not processed, so this environment's editable
 install of bayes_lens is not visible: the commands must import the installed copy, which is checked
 (``bayes_lens.__file__``), with the source tree neither on ``PYTHONPATH`` nor the working directory.
-What this does not test is pip resolving the wheel's dependencies from the registry: the README's
-install section does that (its commands, run once by hand, are in RESULTS.md); the wheel's
+What this does not test is pip resolving the wheel's dependencies from the registry (the README's
+install section does that; it was run by hand in a fresh venv for issue 26); the wheel's
 ``Requires-Dist`` is checked against pyproject.toml here.
 
 Marked ``dist`` (about a minute): ``pytest -m "not dist"`` skips it.
