@@ -66,6 +66,18 @@ _ANALYSES = {
 }
 
 
+class _LazyVersion(argparse.Action):
+    """``--version`` that reads the distribution's metadata only when asked: the lookup scans every
+    installed package (0.5 s on a loaded machine), which every ``--help`` would otherwise pay."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bayes-lens {package_version()}")
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``bayes-lens: error: ...``) and exit status 2."""
 
@@ -230,7 +242,7 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     imports no torch, so every ``--help`` answers from argparse alone)."""
     parser = _Parser(prog="bayes-lens", description=__doc__.splitlines()[0],
                      epilog="Run `bayes-lens COMMAND --help` for the options of a command.")
-    parser.add_argument("--version", action="version", version=f"bayes-lens {package_version()}")
+    parser.add_argument("--version", action=_LazyVersion, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (sections, default_out, help_text) in _ANALYSES.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -228,7 +228,8 @@ def test_every_command_and_option_is_described_with_its_default():
         if path and not parser.description:
             missing.append(f"{' '.join(path)}: no description")
         for action in parser._actions:
-            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)) \
+                    or "--version" in action.option_strings:
                 continue
             where = f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
             if not action.help:
