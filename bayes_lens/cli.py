@@ -11,8 +11,8 @@ Sub-commands (each has ``--help``):
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
 * ``models``      - what is installed and loadable offline; ``info`` - a model's facts
 
-The analysis commands share ``--model`` (``default``, a ``.gguf`` file or a local Hugging Face
-folder), ``--out``, ``--seed``, ``--quick``, ``--device``; they show progress bars, print a summary
+The analysis commands share ``--model`` (``default``, ``gemma-3-270m``, a ``.gguf`` file or a local Hugging Face
+folder), ``--out``, ``--seed``, ``--quick``, ``--device`` (default ``auto``: CUDA when present); they show progress bars, print a summary
 table at the end, and write a report folder (``report.json``, ``report.html``, ``tables/``).
 
 Exit status: 0 success; 1 the report was written but a section failed (see the report);
@@ -33,8 +33,11 @@ import sys
 import time
 from typing import List, Optional
 
+from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
 from ._validate import check_device
+from ._windtunnel_args import add_windtunnel_parser
 from .errors import BayesLensError, InvalidInputError
+from .shard._cli import add_subparsers as add_shard
 
 __all__ = ["main", "build_parser", "package_version"]
 
@@ -63,6 +66,18 @@ _ANALYSES = {
 }
 
 
+class _LazyVersion(argparse.Action):
+    """``--version`` that reads the distribution's metadata only when asked: the lookup scans every
+    installed package (0.5 s on a loaded machine), which every ``--help`` would otherwise pay."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bayes-lens {package_version()}")
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``bayes-lens: error: ...``) and exit status 2."""
 
@@ -81,11 +96,10 @@ def _nonneg_int(text: str) -> int:
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default",
-                   help="'default' (SmolLM2-135M-Instruct, offline), a .gguf file, or a local HF folder")
-    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"], help="TransformerLens model kind")
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default 0)")
+    p.add_argument("--model", default="default", help=MODEL_HELP + " (default: default)")
+    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"], help=KIND_HELP + " (default: auto)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP + " (default: auto)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default: 0)")
 
 
 def _check_device(device: Optional[str]) -> None:
@@ -121,6 +135,37 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _parameter_counts(model):
+    """``(as loaded, the checkpoint's weights, why they differ)``.
+
+    A ``HookedTransformer`` of a model with tied embeddings (SmolLM2) stores the unembedding as its
+    own copy of ``W_E.T``, and it has every bias (``b_Q`` ... ``b_U``) even where the checkpoint has
+    none (all zeros); the bridge keeps the checkpoint's modules (here with one zero ``lm_head``
+    bias). ``sum(p.numel())`` therefore reads 163.0 M on the HookedTransformer and 134.6 M on the
+    bridge for the one 134.5 M-weight SmolLM2-135M. The second count drops a ``W_U`` equal to
+    ``W_E.T`` and all-zero bias tensors, so it is the same for both kinds.
+    """
+    import torch
+
+    seen, loaded, copies, zero_biases = set(), 0, 0, 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
+            continue
+        seen.add(p.data_ptr())
+        loaded += p.numel()
+        last = name.split(".")[-1].lstrip("_")
+        if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
+            zero_biases += p.numel()
+    w_u, w_e = getattr(model, "W_U", None), getattr(model, "W_E", None)
+    if isinstance(w_u, torch.Tensor) and isinstance(w_e, torch.Tensor) and w_u.shape == w_e.T.shape \
+            and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
+            any(p is w_u for p in model.parameters()):
+        copies = w_u.numel()
+    parts = ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
+        ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
+    return loaded, loaded - copies - zero_biases, "; ".join(parts)
+
+
 def _cmd_info(args) -> int:
     import torch
 
@@ -130,6 +175,9 @@ def _cmd_info(args) -> int:
     info = adapter.model_info(model)
     for key, value in info.__dict__.items():
         print(f"{key:12s} {value}")
+    loaded, weights, why = _parameter_counts(model)
+    print(f"{'parameters':12s} {weights:,} in the checkpoint's weights"
+          + (f"; {loaded:,} as loaded ({why})" if loaded != weights else ""))
     tokens, _ = adapter.tokenize(model, [args.prompt])
     room = info.n_ctx - int(tokens.shape[1]) if info.n_ctx else None
     if room is not None and args.max_new_tokens > room:
@@ -183,25 +231,6 @@ def _cmd_analysis(args) -> int:
     return 0
 
 
-_WINDTUNNEL_HELP = "train / evaluate wind-tunnel models (tasks with exact posteriors)"
-
-
-def _add_windtunnel(sub, full: bool = True) -> None:
-    """Register ``windtunnel train|eval`` (from :mod:`bayes_lens.windtunnel.cli`) when it is importable.
-
-    With ``full=False`` (any command line that does not name ``windtunnel``) only its name and help
-    line are registered: importing the wind-tunnel package loads torch, which ``--help`` must not.
-    """
-    if not full:
-        sub.add_parser("windtunnel", help=_WINDTUNNEL_HELP, add_help=False)
-        return
-    try:
-        from .windtunnel.cli import add_subparsers as add_windtunnel_subparsers
-    except ImportError:  # pragma: no cover - the wind tunnels are part of the package, but stay optional
-        return
-    add_windtunnel_subparsers(sub)
-
-
 def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
 
@@ -212,39 +241,41 @@ def windtunnel_main(argv: Optional[List[str]] = None) -> int:
 
 
 def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
-    """The ``bayes-lens`` parser. Given ``argv``, the wind-tunnel sub-commands (whose import loads
-    torch) are registered in full only when ``argv`` names ``windtunnel``."""
+    """The ``bayes-lens`` parser (``argv`` is accepted for compatibility and unused: building the parser
+    imports no torch, so every ``--help`` answers from argparse alone)."""
     parser = _Parser(prog="bayes-lens", description=__doc__.splitlines()[0],
                      epilog="Run `bayes-lens COMMAND --help` for the options of a command.")
-    parser.add_argument("--version", action="version", version=f"bayes-lens {package_version()}")
+    parser.add_argument("--version", action=_LazyVersion, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (sections, default_out, help_text) in _ANALYSES.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         _add_model_args(p)
         p.add_argument("--out", default=None, help=f"output folder (default: {default_out}/)")
-        p.add_argument("--quick", action="store_true", help="small sizes: minutes instead of a quarter hour")
-        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--quick", action="store_true",
+                       help="small sizes: minutes instead of a quarter hour (default: off, full sizes)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
         p.add_argument("--strict", action="store_true",
-                       help="stop at the first failing analysis instead of recording it in the report")
+                       help="stop at the first failing analysis instead of recording it in the report "
+                       "(default: off)")
         if name == "report":
             p.add_argument("--sections", default=None,
                            help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")
         p.set_defaults(func=_cmd_analysis)
-    _add_windtunnel(sub, full=argv is None or "windtunnel" in argv)
-    if argv is None or "shard" in argv:  # bayes-lens shard plan|run|merge|status (importing it loads torch)
-        from .shard._cli import add_subparsers as add_shard
-
-        add_shard(sub)
-    else:
-        sub.add_parser("shard", help="sharded runs: plan | run | merge | status (torchrun, SLURM, Ray)",
-                       add_help=False)
-    p = sub.add_parser("models", help="list the models installed and loadable offline")
+    # neither registration imports torch (the commands import what they need when they run)
+    add_windtunnel_parser(sub)
+    add_shard(sub)
+    p = sub.add_parser("models", help="list the models installed and loadable offline",
+                       description="List the named offline models (installed or not) with their size, licence "
+                       "and where they are; no model is loaded.")
     p.set_defaults(func=_cmd_models)
-    p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation")
+    p = sub.add_parser("info", help="load a model, print its facts and a short greedy generation",
+                       description="Load a model and print its facts (layers, widths, parameter count, context) "
+                       "and a short greedy continuation of --prompt: a quick check that it loads and talks.")
     _add_model_args(p)
-    p.add_argument("--prompt", default="The capital of France is")
+    p.add_argument("--prompt", default="The capital of France is",
+                   help="text to continue greedily (default: 'The capital of France is')")
     p.add_argument("--max-new-tokens", type=_nonneg_int, default=8,
-                   help="greedy tokens to generate (default 8; at most the context minus the prompt)")
+                   help="greedy tokens to generate, at most the context minus the prompt (default: 8)")
     p.set_defaults(func=_cmd_info)
     return parser
 

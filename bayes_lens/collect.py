@@ -232,6 +232,21 @@ class Collection:
     def n_prompts(self) -> int:
         return int(self.n_tokens.shape[0])
 
+    def __repr__(self) -> str:  # shapes, never the tensors (issue 26.5)
+        def shp(t):
+            return "none" if t is None else "(" + ", ".join(str(int(d)) for d in t.shape) + ("," if t.dim() == 1 else "") + ")"
+
+        vals = {k: shp(v) for k, v in sorted(self.final_values.items())}
+        res = {k: shp(v) for k, v in sorted(self.final_resid.items())}
+        lines = [f"Collection: {self.n_prompts} prompts, {int(self.n_tokens.max()) if self.n_prompts else 0} tokens "
+                 f"at most, attention at {self.attention_positions!r} positions"]
+        lines.append(f"  value rows by layer: {vals or 'none'}")
+        lines.append(f"  residual rows by layer: {res or 'none'}")
+        lines.append(f"  attn_entropy_bits {shp(self.attn_entropy_bits)}, next_token_entropy_bits "
+                     f"{shp(self.next_token_entropy_bits)}, token_logprobs {shp(self.token_logprobs)}"
+                     + (f", tail_logits {shp(self.tail_logits)}" if self.tail_logits is not None else ""))
+        return "\n".join(lines)
+
     def values(self, layer: int, site: str = "v") -> Tensor:
         """Final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``, or MissingHookError."""
         store = self.final_values if site == "v" else self.final_resid

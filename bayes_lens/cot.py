@@ -44,7 +44,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from ._results import Result, plotly
+from ._results import Result, fmt, fmt_ci, plotly
 from .errors import InvalidInputError
 from .metrics.stats import percentile_interval
 
@@ -89,6 +89,19 @@ class CotLength(Result):
     gap: float
     log_base: Union[str, float]
     notes: Tuple[str, ...] = field(default_factory=tuple)
+
+    def _summary(self):
+        title = (f"n = {fmt(self.n)}, eps = {fmt(self.eps)}, H_cot = {fmt(self.h_cot)}, alpha = {fmt(self.alpha)}, "
+                 f"gap = {fmt(self.gap)} (log base {self.log_base})")
+        failed = [name for name, ok in self.checks.items() if ok is False]
+        unchecked = [name for name, ok in self.checks.items() if ok is None]
+        why = ("failed: " + ", ".join(failed)) if failed else "every check passed"
+        if unchecked:
+            why += "; not checked: " + ", ".join(unchecked)
+        return title, [
+            ("k* (chain-of-thought length)", fmt(self.k_star), fmt_ci(self.band), "the xi_n band"),
+            ("valid", str(self.valid), "", why),
+        ]
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame([{"n": self.n, "eps": self.eps, "h_cot": self.h_cot, "alpha": self.alpha, "gap": self.gap,
@@ -174,6 +187,14 @@ class CotFit(Result):
     gap_ci: Tuple[float, float]
     rmse: float
     points: pd.DataFrame
+
+    def _summary(self):
+        return f"fit of B(k) on {len(self.points)} points, RMSE {fmt(self.rmse)}", [
+            ("alpha", fmt(self.alpha), fmt_ci(self.alpha_ci), ""),
+            ("k0", fmt(self.k0), fmt_ci(self.k0_ci), ""),
+            ("B_opt", fmt(self.b_opt), fmt_ci(self.b_opt_ci), f"B0 {fmt(self.b0)}"),
+            ("gap", fmt(self.gap), fmt_ci(self.gap_ci), ""),
+        ]
 
     def predict(self, k) -> np.ndarray:
         return _model(np.asarray(k, dtype=np.float64), self.b_opt, self.alpha, self.k0)

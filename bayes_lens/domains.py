@@ -41,7 +41,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import adapter
-from ._results import Result, plotly
+from ._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from .errors import InvalidInputError
 
 __all__ = ["DomainComparison", "compare_domains", "PAPER_A_PC12", "DEFAULT_POOL_SIZE"]
@@ -90,6 +90,20 @@ class DomainComparison(Result):
             raise InvalidInputError(f"unknown domain {domain!r}; this comparison has {list(self.domains)}.")
         lo, _ = self.pc12_diff_ci[domain]
         return bool(np.isfinite(lo) and lo > 0)
+
+    def _summary(self):
+        title = (f"{len(self.domains)} domains vs {self.reference!r}, layer {self.layer} {self.site!r}, "
+                 f"n = {self.n} prompts each")
+        rows = []
+        for d in self.domains:
+            vm = self.value_manifold[d]
+            if d == self.reference:
+                rows.append((f"{d} (reference) PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
+                             f"PR {fmt(vm.participation_ratio)}"))
+            else:
+                rows.append((f"{d} PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
+                             f"minus reference {fmt_pct(self.pc12_diff[d])} {fmt_ci(self.pc12_diff_ci[d], pct=True)}"))
+        return title, rows
 
     def to_dataframe(self):
         """One row per domain: PC1, PC1+PC2, PR (CIs, Gaussian null), alignment ρ, focusing, diffs."""

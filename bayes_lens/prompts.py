@@ -71,7 +71,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._results import Result, plotly
+from ._results import Result, fmt, plotly
 from ._validate import check_seed
 from .errors import InvalidInputError
 
@@ -319,6 +319,16 @@ class Selection(Result):
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def _summary(self):
+        import numpy as np
+
+        e = np.asarray(self.entropy_bits, dtype=np.float64)
+        title = (f"{self.n} prompts from pool {self.pool_name!r} ({len(self.pool_entropy_bits)} candidates), "
+                 f"seed {self.seed}, model {self.model_name}")
+        rng = f"[{fmt(e.min())}, {fmt(e.max())}]" if e.size else ""
+        return title, [("next-token entropy", f"mean {fmt(e.mean()) if e.size else 'nan'} bits", rng, "range"),
+                       ("kinds", str(len(set(self.kinds))), "", "balanced" if self.balance_kinds else "")]
 
     def to_dataframe(self):
         """One row per selected prompt: prompt, kind, quintile, entropy_bits, pool_index."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import pca
 from ..metrics.stats import as_numpy, correlation_inference
@@ -51,6 +51,13 @@ class EntropyAlignment(Result):
     @property
     def abs_pearson(self) -> float:
         return abs(self.pearson)
+
+    def _summary(self):
+        title = f"PC1 of layer {self.layer} {self.site!r} vs next-token entropy, n = {self.n_prompts} prompts"
+        return title, [
+            ("Spearman rho", fmt(self.spearman), fmt_ci(self.spearman_ci), f"p = {fmt(self.spearman_pvalue, 3)}"),
+            ("Pearson r", fmt(self.pearson), fmt_ci(self.pearson_ci), f"p = {fmt(self.pearson_pvalue, 3)}"),
+        ]
 
     def to_dataframe(self):
         import pandas as pd

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
 from ._sources import check_stats, source_collection
@@ -50,6 +50,18 @@ class AttentionFocusing(Result):
     @property
     def monotone(self) -> bool:
         return self.n_rises == 0
+
+    def _summary(self):
+        h = self.layer_entropy_bits.double()
+        title = f"{int(h.shape[0])} layers, {self.positions} positions, n = {self.n_prompts} prompts"
+        return title, [
+            ("entropy first -> last layer", f"{fmt(h[0])} -> {fmt(h[-1])} bits", "",
+             f"uniform attention {fmt(self.uniform_entropy_bits)} bits"),
+            ("reduction (H_first - H_last)/H_first", fmt_pct(self.reduction), fmt_ci(self.reduction_ci, pct=True),
+             f"paper threshold {fmt_pct(self.paper_threshold)}"),
+            ("Spearman(layer, entropy)", fmt(self.depth_spearman), fmt_ci(self.depth_spearman_ci),
+             f"{self.n_rises} rise(s) between layers"),
+        ]
 
     def to_dataframe(self):
         """One row per (layer, head) plus one per layer (head = 'mean') with CIs."""

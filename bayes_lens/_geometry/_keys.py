@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..collect import Collection, is_cache_like
 from ..errors import BayesLensError, InvalidInputError
 from ..metrics.keys import (
@@ -67,6 +67,18 @@ class KeyOrthogonality(Result):
     def fraction_layers_below_threshold(self) -> float:
         """Fraction of layers with mean |cos| < 0.20 (Paper A passes at ≥ 50%)."""
         return float((self.layer_mean < self.paper_threshold).double().mean())
+
+    def _summary(self):
+        lm = self.layer_mean.double()
+        title = (f"{int(self.per_head.shape[0])} layers x {int(self.per_head.shape[1])} KV heads, "
+                 f"d_model {self.d_model}, d_head {self.d_head}, {self.processing}")
+        return title, [
+            ("mean off-diagonal |cos|", fmt(lm.mean()), f"[{fmt(lm.min())}, {fmt(lm.max())}]", "range over layers"),
+            ("Gaussian baseline", fmt(self.gaussian_baseline), fmt_ci(self.gaussian_simulated_interval),
+             f"simulated {fmt(self.gaussian_simulated_mean)}"),
+            ("layers below the paper's threshold", fmt_pct(self.fraction_layers_below_threshold), "",
+             f"mean |cos| < {self.paper_threshold:g}; paper baseline {fmt(self.paper_baseline)}"),
+        ]
 
     def to_dataframe(self):
         """Long format: one row per (layer, KV head) with the baselines and ratios."""

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import CI_METHODS, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label, pca, pca_bootstrap_cis
 from ..metrics.stats import as_numpy, percentile_interval
@@ -64,6 +64,18 @@ class ValueManifold(Result):
     n_boot: int = 1000
     n_null: int = 200
     seed: int = 0
+
+    def _summary(self):
+        title = (f"layer {self.layer} {self.site!r} ({self.hook_name}), n = {self.n_prompts} prompts, "
+                 f"dim {self.dim}")
+        return title, [
+            ("PC1 variance", fmt_pct(self.pc1), fmt_ci(self.pc1_ci, pct=True),
+             f"null {fmt_pct(self.null_pc1)} {fmt_ci(self.null_pc1_interval, pct=True)}"),
+            ("PC1+PC2 variance", fmt_pct(self.pc12), fmt_ci(self.pc12_ci, pct=True),
+             f"null {fmt_pct(self.null_pc12)} {fmt_ci(self.null_pc12_interval, pct=True)}"),
+            ("participation ratio", fmt(self.participation_ratio), fmt_ci(self.participation_ratio_ci),
+             f"null {fmt(self.null_participation_ratio)} {fmt_ci(self.null_participation_ratio_interval)} (dims)"),
+        ]
 
     def to_dataframe(self):
         """One row per statistic: value, bootstrap CI and the simulated Gaussian null."""

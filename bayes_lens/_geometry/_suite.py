@@ -14,7 +14,7 @@ from typing import Optional
 
 from .. import adapter
 from ..collect import Collection, is_cache_like
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
 from ..shard._analysis import analysis_run
@@ -35,6 +35,24 @@ class Geometry(Result):
     key_orthogonality: KeyOrthogonality
     attention_focusing: AttentionFocusing
     entropy_alignment: EntropyAlignment
+
+    def _arrays(self) -> str:
+        return "value_manifold, key_orthogonality, attention_focusing, entropy_alignment (each with its own repr)"
+
+    def _summary(self):
+        vm, ko, af, ea = self.value_manifold, self.key_orthogonality, self.attention_focusing, self.entropy_alignment
+        title = f"n = {vm.n_prompts} prompts, value manifold at layer {vm.layer} {vm.site!r}"
+        lm = ko.layer_mean.double()
+        return title, [
+            ("PC1+PC2 variance", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
+             f"null {fmt_pct(vm.null_pc12)}; PC1 alone {fmt_pct(vm.pc1)}"),
+            ("participation ratio", fmt(vm.participation_ratio), fmt_ci(vm.participation_ratio_ci),
+             f"null {fmt(vm.null_participation_ratio)}"),
+            ("key |cos| (mean over layers)", fmt(lm.mean()), "", f"Gaussian {fmt(ko.gaussian_baseline)}"),
+            ("attention entropy reduction", fmt_pct(af.reduction), fmt_ci(af.reduction_ci, pct=True),
+             f"{af.n_rises} rise(s)"),
+            ("rho(PC1, entropy)", fmt(ea.spearman), fmt_ci(ea.spearman_ci), f"p = {fmt(ea.spearman_pvalue, 3)}"),
+        ]
 
     def to_dataframe(self):
         """The four long tables stacked (column ``metric`` says which)."""

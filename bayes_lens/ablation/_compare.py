@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import adapter
-from .._results import Estimate, Result, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..collect import is_cache_like
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
@@ -140,6 +140,26 @@ class PatchComparison(Result):
     seed: int
     n_random_seeds: int
     axis_layers: Tuple[int, ...]
+
+    def _summary(self):
+        title = (f"{len(self.conditions)} conditions, readout layers {list(self.readout_layers)}, "
+                 f"axis layers {list(self.axis_layers)}, n = {self.n_prompts} prompts")
+        rows = []
+        later = [l for l in self.readout_layers if l > max(self.axis_layers, default=-1)]
+        for cond in self.conditions:
+            for layer in ([self.axis_layers[0]] if self.axis_layers else []) + later[-1:]:
+                try:
+                    e = self.corr(cond, layer)  # with the model's own entropy under that condition
+                except Exception:  # noqa: BLE001 - a condition without that row: leave it out
+                    continue
+                rows.append((f"{cond}: corr at layer {layer}", fmt(e.value), fmt_ci(e.ci), ""))
+            if self.calibration:
+                try:
+                    e = self.calibration_value(cond, "mae")
+                except Exception:  # noqa: BLE001
+                    continue
+                rows.append((f"{cond}: SULA MAE", f"{fmt(e.value)} bits", fmt_ci(e.ci), ""))
+        return title, rows[:10]
 
     # --- typed accessors (use these instead of string queries on the table) ---
     def _row(self, condition: str, metric: str, layer=None, entropy=None):

@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.special import gammaln
 from scipy.stats import binom
 
-from .._results import Result, plotly
+from .._results import Result, fmt, plotly
 from ..metrics.calibration import binary_entropy_bits
 from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
@@ -80,6 +80,19 @@ class CompressionResult(Result):
     n_seqs: int
     clip: float
     seed: int
+
+    def _summary(self):
+        import numpy as np
+
+        title = f"{self.n_seqs} sequences of {self.length} symbols, clip {fmt(self.clip)}"
+        last = self.curves[self.curves["n"] == self.curves["n"].max()]
+        rows = []
+        for (th, who), g in last.groupby(["theta", "predictor"]):
+            hit = self.n_to_99[(self.n_to_99["theta"] == th) & (self.n_to_99["predictor"] == who)]["n_to_99"]
+            n99 = hit.iloc[0] if len(hit) else np.nan
+            rows.append((f"{who}, theta {fmt(th, 3)}", f"efficiency {fmt(g['efficiency'].mean(), 3)} at n = {self.length}",
+                         "", f"n to 0.99: {'never' if not np.isfinite(n99) else int(n99)}"))
+        return title, rows[:8]
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.curves.copy()

@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from .._progress import progress as progress_bar
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_pct, plotly
 from .._validate import check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ..metrics.stats import keyed_rng, keyed_seed
@@ -217,6 +217,15 @@ class FalckResult(Result):
     n_ref: int
     seed: int
     definition: str = "library"
+
+    def _summary(self):
+        title = f"{len(self.table)} (setting, statistic) rows, {self.n_paths} paths, {self.n_ref} reference draws"
+        rows = [("inside the Bayes band", fmt_pct(self.fraction_inside), "", f"definition {self.definition!r}")]
+        if "slope" in self.t3_slopes:
+            s = self.t3_slopes["slope"]
+            rows.append(("T3 log-log slope vs n", fmt(s.mean()), f"[{fmt(s.min())}, {fmt(s.max())}]",
+                         "range over settings; Bayes about -0.5"))
+        return title, rows
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.table.copy()

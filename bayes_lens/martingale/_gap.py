@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .._progress import progress as progress_bar
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..metrics.stats import bootstrap_ci
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
@@ -108,6 +108,18 @@ class GapResult(Result):
     template: Optional[BernoulliTemplate]
     paper_b: dict = field(default_factory=lambda: dict(PAPER_B))
     per_seq: list = field(default_factory=list, repr=False)  # per-sequence gaps, one array per n
+
+    def _summary(self):
+        ns = self.per_n["n"]
+        title = f"n = {int(ns.min())}..{int(ns.max())} ({len(ns)} values), {self.n_seqs} sequences per n"
+        f, fi, lf = self.fit, self.fit_inv, self.laplace_fit
+        return title, [
+            ("A (log n / n fit)", fmt(f.A), fmt_ci(f.A_ci), f"B {fmt(f.B)} {fmt_ci(f.B_ci)}, adj R2 {fmt(f.adj_r2, 3)}"),
+            ("A (1/n fit)", fmt(fi.A), fmt_ci(fi.A_ci), f"adj R2 {fmt(fi.adj_r2, 3)}"),
+            ("preferred shape", str(self.comparison.get("preferred")), "",
+             f"LR log vs 1/n {fmt(self.comparison.get('lr_log_vs_inv'), 3)}"),
+            ("Laplace's rule A (log n / n)", fmt(lf.A), fmt_ci(lf.A_ci), f"Paper B A = {self.paper_b.get('A', '')}"),
+        ]
 
     def to_dataframe(self) -> pd.DataFrame:
         """Long format: one row per (n, predictor) with ``gap_nats`` and its CI."""

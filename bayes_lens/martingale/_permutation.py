@@ -55,7 +55,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
@@ -120,6 +120,16 @@ class PermutationResult(Result):
     def sd_k1_excess(self) -> float:
         """``sd_k1`` minus the exchangeable (Laplace) reference: the order sensitivity."""
         return self.sd_k1 - self.exchangeable_sd_k1
+
+    def _summary(self):
+        title = f"n = {self.n}, {self.n_seqs} sequences x {self.n_perms} orderings"
+        return title, [
+            ("SD of P(next=1) across orderings", fmt(self.sd_k1), fmt_ci(self.sd_k1_ci),
+             f"Laplace {fmt(self.exchangeable_sd_k1)}; / posterior SD {fmt(self.sd_k1_over_posterior_sd)}"),
+            ("log-log slope of the k-average SD", fmt(self.slope), fmt_ci(self.slope_ci),
+             f"theory {fmt(self.theory_slope)}"),
+            ("mean |P - Laplace|", fmt(self.mean_abs_dev_from_laplace), "", ""),
+        ]
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.per_k.copy()

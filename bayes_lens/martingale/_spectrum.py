@@ -56,7 +56,7 @@ from typing import Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, predict_array, prob_of, is_model, laplace
@@ -284,6 +284,15 @@ class SpectrumResult(Result):
     refined: bool = True
     period_candidates: Optional[pd.DataFrame] = None  # P₀, 2P₀, 3P₀ (≤ M/2): period, RSS, F-test p, gain, chosen
     period_wide: bool = False  # the bootstrap interval of P is wider than min(5% of P, half the FFT bin spacing)
+
+    def _summary(self):
+        title = f"{self.n_seqs} sequences of {self.length} symbols ({fmt(self.tokens_per_symbol)} tokens/symbol)"
+        return title, [
+            ("period (symbols)", fmt(self.period_symbols), fmt_ci(self.period_ci_symbols),
+             f"FFT peak {fmt(self.period_fft_symbols)}; agreement {fmt_pct(self.period_agreement)}"),
+            ("explained fraction", fmt_pct(self.explained_fraction), fmt_ci(self.explained_fraction_ci, pct=True),
+             f"amplitude A {fmt(self.A)} nats"),
+        ]
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.series.melt(id_vars=["position_n"], var_name="series", value_name="value_nats")

@@ -21,15 +21,43 @@ Example
 
 from __future__ import annotations
 
-from ._engines import LocalEngine, TorchrunEngine, collect_sharded, dist_rank_world
-from ._errors import ShardCoverageError, ShardEngineError, ShardError, ShardIntegrityError, ShardMismatchError
-from ._job import Job, read_plan, write_plan
-from ._merge import MixedShardsWarning, ShardSet, merge, open_shards, status
-from ._plan import Shard, plan, shards_for_rank
-from ._ray import RayEngine
-from ._run import collect_settings, commit_shard, read_manifest, run_shard, run_shards, settings_hash
-from ._spec import ModelSpec, model_fingerprint
-from ._store import load_collection, save_collection
+import importlib
+
+# public name -> submodule. Loaded on first use: importing bayes_lens.shard (e.g. for the command
+# line's parser, bayes_lens.shard._cli) must not import torch.
+_LAZY = {
+    "LocalEngine": "_engines",
+    "TorchrunEngine": "_engines",
+    "collect_sharded": "_engines",
+    "dist_rank_world": "_engines",
+    "ShardCoverageError": "_errors",
+    "ShardEngineError": "_errors",
+    "ShardError": "_errors",
+    "ShardIntegrityError": "_errors",
+    "ShardMismatchError": "_errors",
+    "Job": "_job",
+    "read_plan": "_job",
+    "write_plan": "_job",
+    "MixedShardsWarning": "_merge",
+    "ShardSet": "_merge",
+    "merge": "_merge",
+    "open_shards": "_merge",
+    "status": "_merge",
+    "Shard": "_plan",
+    "plan": "_plan",
+    "shards_for_rank": "_plan",
+    "RayEngine": "_ray",
+    "collect_settings": "_run",
+    "commit_shard": "_run",
+    "read_manifest": "_run",
+    "run_shard": "_run",
+    "run_shards": "_run",
+    "settings_hash": "_run",
+    "ModelSpec": "_spec",
+    "model_fingerprint": "_spec",
+    "load_collection": "_store",
+    "save_collection": "_store",
+}
 
 __all__ = [
     "Shard", "plan", "shards_for_rank",
@@ -41,3 +69,15 @@ __all__ = [
     "collect_sharded", "LocalEngine", "TorchrunEngine", "RayEngine", "dist_rank_world",
     "ShardError", "ShardCoverageError", "ShardMismatchError", "ShardIntegrityError", "ShardEngineError",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bayes_lens.shard' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

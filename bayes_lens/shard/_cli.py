@@ -7,7 +7,8 @@
 * ``merge DIR`` checks the shards and writes the merged Collection (``DIR/merged.safetensors``);
 * ``status DIR`` lists finished and pending shards.
 
-``run`` joins no process group (each worker only writes its shards), so any job runner can start
+Defining the options imports nothing heavy (``bayes_lens.shard`` loads its submodules lazily), so
+``bayes-lens shard --help`` answers without torch. ``run`` joins no process group (each worker only writes its shards), so any job runner can start
 it; ``merge`` runs once all are done. A prompts FILE is ``.jsonl`` (a JSON string, or an object
 with ``"prompt"`` or ``"text"``, per line) or plain text (one prompt per line).
 
@@ -26,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from .._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
 from ..errors import InvalidInputError
 
 __all__ = ["add_subparsers", "read_prompts_file"]
@@ -159,43 +161,61 @@ def add_subparsers(sub) -> argparse.ArgumentParser:
                         "job runner), check and merge them. See the README, 'Large models and sweeps'.")
     ssub = sh.add_subparsers(dest="shard_command", required=True, parser_class=type(sh))
 
-    p = ssub.add_parser("plan", help="write a job (plan.json + prompts.jsonl) into DIR")
-    p.add_argument("dir")
-    p.add_argument("--prompts", required=True, help=".jsonl or text file (one prompt a line)")
-    p.add_argument("--model", default="default", help="'default', a .gguf file or a local HF folder")
-    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"])
-    p.add_argument("--device", default=None)
-    p.add_argument("--loader", default=None, help="'package.module:function' building the model (instead of --model)")
-    p.add_argument("--model-kwargs", default=None, help="JSON object of keyword arguments for --loader")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--n-shards", type=int, default=1)
-    p.add_argument("--value-layers", type=_layers, default=(), help="'all' or e.g. 0,5,-1")
-    p.add_argument("--resid-layers", type=_layers, default=())
-    p.add_argument("--attention", action="store_true")
-    p.add_argument("--attention-positions", default="last", choices=["last", "all"])
-    p.add_argument("--padding-side", default="right", choices=["left", "right"])
-    p.add_argument("--token-ids", default=None, help="comma-separated token ids")
-    p.add_argument("--task", default=None, help="a label hashed into the settings")
-    p.add_argument("--overwrite", action="store_true")
+    p = ssub.add_parser("plan", help="write a job (plan.json + prompts.jsonl) into DIR",
+                        description="Write a job into DIR: the prompts, the model spec, what to collect and "
+                        "the shards (split on batch boundaries).")
+    p.add_argument("dir", help="job folder to create")
+    p.add_argument("--prompts", required=True, help=".jsonl or text file (one prompt a line) (required)")
+    p.add_argument("--model", default="default", help=MODEL_HELP + " (default: default)")
+    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"],
+                   help=KIND_HELP + " (default: auto)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP + "; resolved on each worker, and "
+                   "cuda becomes cuda:LOCAL_RANK under torchrun (default: auto)")
+    p.add_argument("--loader", default=None,
+                   help="'package.module:function' building the model, instead of --model (default: none)")
+    p.add_argument("--model-kwargs", default=None,
+                   help="JSON object of keyword arguments for --loader (default: {})")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default: 16)")
+    p.add_argument("--n-shards", type=int, default=1, help="shards to split the prompts into (default: 1)")
+    p.add_argument("--value-layers", type=_layers, default=(),
+                   help="layers whose final-token value vectors to keep: 'all' or e.g. 0,5,-1 (default: none)")
+    p.add_argument("--resid-layers", type=_layers, default=(),
+                   help="layers whose final-token residual stream to keep: 'all' or e.g. 0,5,-1 (default: none)")
+    p.add_argument("--attention", action="store_true", help="keep attention entropies (default: off)")
+    p.add_argument("--attention-positions", default="last", choices=["last", "all"],
+                   help="query positions whose attention entropy is kept (default: last)")
+    p.add_argument("--padding-side", default="right", choices=["left", "right"],
+                   help="where a batch pads shorter prompts (default: right)")
+    p.add_argument("--token-ids", default=None,
+                   help="comma-separated token ids whose next-token log-probabilities to keep (default: none)")
+    p.add_argument("--task", default=None, help="a label hashed into the settings (default: none)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing plan in DIR (default: off: refuse)")
     p.set_defaults(func=_cmd_plan)
 
-    p = ssub.add_parser("run", help="run shards of the job in DIR (skips finished ones)")
-    p.add_argument("dir")
-    p.add_argument("--shard", type=int, action="append", default=None, help="shard number (repeatable)")
-    p.add_argument("--rank", type=int, default=None, help="default: RANK or SLURM_PROCID")
-    p.add_argument("--world-size", type=int, default=None, help="default: WORLD_SIZE or SLURM_NTASKS")
-    p.add_argument("--overwrite", action="store_true", help="redo shards made by another run")
-    p.add_argument("--no-progress", action="store_true")
+    p = ssub.add_parser("run", help="run shards of the job in DIR (skips finished ones)",
+                        description="Run shards of the job in DIR; finished shards are skipped. Without --shard, "
+                        "runs the shards of --rank/--world-size (from torchrun or srun), else every shard.")
+    p.add_argument("dir", help="job folder written by `shard plan`")
+    p.add_argument("--shard", type=int, action="append", default=None,
+                   help="run this shard number; repeatable (default: the shards of this rank)")
+    p.add_argument("--rank", type=int, default=None, help="this worker's rank (default: RANK or SLURM_PROCID, else 0)")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="number of workers (default: WORLD_SIZE or SLURM_NTASKS, else 1)")
+    p.add_argument("--overwrite", action="store_true", help="redo shards made by another run (default: off)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
     p.set_defaults(func=_cmd_run)
 
-    p = ssub.add_parser("merge", help="check the shards in DIR and write the merged collection")
-    p.add_argument("dir")
-    p.add_argument("--out", default=None, help="output .safetensors (default DIR/merged.safetensors)")
-    p.add_argument("--layers", default=None, help="only these layers' rows ('all' or e.g. 0,5)")
+    p = ssub.add_parser("merge", help="check the shards in DIR and write the merged collection",
+                        description="Check coverage, settings, model fingerprints and file hashes of the shards in "
+                        "DIR and write the merged collection.")
+    p.add_argument("dir", help="job folder")
+    p.add_argument("--out", default=None, help="output .safetensors (default: DIR/merged.safetensors)")
+    p.add_argument("--layers", default=None, help="only these layers' rows: 'all' or e.g. 0,5 (default: all)")
     p.set_defaults(func=_cmd_merge)
 
-    p = ssub.add_parser("status", help="finished and pending shards in DIR")
-    p.add_argument("dir")
+    p = ssub.add_parser("status", help="finished and pending shards in DIR",
+                        description="List the finished and pending shards of the job in DIR.")
+    p.add_argument("dir", help="job folder")
     p.set_defaults(func=_cmd_status)
     return sh
 

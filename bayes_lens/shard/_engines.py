@@ -102,8 +102,14 @@ class TorchrunEngine:
 
     @staticmethod
     def rank_spec(spec: ModelSpec) -> ModelSpec:
-        """``spec`` for this rank: ``device="cuda"`` becomes ``cuda:LOCAL_RANK`` (one GPU per rank)."""
-        if spec.kwargs.get("device") == "cuda":
+        """``spec`` for this rank: ``device="cuda"`` (or ``"auto"`` where CUDA is present) becomes
+        ``cuda:LOCAL_RANK`` (one GPU per rank)."""
+        device = spec.kwargs.get("device")
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "auto"
+        if device == "cuda":
             return ModelSpec(spec.loader, {**spec.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
         return spec
 
@@ -114,7 +120,7 @@ class TorchrunEngine:
         if not (dist.is_available() and dist.is_initialized()) and "RANK" in os.environ:
             # created once per process and kept for later calls (re-initializing a destroyed group can hang
             # in the rendezvous); destroyed when the process exits
-            cuda = isinstance(model, ModelSpec) and str(model.kwargs.get("device", "")).startswith("cuda")
+            cuda = isinstance(model, ModelSpec) and str(self.rank_spec(model).kwargs.get("device", "")).startswith("cuda")
             dist.init_process_group(self.backend or ("nccl" if cuda else "gloo"),
                                     timeout=datetime.timedelta(seconds=self.timeout_s))
             atexit.register(_destroy_group)

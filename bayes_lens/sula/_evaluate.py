@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .. import adapter
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..collect import Collection, is_cache_like, source_model
 from .._validate import check_seed
 from ..errors import InvalidInputError
@@ -232,6 +232,18 @@ class SulaResult(Result):
     n_boot: int
     seed: int
 
+    def _summary(self):
+        title = (f"condition {self.condition!r}, labels {tuple(self.labels)}, layer {self.layer}, "
+                 f"n = {int(self.k.shape[0])} prompts")
+        return title, [
+            ("MAE |H_model - H_Bayes|", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_bits_ci), ""),
+            ("Pearson(H_model, H_Bayes)", fmt(self.pearson), fmt_ci(self.pearson_ci), f"Spearman {fmt(self.spearman)}"),
+            ("ECE / Brier", f"{fmt(self.ece)} / {fmt(self.brier)}", "",
+             f"Bayes floor {fmt(self.bayes_ece)} / {fmt(self.bayes_brier)}"),
+            ("entropy slope on k", f"{fmt(self.entropy_slope_bits_per_example)} bits/example",
+             fmt_ci(self.entropy_slope_ci), f"label mass {fmt(self.label_mass)}"),
+        ]
+
     def to_dataframe(self) -> pd.DataFrame:
         """Long format: condition, k, metric, value, ci_low, ci_high (geometry rows have k = "all")."""
         rows = []
@@ -272,6 +284,13 @@ class SulaControls(Result):
 
     def __getitem__(self, condition: str) -> SulaResult:
         return self.results[condition]
+
+    def _summary(self):
+        rows = []
+        for name, r in self.results.items():
+            rows.append((f"{name}: MAE", f"{fmt(r.mae_bits)} bits", fmt_ci(r.mae_bits_ci),
+                         f"Pearson {fmt(r.pearson)} {fmt_ci(r.pearson_ci)}".rstrip() + f", n = {int(r.k.shape[0])}"))
+        return f"{len(self.results)} conditions at layer {self.layer}", rows
 
     def to_dataframe(self) -> pd.DataFrame:
         """Long format over all conditions (see :meth:`SulaResult.to_dataframe`)."""

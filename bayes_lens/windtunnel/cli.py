@@ -2,7 +2,8 @@
 
 ``train`` trains a model on a task (METHODS.md §11) and writes a checkpoint folder (safetensors +
 JSON); ``eval`` prints Paper I's entropy error (bits) of a shipped or trained checkpoint against the
-exact posterior, per position. The lead CLI registers these with :func:`add_subparsers`;
+exact posterior, per position. The options are defined in :mod:`bayes_lens._windtunnel_args` (no
+torch import, so ``--help`` is instant); the lead CLI registers them with :func:`add_subparsers`;
 :func:`bayes_lens.cli.windtunnel_main` runs them standalone (``python -m bayes_lens.windtunnel ...``);
 this module never imports :mod:`bayes_lens.cli` (no import cycle).
 
@@ -17,11 +18,12 @@ Example
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-__all__ = ["add_subparsers"]
+__all__ = ["add_subparsers", "run_command"]
 
 
 def _task_from_args(args):
@@ -61,13 +63,17 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    from .._validate import check_device
     from . import evaluate, load, untrained
 
-    if args.untrained:
-        model, task = untrained(args.checkpoint, seed=args.seed, kind=args.kind)
-    else:
-        model, task = load(args.checkpoint, kind=args.kind)
-    res = evaluate(model, task, n=args.n, seed=args.seed)
+    device = check_device(getattr(args, "device", None), "--device")  # 'auto': CUDA when present
+    # TransformerLens prints "Moving model to device" on stdout; keep stdout for the result (--json parses)
+    with contextlib.redirect_stdout(sys.stderr):
+        if args.untrained:
+            model, task = untrained(args.checkpoint, seed=args.seed, kind=args.kind, device=device)
+        else:
+            model, task = load(args.checkpoint, kind=args.kind, device=device)
+        res = evaluate(model, task, n=args.n, seed=args.seed)
     if args.json:
         print(json.dumps({k: v for k, v in res.to_dict().items()
                           if k not in ("model_entropy_bits", "bayes_entropy_bits")}, indent=1))
@@ -79,46 +85,13 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def _fill(wt: argparse.ArgumentParser) -> None:
-    sub = wt.add_subparsers(dest="wt_command", required=True)
-    p = sub.add_parser("train", help="train a wind-tunnel model and write a checkpoint folder")
-    p.add_argument("--task", choices=["bijection", "hmm"], required=True)
-    p.add_argument("--V", type=int, default=None, help="symbols (bijection default 10, hmm default 5)")
-    p.add_argument("--S", type=int, default=5, help="hmm: hidden states (default 5)")
-    p.add_argument("--K", type=int, default=20, help="hmm: observations per sequence (default 20)")
-    p.add_argument("--Q", type=int, default=8, help="hmm: probabilities are multiples of 1/Q (default 8)")
-    p.add_argument("--alpha", type=float, default=0.5, help="hmm: Dirichlet concentration (default 0.5)")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--d-head", type=int, default=16)
-    p.add_argument("--d-mlp", type=int, default=0, help="default 4 x d_model")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="checkpoint folder")
-    p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
-    p.add_argument("--overwrite", action="store_true", help="start afresh over an existing checkpoint")
-    p.add_argument("--checkpoint-every", type=int, default=500)
-    p.add_argument("--eval-every", type=int, default=None)
-    p.add_argument("--eval-n", type=int, default=500)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.set_defaults(func=_cmd_train)
-    p = sub.add_parser("eval", help="entropy error (bits) of a checkpoint against the exact posterior")
-    p.add_argument("--checkpoint", default="bijection", help="'bijection', 'hmm' (shipped) or a folder")
-    p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"])
-    p.add_argument("--n", type=int, default=1000, help="fresh sequences (default 1000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--untrained", action="store_true", help="evaluate a same-shape untrained model instead")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_cmd_eval)
+def run_command(args) -> int:
+    """Run the parsed ``windtunnel train|eval`` command (the parser is :mod:`bayes_lens._windtunnel_args`)."""
+    return {"train": _cmd_train, "eval": _cmd_eval}[args.wt_command](args)
 
 
 def add_subparsers(sub) -> argparse.ArgumentParser:
     """Register ``windtunnel train|eval`` on an ``argparse`` sub-parsers object; sets ``func``."""
-    wt = sub.add_parser("windtunnel", help="train / evaluate wind-tunnel models (tasks with exact posteriors)")
-    _fill(wt)
-    return wt
+    from .._windtunnel_args import add_windtunnel_parser
+
+    return add_windtunnel_parser(sub)

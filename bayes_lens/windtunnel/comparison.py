@@ -33,7 +33,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from .tasks import make_task
 
@@ -59,6 +59,13 @@ class WindTunnelComparison(Result):
     prompts: List[str] = field(repr=False)
     trained_geometry: object = field(repr=False)
     untrained_geometry: object = field(repr=False)
+
+    def _summary(self):
+        t = self.table
+        rows = [(str(r["metric"]), f"trained {fmt(r['trained'])}",
+                 fmt_ci((r.get("trained_ci_low"), r.get("trained_ci_high"))), f"untrained {fmt(r['untrained'])}")
+                for _, r in t.iterrows()][:9]
+        return f"task {self.task!r}, n = {self.n_prompts} prompts, seed {self.seed}", rows
 
     def to_dataframe(self):
         return self.table.copy()

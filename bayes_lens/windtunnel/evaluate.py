@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .._progress import progress as progress_bar
-from .._results import Result, plotly
+from .._results import Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import entropy_bits
 from .tasks import Batch, make_task
@@ -84,10 +84,12 @@ class WindTunnelEval(Result):
                           xaxis_title="position k", yaxis_title="entropy (bits)")
         return fig
 
-    def __repr__(self) -> str:
-        return (f"WindTunnelEval(task={self.task!r}, n={self.n}, mae_bits={self.mae_bits:.4g} "
-                f"[{self.mae_ci[0]:.4g}, {self.mae_ci[1]:.4g}], seq_mae_bits={self.seq_mae_bits:.4g}, "
-                f"kl_bits={self.kl_bits:.4g})")
+    def _summary(self):
+        return f"task {self.task!r}, n = {self.n} sequences, seed {self.seed}", [
+            ("MAE of the mean entropies", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_ci), "Paper I's statistic"),
+            ("per-sequence MAE", f"{fmt(self.seq_mae_bits)} bits", fmt_ci(self.seq_mae_ci), ""),
+            ("KL(Bayes || model)", f"{fmt(self.kl_bits)} bits", "", ""),
+        ]
 
 
 def entropy_stats(logits: torch.Tensor, batch: Batch) -> Tuple[np.ndarray, np.ndarray]:

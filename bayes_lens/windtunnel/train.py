@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .._progress import progress as progress_bar
-from .._results import Result, plotly
+from .._results import Result, fmt, plotly
 from .._validate import check_output_dir
 from ..errors import CheckpointError, InvalidInputError
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -131,6 +131,13 @@ class TrainResult(Result):
     @property
     def weights(self) -> Dict[str, torch.Tensor]:
         return dict(self._weights)
+
+    def _summary(self):
+        c = self.config
+        title = (f"task {self.task!r}, {c.n_layers} layers x d_model {c.d_model}, {self.steps} steps, "
+                 f"seed {self.seed}")
+        return title, [("final MAE", f"{fmt(self.final_mae_bits)} bits", "", f"{self.wall_s:.1f} s of training"),
+                       ("checkpoint", str(self.path), "", "")]
 
     def to_dataframe(self):
         df = self.history.melt(id_vars=["step"], var_name="quantity", value_name="value")

