@@ -287,7 +287,8 @@ def _plot(results: Dict[str, SulaResult]):
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=3, subplot_titles=(
-        "entropy vs k (model solid, Bayes dashed)", "PC1 of final-token values vs k", "reliability diagram"))
+        "entropy vs k (model solid, Bayes dashed)", "PC1 of final-token values vs k",
+        f"reliability diagram ({next(iter(results))})"))
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     for i, (cond, res) in enumerate(results.items()):
         color = palette[i % len(palette)]
@@ -304,10 +305,14 @@ def _plot(results: Dict[str, SulaResult]):
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=kk.shape)
         fig.add_trace(go.Scatter(x=kk + jitter, y=res.pc1.numpy(), mode="markers", name=f"{cond}: PC1",
                                  marker=dict(color=color, size=4, opacity=0.5)), row=1, col=2)
-        rel = res.reliability
-        fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
-                                 name=f"{cond}: reliability", line=dict(color=color),
-                                 text=[f"n={c}" for c in rel["count"]]), row=1, col=3)
+        if i == 0:  # the reliability diagram of the main task only: a control's Bayes posterior is ½ for every
+            # prompt, and an evidence-blind model gives nearly one P(first label) to all of them, so its
+            # prompts fill one or two adjacent bins and their joined points draw a vertical line (x ≈ 0.8
+            # for SmolLM2's shuffled-labels control), which reads as a curve but says nothing.
+            rel = res.reliability
+            fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
+                                     name=f"{cond}: reliability", line=dict(color=color),
+                                     text=[f"n={c}" for c in rel["count"]]), row=1, col=3)
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                              line=dict(color="gray", dash="dot")), row=1, col=3)
     fig.update_xaxes(title_text="k (examples)", row=1, col=1)
@@ -316,7 +321,10 @@ def _plot(results: Dict[str, SulaResult]):
     fig.update_yaxes(title_text="PC1 score", row=1, col=2)
     fig.update_xaxes(title_text="mean predicted P(first label)", range=[0, 1], row=1, col=3)
     fig.update_yaxes(title_text="observed frequency", range=[0, 1], row=1, col=3)
-    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=420, width=1300)
+    # the legend below the panels, inside the figure (a legend on the right ran off a report's page)
+    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=520, width=1300,
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"),
+                      margin=dict(b=150))
     return fig
 
 
