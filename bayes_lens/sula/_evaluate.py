@@ -305,10 +305,11 @@ def _plot(results: Dict[str, SulaResult]):
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=kk.shape)
         fig.add_trace(go.Scatter(x=kk + jitter, y=res.pc1.numpy(), mode="markers", name=f"{cond}: PC1",
                                  marker=dict(color=color, size=4, opacity=0.5)), row=1, col=2)
-        if i == 0:  # the reliability diagram of the main task only: a control's Bayes posterior is ½ for every
-            # prompt, and an evidence-blind model gives nearly one P(first label) to all of them, so its
-            # prompts fill one or two adjacent bins and their joined points draw a vertical line (x ≈ 0.8
-            # for SmolLM2's shuffled-labels control), which reads as a curve but says nothing.
+        if i == 0:  # the reliability diagram of the main task only. A control's Bayes posterior is ½ for every
+            # prompt, so its diagram has no calibrated curve to compare with, and its few prompts fill a few
+            # bins: on SmolLM2's quick report the shuffled-labels control (red) had 27 of 30 prompts at
+            # P ≈ 0.02 and two one-prompt bins at P = 0.785 (observed 0) and 0.802 (observed 1), which the
+            # joining line drew as the stray vertical red line at x ≈ 0.8.
             rel = res.reliability
             fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
                                      name=f"{cond}: reliability", line=dict(color=color),
