@@ -88,7 +88,7 @@ def test_notebook_structure(name):
     # every interactive figure has a static image next to it, so GitHub shows it
     figures = [o for o in outputs if PLOTLY in o.get("data", {})]
     n_plot_cells = sum(".plot()" in c.source for c in code)
-    assert len(figures) >= max(n_plot_cells, 1)
+    assert len(figures) >= max(n_plot_cells, 0 if name == "05_classroom.ipynb" else 1)  # the class draws none
     for fig in figures:
         static = [m for m in STATIC if m in fig["data"]]
         assert static, "a plotly output without a static image"
@@ -136,7 +136,7 @@ def test_notebook_executes(name):
     # every plot() call produced a plotly figure
     n_plots = sum(".plot()" in c.source for c in nb.cells if c.cell_type == "code")
     n_figs = sum(PLOTLY in o.get("data", {}) for o in outputs)
-    assert n_figs >= n_plots >= 1
+    assert n_figs >= n_plots >= (0 if name == "05_classroom.ipynb" else 1)
     print(f"{name}: {seconds:.0f} s")
 
 
