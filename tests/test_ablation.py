@@ -714,3 +714,63 @@ def test_smollm2_removal_and_noop(smol):
     assert (flat @ axis.axes_[15].double()).abs().max() < 1e-4  # every position, padding included
     with bl.patched(smol, axis.removal(lam=0.0)), torch.inference_mode():
         assert torch.equal(smol(toks, attention_mask=mask), clean_logits)
+
+
+def test_effect_reads_the_geometry_downstream_of_the_patch(tiny):
+    """cmp.effect(): clean vs patched ρ at the first layer after the patch (not at the patched layer, where
+    a removed coordinate is 0 by construction), checked against values read by hand under the patch."""
+    from bayes_lens.ablation import AblationEffect
+    from bayes_lens.metrics.stats import pearson
+
+    axis = EntropyAxis(layer=0, progress=False).fit(tiny, TEXTS)
+    cmp = compare_patched(tiny, TEXTS, {"axis removed": axis.removal()}, n_random_seeds=1, n_boot=200, seed=3,
+                          progress=False)
+    eff = cmp.effect()
+    assert isinstance(eff, AblationEffect) and eff.condition == "axis removed"
+    assert eff.patched_layers == (0,) and eff.downstream_layer == 1 and eff.last_layer == 1
+    assert eff.random_condition == "random ⟂ removal λ=1 @L0" and eff.calibration is None
+    # independent: the layer-1 axis fitted on the clean run, the patched values and entropies read by hand
+    ref = EntropyAxis(layer=1, progress=False).fit(tiny, TEXTS)
+    u, mu = ref.axes_[1].double().numpy(), ref.means_[1].double().numpy()
+    x_clean, h_clean = _final_values_by_hand(tiny, TEXTS, 1)
+    with bl.patched(tiny, axis.removal()):
+        x_rem, h_rem = _final_values_by_hand(tiny, TEXTS, 1)
+    clean_r, rem_r = pearson((x_clean - mu) @ u, h_clean), pearson((x_rem - mu) @ u, h_rem)
+    assert eff.corr[("clean", 1)].value == pytest.approx(clean_r, abs=1e-4)
+    assert eff.corr[("axis removed", 1)].value == pytest.approx(rem_r, abs=1e-4)
+    assert eff.corr_delta[1].value == pytest.approx(rem_r - clean_r, abs=1e-4)
+    assert eff.at_patched.value == pytest.approx(axis.entropy_correlation_[0], abs=1e-4)
+    df = eff.to_dataframe()
+    assert list(df["readout_layer"]) == [1] and df["delta"].iloc[0] == pytest.approx(rem_r - clean_r, abs=1e-4)
+    # the sentence states the numbers it was computed from, and the classification follows the rule
+    text = eff.sentence
+    assert f"{clean_r:+.2f} → {rem_r:+.2f}" in text and "layer 1" in text
+    d = eff.corr_delta[1]
+    expect = ("unchanged" if not d.excludes(0.0) else
+              "breaks" if abs(rem_r) < 0.5 * abs(clean_r) else "weakens" if abs(rem_r) < abs(clean_r)
+              else "strengthens")
+    assert eff.geometry == expect
+    assert str(eff).splitlines()[-1] == text and "geometry" in repr(eff)
+    with pytest.raises(bl.InvalidInputError, match="patched conditions"):
+        cmp.effect("clean")
+    late = compare_patched(tiny, TEXTS, [EntropyAxis(layer=1, progress=False).fit(tiny, TEXTS).removal()],
+                           n_random_seeds=0, n_boot=50, progress=False)
+    with pytest.raises(bl.InvalidInputError, match="no readout layer after"):
+        late.effect()
+
+
+def test_effect_sentence_rules_on_sula_items(tiny):
+    """With SULA items the effect adds the calibration change, and 'survives' means |Δ MAE| < 1% of clean."""
+    prompts = bl.sula.make_prompts(tiny, ks=(0, 2, 8), n_per_k=4, seed=1)
+    # fitted on varied texts: at layer 0 every SULA prompt ends in the same token, so its values there are constant
+    axis = EntropyAxis(layer=0, progress=False).fit(tiny, TEXTS)
+    cmp = compare_patched(tiny, prompts, {"axis removed": axis.removal()}, axis=axis, n_random_seeds=1, n_boot=100,
+                          progress=False)
+    eff = cmp.effect()
+    clean, d, rd = eff.calibration
+    assert clean.value == pytest.approx(cmp.calibration_value("clean").value)
+    assert d.value == pytest.approx(cmp.calibration_delta("axis removed").value)
+    assert rd is not None and rd.value == pytest.approx(cmp.calibration_delta(eff.random_condition).value)
+    assert eff.calibration_survives == (abs(d.value) < 0.01 * abs(clean.value))
+    assert ("calibration survives" if eff.calibration_survives else "calibration changes") in eff.sentence
+    assert f"{d.value:+.4f}" in eff.sentence

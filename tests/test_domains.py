@@ -105,6 +105,14 @@ def test_collapses_dict_plot(comparison):
     pytest.importorskip("plotly")
     fig = cmp.plot()
     assert sum(t.type == "bar" for t in fig.data) == 5
+    # the Gaussian-null markers: one colour in every panel, the colour of their (single) legend entry
+    nulls = [t for t in fig.data if t.type == "scatter"]
+    assert len(nulls) == 3 and len({t.marker.color for t in nulls}) == 1
+    assert [t.showlegend for t in nulls] == [True, False, False]
+    np.testing.assert_allclose(np.asarray(nulls[1].y, float), cmp.to_dataframe()["null_pc12_fraction"].to_numpy(float))
+    # every panel's y axis says what it measures
+    titles = [fig.layout[f"yaxis{'' if i == 1 else i}"].title.text for i in range(1, 6)]
+    assert all(titles) and "explained variance" in titles[0] and titles[2] == "effective dimensions"
 
 
 def test_deterministic(comparison):

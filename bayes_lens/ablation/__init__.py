@@ -48,6 +48,9 @@ entropy-ordered direction of its value space. This module answers with three pub
   :func:`bayes_lens.sula.evaluate` with the patches as ``fwd_hooks``), each with a paired bootstrap
   CI (over prompts) of the difference from clean. Paper A: single-layer removal takes the
   axis–entropy correlation from ≈0.27–0.32 to ≈0 while SULA MAE and correlation move by < 1%.
+  ``cmp.effect()`` (:class:`AblationEffect`) is the headline: ρ clean vs patched at the first layer
+  *after* the patch and at the last layer (at the patched layer a removed coordinate is 0 by
+  construction), the random control's change, the calibration change, and a sentence reading them.
 
 Example
 -------
@@ -62,8 +65,8 @@ Example
 """
 
 from ._axis import AxisData, EntropyAxis, collect_axis_data
-from ._compare import PatchComparison, compare_patched
+from ._compare import AblationEffect, PatchComparison, compare_patched
 from ._patch import Patch, PatchPart, patched
 
 __all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "Patch", "PatchPart", "patched", "compare_patched",
-           "PatchComparison"]
+           "PatchComparison", "AblationEffect"]

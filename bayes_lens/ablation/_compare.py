@@ -35,7 +35,7 @@ from ._common import DEGENERATE_RATIO, prompt_data, site_dim
 from ._patch import Patch, flatten_pairs, resolve_pairs
 from ._patch import patched as patched_model
 
-__all__ = ["PatchComparison", "compare_patched"]
+__all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
 
 _CAL_METRICS = {"mae": "sula_mae_bits", "corr": "sula_pearson"}
 
@@ -230,6 +230,55 @@ class PatchComparison(Result):
     def to_dataframe(self):
         return self.table.copy()
 
+    def effect(self, condition: Optional[str] = None, *, downstream: Optional[int] = None) -> "AblationEffect":
+        """What the patch did, in the few numbers a reader needs and one sentence computed from them.
+
+        Paper A's question (METHODS.md §7): does removing the axis *break the geometry* — the
+        correlation of the clean-fitted axis coordinate with the model's entropy, read at layers
+        *after* the patched one (at the patched layer itself a removed coordinate is 0 by
+        construction) — while *calibration survives* (the SULA MAE at the output changes by < 1%)?
+        ``condition`` defaults to the first patch; ``downstream`` is the readout layer of the
+        headline (default: the first layer after the patched layers); the last layer is always shown.
+        The random-direction control (same op and layers), when the comparison has one, is shown next to it.
+        """
+        if condition is None:
+            condition = next((c for c in self.conditions if c != "clean" and not c.startswith("random ⟂")), None)
+            if condition is None:
+                raise InvalidInputError("this comparison has no patched condition; pass patches to compare_patched.")
+        if condition == "clean" or condition not in self.conditions:
+            raise InvalidInputError(f"condition must be one of the patched conditions "
+                                    f"{[c for c in self.conditions if c != 'clean']}, got {condition!r}.")
+        t = self.table
+        rows = t[t["condition"] == condition]
+        patched = sorted({int(x) for v in rows["patched_layers"] for x in str(v).split(",") if x.strip()}) \
+            or list(self.axis_layers)
+        after = [k for k in self.readout_layers if k > max(patched)]
+        if downstream is None:
+            if not after:
+                raise InvalidInputError(f"no readout layer after the patched layers {patched} (readout layers "
+                                        f"{list(self.readout_layers)}): patch an earlier layer to see downstream.")
+            downstream = after[0]
+        elif downstream not in self.readout_layers:
+            raise InvalidInputError(f"downstream must be a readout layer {list(self.readout_layers)}, got {downstream!r}.")
+        last = self.readout_layers[-1]
+        rnd = self.random_condition(condition)
+        if rnd is None:  # a patch passed under a label of its own: its control has the same op and layers
+            kind, where = rows["kind"].iloc[0], rows["patched_layers"].iloc[0]
+            same = t[t["is_random"].astype(bool) & (t["kind"] == kind) & (t["patched_layers"] == where)]
+            rnd = same["condition"].iloc[0] if len(same) else None
+        layers = sorted({downstream, last})
+        corr = {(c, k): self.corr(c, k) for c in ("clean", condition) for k in layers}
+        delta = {k: self.corr_delta(condition, k) for k in layers}
+        rdelta = {k: self.corr_delta(rnd, k) for k in layers} if rnd else {}
+        cal = None
+        if self.calibration:
+            cal = (self.calibration_value("clean"), self.calibration_delta(condition),
+                   self.calibration_delta(rnd) if rnd else None)
+        return AblationEffect(condition=condition, patched_layers=tuple(patched), downstream_layer=int(downstream),
+                              last_layer=int(last), corr=corr, corr_delta=delta, random_condition=rnd,
+                              random_corr_delta=rdelta, calibration=cal, n_prompts=self.n_prompts,
+                              at_patched=self.corr("clean", patched[0]) if patched[0] in self.readout_layers else None)
+
     def summary(self):
         """The headline rows: axis–entropy correlation at each patched layer, and calibration."""
         t = self.table
@@ -269,6 +318,117 @@ class PatchComparison(Result):
         fig.update_yaxes(title_text="patched − clean", row=1, col=2)
         fig.update_layout(title="Entropy-axis ablation (Paper A §4.6; METHODS.md §7)", barmode="group")
         return fig
+
+
+def _ci_side(e: Estimate) -> str:
+    return "excludes 0" if e.excludes(0.0) else "includes 0"
+
+
+@dataclass(frozen=True, eq=False)
+class AblationEffect:
+    """The headline of a :class:`PatchComparison` (from :meth:`PatchComparison.effect`): the clean and
+    patched axis–entropy correlations downstream of the patch, their paired difference (and the
+    random control's), the SULA calibration change, and :attr:`sentence`, which reads them.
+
+    ``corr[(condition, layer)]`` and ``corr_delta[layer]`` are :class:`~bayes_lens.Estimate` values at
+    ``downstream_layer`` and ``last_layer``; ``calibration`` is ``(clean MAE, Δ MAE, random Δ MAE)`` in bits
+    (None without SULA items).
+    """
+
+    condition: str
+    patched_layers: Tuple[int, ...]
+    downstream_layer: int
+    last_layer: int
+    corr: Dict[Tuple[str, int], Estimate]
+    corr_delta: Dict[int, Estimate]
+    random_condition: Optional[str]
+    random_corr_delta: Dict[int, Estimate]
+    calibration: Optional[Tuple[Estimate, Estimate, Optional[Estimate]]]
+    n_prompts: int
+    at_patched: Optional[Estimate] = None
+
+    @property
+    def geometry(self) -> str:
+        """``"breaks"``, ``"weakens"``, ``"unchanged"`` or ``"strengthens"`` at the downstream layer
+        (breaks: the paired Δρ interval excludes 0 and |ρ| falls below half its clean value)."""
+        k = self.downstream_layer
+        clean, patched, d = self.corr[("clean", k)], self.corr[(self.condition, k)], self.corr_delta[k]
+        if not d.excludes(0.0):
+            return "unchanged"
+        if abs(patched.value) < abs(clean.value):
+            return "breaks" if abs(patched.value) < 0.5 * abs(clean.value) else "weakens"
+        return "strengthens"
+
+    @property
+    def calibration_survives(self) -> Optional[bool]:
+        """|Δ SULA MAE| < 1% of the clean MAE (Paper A §6.2); None without calibration."""
+        if self.calibration is None:
+            return None
+        clean, d, _ = self.calibration
+        return bool(abs(d.value) < 0.01 * abs(clean.value))
+
+    @property
+    def sentence(self) -> str:
+        """One sentence of interpretation, computed from the numbers (METHODS.md §7)."""
+        k = self.downstream_layer
+        clean, patched, d = self.corr[("clean", k)], self.corr[(self.condition, k)], self.corr_delta[k]
+        where = "layer" + ("s " if len(self.patched_layers) > 1 else " ") + ",".join(map(str, self.patched_layers))
+        weak = not clean.excludes(0.0)
+        geo = {"breaks": "breaks the geometry downstream", "weakens": "weakens the geometry downstream but does "
+               "not break it", "unchanged": "leaves the geometry downstream unchanged",
+               "strengthens": "makes the geometry downstream stronger"}[self.geometry]
+        text = (f"Removing the axis at {where} {geo}: at layer {k} ρ(axis, entropy) goes "
+                f"{clean.value:+.2f} → {patched.value:+.2f} (Δ {d.value:+.3f}, CI {_ci_side(d)}")
+        rd = self.random_corr_delta.get(k)
+        text += f"; a random direction: Δ {rd.value:+.3f})" if rd is not None else ")"
+        if weak:
+            text += (f", but the clean correlation there is weak (CI {_ci_side(clean)}), so there is little "
+                     "geometry to break")
+        if self.calibration is not None:
+            mae, dm, _ = self.calibration
+            rel = dm.value / mae.value if mae.value else float("nan")
+            text += (f"; calibration {'survives' if self.calibration_survives else 'changes'}: SULA MAE "
+                     f"{mae.value:.3f} bits moves by {dm.value:+.4f} ({rel:+.1%}; Paper A: < 1%)")
+        return text + "."
+
+    def to_dataframe(self):
+        """One row per readout layer shown: clean and patched ρ, Δρ with its CI, and the random control's Δρ."""
+        import pandas as pd
+
+        rows = []
+        for k in sorted({self.downstream_layer, self.last_layer}):
+            c, p, d = self.corr[("clean", k)], self.corr[(self.condition, k)], self.corr_delta[k]
+            rd = self.random_corr_delta.get(k)
+            rows.append({"readout_layer": k, "clean_corr": c.value, "patched_corr": p.value, "delta": d.value,
+                         "delta_ci_low": d.ci[0], "delta_ci_high": d.ci[1],
+                         "random_delta": rd.value if rd is not None else float("nan")})
+        return pd.DataFrame(rows)
+
+    def __str__(self) -> str:
+        lines = [f"{self.condition} (n = {self.n_prompts} prompts; ρ = correlation of the clean-fitted axis "
+                 "coordinate with the model's entropy)"]
+        if self.at_patched is not None:
+            a = self.at_patched
+            lines.append(f"  clean ρ at the patched layer {self.patched_layers[0]}: {a.value:+.3f} "
+                         f"[{a.ci[0]:+.3f}, {a.ci[1]:+.3f}] (after removal 0 by construction)")
+        for k in sorted({self.downstream_layer, self.last_layer}):
+            c, p, d = self.corr[("clean", k)], self.corr[(self.condition, k)], self.corr_delta[k]
+            rd = self.random_corr_delta.get(k)
+            lines.append(f"  layer {k}: ρ clean {c.value:+.3f} → patched {p.value:+.3f}, Δ {d.value:+.3f} "
+                         f"[{d.ci[0]:+.3f}, {d.ci[1]:+.3f}]" + (f"; random ⟂: Δ {rd.value:+.3f}" if rd else ""))
+        if self.calibration is not None:
+            mae, dm, rm = self.calibration
+            lines.append(f"  SULA MAE {mae.value:.3f} bits: Δ {dm.value:+.4f} [{dm.ci[0]:+.4f}, {dm.ci[1]:+.4f}]"
+                         + (f"; random ⟂: Δ {rm.value:+.4f}" if rm is not None else ""))
+        lines.append(self.sentence)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<AblationEffect {self.condition!r}: geometry {self.geometry} at layer {self.downstream_layer}" + (
+            f", calibration {'survives' if self.calibration_survives else 'changes'}>" if self.calibration else ">")
+
+    def _repr_pretty_(self, p, cycle):  # IPython / notebooks: the lines, not the one-line repr
+        p.text(str(self))
 
 
 def _check_common(correlation, n_random_seeds, n_boot, seed=0):

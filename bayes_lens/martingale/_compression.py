@@ -97,6 +97,27 @@ class CompressionResult(Result):
     def to_dataframe(self) -> pd.DataFrame:
         return self.curves.copy()
 
+    def n_to(self, level: float = 0.99) -> pd.DataFrame:
+        """Per (θ, predictor): the first n from which the mean efficiency stays >= ``level`` up to ``length``.
+
+        ``n_to(0.99)`` is :attr:`n_to_99`. NaN means not within ``length`` symbols: at quick lengths (30-100)
+        no predictor stays at 99% — Laplace's rule needs hundreds of symbols for that (its expected excess
+        is about log₂(n)/(2n) bits per symbol) — so a lower ``level`` (0.9, 0.95) is the informative one there.
+        """
+        level = float(level)
+        if not 0 < level <= 1:
+            raise InvalidInputError(f"level must be in (0, 1], got {level!r}.")
+        rows = []
+        for (th, who), g in self.curves.groupby(["theta", "predictor"], sort=False):
+            g = g.sort_values("n")
+            eff = g["efficiency"].to_numpy(float)
+            stays = np.minimum.accumulate(eff[::-1])[::-1] >= level
+            reach = np.nonzero(stays)[0]
+            rows.append({"theta": th, "predictor": who,
+                         "n_to_level": int(g["n"].to_numpy()[reach[0]]) if reach.size else np.nan,
+                         "efficiency_at_end": float(eff[-1]), "level": level})
+        return pd.DataFrame(rows)
+
     def plot(self):
         go = plotly()
         fig = go.Figure()

@@ -36,7 +36,7 @@ import numpy as np
 from .._results import jsonable
 from ..errors import InvalidInputError
 from ._atomic import Staging, check_writable, write_text
-from ._references import CAVEATS, REFERENCES
+from ._references import REFERENCES, caveats_for
 from .._files import sha256_file
 
 __all__ = ["Metric", "SectionOutput", "Context", "Section", "run_report", "SCHEMA_VERSION"]
@@ -265,7 +265,7 @@ def run_report(
         "timings_s": {},
         "sections": {},
         "summary": [],
-        "caveats": list(CAVEATS),
+        "caveats": caveats_for([s.name for s in sections]),
         "files": {},
     }
     with Staging(out) as staging:

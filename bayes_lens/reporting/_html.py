@@ -268,6 +268,20 @@ def _papers_html() -> str:
             "</pre></details></section>")
 
 
+def _summary_html(summary: Sequence[dict], nav: str) -> str:
+    """The numbers the papers report too, or that a rule judges (a verdict); the rest stay in their sections.
+
+    (The summary used to repeat every section's table row for row.)"""
+    rows = [m for m in summary if m.get("references") or (m.get("verdict") if "verdict" in m else verdict(m))]
+    rest = len(summary) - len(rows)
+    more = f" The other {rest} numbers are in their sections." if rest else ""
+    return (f"<section id='summary'><h2>Summary: this model next to the papers</h2>"
+            f"<p class='muted'>The numbers the papers also report, or that a stated rule judges, with their 95% "
+            f"bootstrap interval over prompts and random baseline; papers' numbers are for other (larger) models, "
+            f"see the caveats.{more} Sections: {nav}</p>"
+            f"{_metrics_table(rows, with_section=True) if rows else ''}</section>")
+
+
 def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables: Optional[Sequence[dict]] = None) -> str:
     """The complete HTML page for report document ``doc`` (figures are plotly ``Figure`` objects)."""
     from plotly.offline import get_plotlyjs
@@ -287,10 +301,7 @@ def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables:
         f"</div></header><main>",
         _cards(doc),
         _glance(doc),
-        f"<section id='summary'><h2>Summary: this model next to the papers</h2>"
-        f"<p class='muted'>Every number with its 95% bootstrap interval over prompts and its random baseline; "
-        f"papers' numbers are for other (larger) models, see the caveats. Sections: {nav}</p>"
-        f"{_metrics_table(summary, with_section=True)}</section>",
+        _summary_html(summary, nav),
     ]
     for sec, figs, tabs in zip(secs, figures, tables):
         body.append(_section_html(sec, figs, tabs))

@@ -13,9 +13,9 @@ Data only: no model runs here.
 from __future__ import annotations
 
 from importlib import resources
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["REFERENCES", "CAVEATS", "PAPERS", "METHODS_URL", "methods_path", "methods_text"]
+__all__ = ["REFERENCES", "CAVEATS", "SECTION_CAVEATS", "caveats_for", "PAPERS", "METHODS_URL", "methods_path", "methods_text"]
 
 # The papers every "Paper A §x" / "Paper B" in this package refers to (docs/METHODS.md, header).
 PAPERS: Dict[str, dict] = {
@@ -111,29 +111,41 @@ REFERENCES: Dict[str, List[dict]] = {
                                         "Paper B")],
 }
 
-CAVEATS: List[str] = [
-    "Paper A's ≈5% 'random baseline' for PC1 is wrong at these sample sizes; the baseline shown here is "
-    "simulated i.i.d. Gaussian data of the same n × d (METHODS.md §1).",
-    "Values are read per key/value head (hook_v), never on the repeated copies grouped-query attention "
-    "makes; Paper A's public script used final-layer residual states on 13 prompts (METHODS.md §0, §1).",
-    "Key orthogonality: the dimension-matched Gaussian baseline is √(2/(π·d_model)); Paper A compares "
-    "against √(2/(π·d_head)), shown as 'paper convention'. Trained values of 0.03-0.18 are above the "
-    "dimension-matched baseline. The paper's 0.35-0.45 at step 0 cannot come from i.i.d. initialization "
-    "and is not used (METHODS.md §2).",
-    "The sign of a principal component is arbitrary: compare |rho| with the papers' correlations (METHODS.md §4).",
-    "Paper A's prompts are not public and its text contradicts its tables in places; our prompt pools are "
-    "our own (written text, programmatic maths, code), so domain numbers are comparable in kind, not "
-    "digit for digit (METHODS.md §5).",
-    "SULA evidence-removed control replaces example labels with a placeholder; the paper masks the carrier "
-    "words instead. Under the stated generative model carriers carry no evidence (METHODS.md §6).",
-    "Entropy-axis ablation: λ = 1 is full removal (the public code reverses λ), the random control is "
-    "orthogonalized against the axis, and negative layer indices are resolved explicitly (METHODS.md §7, §12).",
-    "Martingale gap: Paper B's numbers are for GPT-3 text-davinci-002 with 100 sequences for every even "
-    "n up to 198; this report uses fewer sequences and lengths (see settings), so its CIs are wider.",
-    "Chain-of-thought length (Paper B Thm 4.5) uses the natural log by default: the paper writes log₂ "
-    "but its worked examples only come out with ln (METHODS.md §10).",
-    "Entropies are in bits throughout. The default model is SmolLM2-135M-Instruct quantized to Q4_1 "
-    "(GGUF); quantization may shift small effects.",
-    "Intervals are 95% percentile bootstrap intervals over prompts (or sequences), seeded; quick reports "
-    "use few prompts and give wide intervals.",
+# (the report sections a caveat concerns, or None for every report; its text). A report lists only the
+# caveats of the sections it ran: a geometry-only report has no SULA, ablation or martingale caveats.
+SECTION_CAVEATS: List[Tuple[Optional[Tuple[str, ...]], str]] = [
+    (("geometry",), "Paper A's ≈5% 'random baseline' for PC1 is wrong at these sample sizes; the baseline shown here is "
+     "simulated i.i.d. Gaussian data of the same n × d (METHODS.md §1)."),
+    (("geometry", "sula", "ablation"), "Values are read per key/value head (hook_v), never on the repeated copies "
+     "grouped-query attention makes; Paper A's public script used final-layer residual states on 13 prompts "
+     "(METHODS.md §0, §1)."),
+    (("geometry",), "Key orthogonality: the dimension-matched Gaussian baseline is √(2/(π·d_model)); Paper A compares "
+     "against √(2/(π·d_head)), shown as 'paper convention'. Trained values of 0.03-0.18 are above the "
+     "dimension-matched baseline. The paper's 0.35-0.45 at step 0 cannot come from i.i.d. initialization "
+     "and is not used (METHODS.md §2)."),
+    (("geometry", "sula"), "The sign of a principal component is arbitrary: compare |rho| with the papers' "
+     "correlations (METHODS.md §4)."),
+    (("geometry",), "Paper A's prompts are not public and its text contradicts its tables in places; our prompt pools "
+     "are our own (written text, programmatic maths, code), so domain numbers are comparable in kind, not "
+     "digit for digit (METHODS.md §5)."),
+    (("sula",), "SULA evidence-removed control replaces example labels with a placeholder; the paper masks the "
+     "carrier words instead. Under the stated generative model carriers carry no evidence (METHODS.md §6)."),
+    (("ablation",), "Entropy-axis ablation: λ = 1 is full removal (the public code reverses λ), the random control is "
+     "orthogonalized against the axis, and negative layer indices are resolved explicitly (METHODS.md §7, §12)."),
+    (("martingale",), "Martingale gap: Paper B's numbers are for GPT-3 text-davinci-002 with 100 sequences for every "
+     "even n up to 198; this report uses fewer sequences and lengths (see settings), so its CIs are wider."),
+    (("martingale",), "Chain-of-thought length (Paper B Thm 4.5) uses the natural log by default: the paper writes log₂ "
+     "but its worked examples only come out with ln (METHODS.md §10)."),
+    (None, "Entropies are in bits throughout. The default model is SmolLM2-135M-Instruct quantized to Q4_1 "
+     "(GGUF); quantization may shift small effects."),
+    (None, "Intervals are 95% percentile bootstrap intervals over prompts (or sequences), seeded; quick reports "
+     "use few prompts and give wide intervals."),
 ]
+
+CAVEATS: List[str] = [text for _, text in SECTION_CAVEATS]
+
+
+def caveats_for(sections: Sequence[str]) -> List[str]:
+    """The caveats a report of ``sections`` (their names) must list: the general ones and those of its sections."""
+    names = set(sections)
+    return [text for about, text in SECTION_CAVEATS if about is None or names & set(about)]

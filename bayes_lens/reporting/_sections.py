@@ -7,7 +7,7 @@ Sections communicate through ``ctx.shared`` (the ablation reuses SULA's prompts 
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -15,6 +15,31 @@ from ._core import Context, Metric, Section, SectionOutput
 from ._verdicts import fit_verdict, key_orthogonality_verdict
 
 __all__ = ["SECTIONS", "QUICK", "FULL"]
+
+CALIBRATION_SURVIVES = 0.01   # Paper A §6.2: SULA MAE and correlation change by less than 1% under the ablation
+PERMUTATION_SLOPE = -0.5      # Paper B: SD across orderings ∝ k^(-1/2) for independently drawn orderings
+
+
+def _excludes_zero(ci) -> bool:
+    return ci is not None and ci[0] is not None and ci[1] is not None and (ci[0] > 0 or ci[1] < 0)
+
+
+def _relation_verdict(ci, related: str, unrelated: str, source: str) -> dict:
+    """An informational verdict (no pass/fail): does the 95% interval exclude 0?"""
+    return {"pass": None, "text": f"{'CI excludes 0: ' + related if _excludes_zero(ci) else 'CI includes 0: ' + unrelated}"
+                                  f" ({source})"}
+
+
+def _calibration_verdict(delta, clean: float, what: str) -> dict:
+    """PASS when |patched − clean| is below 1% of the clean value (Paper A's "calibration survives")."""
+    if not np.isfinite(clean) or abs(clean) < 0.1:
+        return {"pass": None, "text": f"clean {what} = {clean:.3f} ≈ 0: a relative change is undefined, so Paper A's "
+                                      "1% rule cannot be applied (Paper A §6.2)"}
+    rel = abs(delta.value) / abs(clean)
+    whole = max(abs(delta.ci[0]), abs(delta.ci[1])) / abs(clean) < CALIBRATION_SURVIVES
+    how = "whole 95% CI" if whole else "point estimate only; the CI reaches beyond 1%"
+    return threshold_verdict(rel < CALIBRATION_SURVIVES,
+                             f"|Δ {what}| = {rel:.2%} of the clean value, < 1% ({how})", "Paper A §6.2")
 
 QUICK: Dict[str, object] = {
     "geometry_n": 25,
@@ -187,7 +212,10 @@ def _sula(ctx: Context) -> SectionOutput:
                (allrow["mae_ignore_evidence_bits"], "evidence-blind predictor (always the prior)"),
                note=f"{n} prompts, labels {L1!r}/{L2!r}, p = 0.9"),
         Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation", main.pearson_ci,
-               (0.0, "no relation")),
+               (0.0, "no relation"),
+               verdict=_relation_verdict(main.pearson_ci, "the model's entropy follows the Bayes entropy",
+                                         "no evidence that the model's entropy follows the Bayes entropy",
+                                         "METHODS.md §6")),
         Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits",
                (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"])),
         Metric("sula.ece", "expected calibration error of P(first label) (that fixed class, not top-label)",
@@ -254,7 +282,10 @@ def _ablation(ctx: Context) -> SectionOutput:
     clean_at = cmp.corr("clean", layer)
     out.metrics.append(Metric("ablation.corr_clean", f"clean: ρ(axis coordinate, model entropy) at layer {layer}",
                               clean_at.value, "correlation", clean_at.ci, (0.0, "no relation"),
-                              note=f"axis = PC1 of hook_v at layer {layer} on {len(prompts)} SULA prompts"))
+                              note=f"axis = PC1 of hook_v at layer {layer} on {len(prompts)} SULA prompts",
+                              verdict=_relation_verdict(clean_at.ci, "the axis carries the model's uncertainty",
+                                                        "the axis does not clearly carry the model's uncertainty",
+                                                        "Paper A §6.2")))
     rem, clean_read = cmp.corr(_REMOVED, read), cmp.corr("clean", read)
     rnd = cmp.corr(rand, read) if rand else None
     degenerate = bool(cmp.table[(cmp.table["condition"] == _REMOVED) & (cmp.table["metric"] == "axis_entropy_corr")
@@ -264,7 +295,9 @@ def _ablation(ctx: Context) -> SectionOutput:
         rem.value, "correlation", rem.ci,
         (rnd.value if rnd is not None else None, f"random orthogonal direction removed ({len(seeds)} seeds)"),
         note=f"clean at layer {read}: {clean_read.value:.3f}"
-        + ("; the coordinate collapsed (degenerate, reported as 0)" if degenerate else "")))
+        + ("; the coordinate collapsed (degenerate, reported as 0)" if degenerate else ""),
+        verdict=_relation_verdict(rem.ci, "the correlation survives the removal downstream (geometry not broken)",
+                                  "consistent with Paper A's ≈0 after removal (geometry breaks)", "Paper A §6.2")))
     if rand:
         d = cmp.corr_delta(rand, read)
         t = cmp.table
@@ -282,7 +315,8 @@ def _ablation(ctx: Context) -> SectionOutput:
         out.metrics.append(Metric(
             key, f"axis removed: change of {label} (patched − clean)", d.value, units, d.ci,
             (dr.value if dr is not None else None, "random orthogonal direction removed"),
-            note=f"clean {v.value - d.value:.3f}, patched {v.value:.3f}; paired bootstrap"))
+            note=f"clean {v.value - d.value:.3f}, patched {v.value:.3f}; paired bootstrap",
+            verdict=_calibration_verdict(d, v.value - d.value, label)))
     out.tables["comparison"] = cmp.table
     out.figure("Entropy-axis ablation: correlation by readout layer, calibration change", cmp.plot)
     out.details["comparison"] = {k: v for k, v in cmp.to_dict().items() if k != "table"}
@@ -307,6 +341,13 @@ _SHAPE_CAVEAT = ("shape comparison: a high adjusted R² does not confirm the log
                  "n = 10–198, 0.38 for 10–98, 0.27 for 50–198), which its intervals cover (s.e. interval "
                  "conservative: 0.995; bootstrap 0.955). Judge the shape by the likelihood ratio and the "
                  "encompassing-model tests (details: gap_comparison), not by R²")
+
+
+def _slope_verdict(slope, ci) -> Optional[dict]:
+    if slope is None or not np.isfinite(slope) or ci is None or not all(np.isfinite(c) for c in ci):
+        return None
+    inside = ci[0] <= PERMUTATION_SLOPE <= ci[1]
+    return threshold_verdict(inside, f"−0.5 inside the 95% CI [{ci[0]:.2f}, {ci[1]:.2f}] (a design check)", "Paper B")
 
 
 def _martingale(ctx: Context) -> SectionOutput:
@@ -354,7 +395,8 @@ def _martingale(ctx: Context) -> SectionOutput:
                     "design, not exchangeability; undefined (NaN) for an exchangeable predictor"
                     + (f"; suppressed: the SD at k = 1 is at the numerical floor ({perm.numerical_floor_sd:.2g}), "
                        f"the fitted {perm.slope_raw:.2f} would be a slope of rounding noise"
-                       if perm.at_numerical_floor else ""), ci_method=_SEQ_CI),
+                       if perm.at_numerical_floor else ""), ci_method=_SEQ_CI,
+               verdict=_slope_verdict(perm.slope, perm.slope_ci)),
     ]
     c = dict(z["martingale_compression"])
     comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)

@@ -306,7 +306,8 @@ def _plot(results: Dict[str, SulaResult]):
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=3, subplot_titles=(
-        "entropy vs k (model solid, Bayes dashed)", "PC1 of final-token values vs k", "reliability diagram"))
+        "entropy vs k (model solid, Bayes dashed)", "PC1 of final-token values vs k",
+        f"reliability diagram ({next(iter(results))})"))
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     for i, (cond, res) in enumerate(results.items()):
         color = palette[i % len(palette)]
@@ -323,10 +324,15 @@ def _plot(results: Dict[str, SulaResult]):
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=kk.shape)
         fig.add_trace(go.Scatter(x=kk + jitter, y=res.pc1.numpy(), mode="markers", name=f"{cond}: PC1",
                                  marker=dict(color=color, size=4, opacity=0.5)), row=1, col=2)
-        rel = res.reliability
-        fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
-                                 name=f"{cond}: reliability", line=dict(color=color),
-                                 text=[f"n={c}" for c in rel["count"]]), row=1, col=3)
+        if i == 0:  # the reliability diagram of the main task only. A control's Bayes posterior is ½ for every
+            # prompt, so its diagram has no calibrated curve to compare with, and its few prompts fill a few
+            # bins: on SmolLM2's quick report the shuffled-labels control (red) had 27 of 30 prompts at
+            # P ≈ 0.02 and two one-prompt bins at P = 0.785 (observed 0) and 0.802 (observed 1), which the
+            # joining line drew as the stray vertical red line at x ≈ 0.8.
+            rel = res.reliability
+            fig.add_trace(go.Scatter(x=rel["mean_predicted"], y=rel["observed_frequency"], mode="lines+markers",
+                                     name=f"{cond}: reliability", line=dict(color=color),
+                                     text=[f"n={c}" for c in rel["count"]]), row=1, col=3)
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                              line=dict(color="gray", dash="dot")), row=1, col=3)
     fig.update_xaxes(title_text="k (examples)", row=1, col=1)
@@ -335,7 +341,10 @@ def _plot(results: Dict[str, SulaResult]):
     fig.update_yaxes(title_text="PC1 score", row=1, col=2)
     fig.update_xaxes(title_text="mean predicted P(first label)", range=[0, 1], row=1, col=3)
     fig.update_yaxes(title_text="observed frequency", range=[0, 1], row=1, col=3)
-    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=420, width=1300)
+    # the legend below the panels, inside the figure (a legend on the right ran off a report's page)
+    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=520, width=1300,
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"),
+                      margin=dict(b=150))
     return fig
 
 

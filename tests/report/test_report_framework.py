@@ -118,8 +118,26 @@ def test_html_is_self_contained(tiny_model, fake_sections, tmp_path):
 
     from bayes_lens.reporting._references import CAVEATS
 
-    for caveat in CAVEATS:
+    for caveat in CAVEATS:  # the stand-in registry names all four sections: every caveat is listed
         assert htmllib.escape(caveat, quote=True) in html
+
+
+def test_caveats_follow_the_sections_run(tiny_model, fake_sections, tmp_path):
+    """A geometry-only report lists the general and the geometry caveats, none about SULA, ablation, martingales."""
+    import html as htmllib
+
+    from bayes_lens.reporting._references import SECTION_CAVEATS
+
+    doc = bl.report(tiny_model, tmp_path, sections=["geometry"], progress=False)
+    general = [t for about, t in SECTION_CAVEATS if about is None]
+    geometry = [t for about, t in SECTION_CAVEATS if about and "geometry" in about]
+    others = [t for about, t in SECTION_CAVEATS if about and "geometry" not in about]
+    assert general and geometry and others
+    assert doc["caveats"] == [t for about, t in SECTION_CAVEATS if about is None or "geometry" in about]
+    html = (tmp_path / "report.html").read_text()
+    for text in others:
+        assert text not in doc["caveats"]
+        assert htmllib.escape(text, quote=True) not in html.split("id='caveats'")[1].split("</section>")[0]
 
 
 def test_same_seed_same_numbers(tiny_model, fake_sections, tmp_path):
