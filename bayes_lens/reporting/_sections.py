@@ -12,7 +12,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ._core import Context, Metric, Section, SectionOutput
-from ._verdicts import fit_verdict, key_orthogonality_verdict
+from ._verdicts import fit_verdict, key_orthogonality_verdict, threshold_verdict
 
 __all__ = ["SECTIONS", "QUICK", "FULL"]
 

@@ -8,7 +8,7 @@ predictive is known in closed form, where the geometry should be clean. This pac
   (Bayes entropy before y_k is log2(V − k + 1)) and :class:`HMMTask` (forward algorithm, the HMM's
   parameters written in the prompt);
 * :func:`train` (CPU, progress bar, safetensors + JSON checkpoints, resumable) and the command
-  line ``bayes-lens windtunnel train|eval`` (:func:`add_subparsers`; ``python -m bayes_lens.windtunnel``);
+  line ``bayes-lens windtunnel train|eval`` (``python -m bayes_lens.windtunnel``);
 * :func:`evaluate`: Paper I's entropy error in bits against the exact posterior;
 * :func:`load`: the shipped checkpoints ``"bijection"`` and ``"hmm"`` as TransformerLens models
   (``HookedTransformer`` on TL 3.x, ``TransformerBridge`` on both), and :func:`untrained` for a
@@ -43,7 +43,6 @@ __all__ = [
     "load", "untrained", "shipped_path", "SHIPPED",
     "compare", "WindTunnelComparison",
     "Checkpoint", "read_checkpoint", "write_checkpoint",
-    "add_subparsers",
 ]
 
 SHIPPED = ("bijection", "hmm")
@@ -107,8 +106,4 @@ def __getattr__(name):  # compare needs the geometry suite; import it on first u
         from . import comparison
 
         return getattr(comparison, name)
-    if name == "add_subparsers":
-        from .cli import add_subparsers
-
-        return add_subparsers
     raise AttributeError(f"module 'bayes_lens.windtunnel' has no attribute {name!r}")

@@ -3,7 +3,7 @@
 ``train`` trains a model on a task (METHODS.md §11) and writes a checkpoint folder (safetensors +
 JSON); ``eval`` prints Paper I's entropy error (bits) of a shipped or trained checkpoint against the
 exact posterior, per position. The options are defined in :mod:`bayes_lens._windtunnel_args` (no
-torch import, so ``--help`` is instant); the lead CLI registers them with :func:`add_subparsers`;
+torch import, so ``--help`` is instant); the lead CLI registers them with :func:`bayes_lens._windtunnel_args.add_windtunnel_parser`;
 :func:`bayes_lens.cli.windtunnel_main` runs them standalone (``python -m bayes_lens.windtunnel ...``);
 this module never imports :mod:`bayes_lens.cli` (no import cycle).
 
@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["add_subparsers", "run_command"]
+__all__ = ["run_command"]
 
 
 def _task_from_args(args):
@@ -89,9 +89,3 @@ def run_command(args) -> int:
     """Run the parsed ``windtunnel train|eval`` command (the parser is :mod:`bayes_lens._windtunnel_args`)."""
     return {"train": _cmd_train, "eval": _cmd_eval}[args.wt_command](args)
 
-
-def add_subparsers(sub) -> argparse.ArgumentParser:
-    """Register ``windtunnel train|eval`` on an ``argparse`` sub-parsers object; sets ``func``."""
-    from .._windtunnel_args import add_windtunnel_parser
-
-    return add_windtunnel_parser(sub)
