@@ -353,8 +353,11 @@ def added_hooks(model, fwd_hooks: Sequence, resolver: Optional[HookResolver] = N
     try:
         for name, fn in pairs:
             hp = resolver(name)
-            if is_bridge(model):
-                model.check_hooks_to_add(name)
+            gated = getattr(model, "_gated_hook_reason", None)  # a bridge's hook points that never fire
+            reason = gated(name) if callable(gated) else None
+            if reason is not None:
+                raise MissingHookError(f"{name} never fires on this bridge because {reason} is off; enable it "
+                                       "with the bridge's set_use_*(True) setter first.")
             hp.add_hook(fn, level=level)
             touched.append(hp)
         yield

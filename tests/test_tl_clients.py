@@ -372,3 +372,23 @@ def test_sae_removed_while_attached_and_sae_at_another_hook():
     expected = cache["blocks.1.hook_resid_post"].double() @ axis.axes_[1].double()
     torch.testing.assert_close(cache["blocks.1.hook_resid_post_axis"][..., 0].double(), expected, atol=1e-5, rtol=0)
     assert "blocks.0.hook_resid_post.hook_sae_acts_post" in cache and "blocks.0.hook_pattern_entropy" in cache
+
+
+def test_readme_tl_patching_example_runs_on_the_real_model(smol):
+    """The README's TL-patching block, as written, on SmolLM2 with the quickstart's SULA items and axis."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Hook points under TransformerLens's own code\s*$(.*?)(?=^## )", text, re.S | re.M)
+    block = re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)[0]
+    items = bl.sula.make_prompts(smol, n_per_k=12)
+    layer = smol.cfg.n_layers // 2
+    axis = _axis(smol, layers=(layer,))
+    ns = {"bl": bl, "torch": torch, "model": smol, "items": items, "layer": layer, "axis": axis}
+    with torch.no_grad():
+        exec(compile(block, "README.md", "exec"), ns)
+        corrupted = ns["entropy"](smol(ns["corrupt_toks"]))
+    per_pos = ns["per_pos"]
+    assert per_pos.shape == (ns["corrupt_toks"].shape[1],)
+    assert (per_pos - corrupted).abs().max() > 1e-6  # patching the coordinate changes the entropy somewhere
