@@ -76,7 +76,7 @@ test-fast: $(VENV)/.installed $(VENV4)/.installed
 tutorials: $(VENV)/.installed
 	$(VENV)/bin/python tools/build_tutorials.py --execute
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed $(VENV4)/.installed
 	$(VENV)/bin/python benchmarks/run.py
 
 clean:
