@@ -602,10 +602,11 @@ def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
 
 def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
     """Next-token entropy (bits) and the log-probabilities of ``token_ids``: float64 on the CPU."""
-    logp = torch.log_softmax(final_logits.double(), dim=-1)
     ent = entropy_bits(final_logits, from_logits=True)
-    lp = None if token_ids is None else logp[:, token_ids.to(logp.device)]
-    return ent.cpu(), (None if lp is None else lp.cpu())
+    if token_ids is None:  # geometry reads no label: no float64 log-softmax of [batch, vocab] for nothing
+        return ent.cpu(), None
+    logp = torch.log_softmax(final_logits.double(), dim=-1)
+    return ent.cpu(), logp[:, token_ids.to(logp.device)].cpu()
 
 
 def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: Dict[int, List[Tensor]],
