@@ -83,7 +83,7 @@ test-fast: $(VENV)/.installed $(VENV4)/.installed $(VENV)/.gemma $(VENV4)/.gemma
 tutorials: $(VENV)/.installed $(VENV)/.gemma
 	$(VENV)/bin/python tools/build_tutorials.py --execute
 
-bench: $(VENV)/.installed $(VENV)/.gemma
+bench: $(VENV)/.installed $(VENV)/.gemma $(VENV4)/.installed
 	$(VENV)/bin/python benchmarks/run.py
 
 # sdist + wheel (python -m build: the wheel is built from the sdist), checked by twine

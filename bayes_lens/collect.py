@@ -641,10 +641,11 @@ def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
 
 def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
     """Next-token entropy (bits) and the log-probabilities of ``token_ids``: float64 on the CPU."""
-    logp = torch.log_softmax(final_logits.double(), dim=-1)
     ent = entropy_bits(final_logits, from_logits=True)
-    lp = None if token_ids is None else logp[:, token_ids.to(logp.device)]
-    return ent.cpu(), (None if lp is None else lp.cpu())
+    if token_ids is None:  # geometry reads no label: no float64 log-softmax of [batch, vocab] for nothing
+        return ent.cpu(), None
+    logp = torch.log_softmax(final_logits.double(), dim=-1)
+    return ent.cpu(), logp[:, token_ids.to(logp.device)].cpu()
 
 
 def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: Dict[int, List[Tensor]],
@@ -708,19 +709,30 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     rows_store: Dict[int, Tensor] = {}
     user = fwd_hooks
 
+    # the hook names are checked once here; per batch, forward_batches's HookResolver refuses a missing one
+    # (a bridge's hook_dict rebuilds its aliases on every read: checking per batch cost ~0.07 s a batch)
+    names = [adapter.hook_name(model, layer, "v") for layer in v_layers]
+    names += [adapter.hook_name(model, layer, "resid_post") for layer in r_layers]
+    if attention:
+        names += [adapter.hook_name(model, layer, "pattern") for layer in range(info.n_layers)]
+    if names:
+        adapter.check_hooks(model, names)
+
     def hooks_for(batch: Batch):
         mask, idx = batch.attention_mask, batch.indices
         hooks = list(user(batch)) if callable(user) else list(user)
         if v_layers:
-            hooks += final_token_hooks(model, v_layers, "v", out=v_store, attention_mask=mask, indices=idx)
+            hooks += final_token_hooks(model, v_layers, "v", out=v_store, attention_mask=mask, indices=idx,
+                                       check=False)
         if r_layers:
-            hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store, attention_mask=mask, indices=idx)
+            hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store, attention_mask=mask, indices=idx,
+                                       check=False)
         if attention and attention_positions == "last":  # rows kept per layer, reduced once per batch below
             rows_store.clear()
-            hooks += final_query_row_hooks(model, out=rows_store, attention_mask=mask)
+            hooks += final_query_row_hooks(model, out=rows_store, attention_mask=mask, check=False)
         elif attention:
             hooks += attention_entropy_hooks(model, "all", out=a_store, positions=attention_positions,
-                                             attention_mask=mask, indices=idx)
+                                             attention_mask=mask, indices=idx, check=False)
         return hooks
 
     ents, lps, ntoks, tails = [], [], [], []

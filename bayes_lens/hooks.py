@@ -197,12 +197,15 @@ def _layers(model, layers) -> List[int]:
 
 def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: str = "v", *,
                       out: Dict[int, List[Tensor]], attention_mask: Optional[Tensor] = None,
-                      indices: Optional[Tensor] = None) -> HookList:
+                      indices: Optional[Tensor] = None, check: bool = True) -> HookList:
     """Hooks that append the final-real-token activation of ``site`` at each layer to ``out[layer]``.
 
     ``site="v"`` reads ``hook_v`` per key/value head (never repeated query-head copies) and stores
     ``[batch, n_kv_heads·d_head]``; any other :data:`bayes_lens.adapter.SITES` key works too
-    (``"resid_post"`` → ``[batch, d_model]``). Layers may be negative or ``"all"``.
+    (``"resid_post"`` → ``[batch, d_model]``). Layers may be negative or ``"all"``. ``check=False``
+    skips the check that the model has the hooks (a caller that adds them through
+    :class:`bayes_lens.adapter.HookResolver`, which refuses a missing name, builds hooks per batch
+    without reading a bridge's costly ``hook_dict`` each time).
     """
     if not isinstance(out, dict):
         raise InvalidInputError("out must be a dict (layer -> list of tensors) the hooks append to.")
@@ -215,17 +218,19 @@ def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: 
             return None
 
         hooks.append((name, fn))
-    adapter.check_hooks(model, [n for n, _ in hooks])
+    if check:
+        adapter.check_hooks(model, [n for n, _ in hooks])
     return hooks
 
 
 def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all", *,
                             out: Dict[int, List[Tensor]], positions: str = "last",
-                            attention_mask: Optional[Tensor] = None, indices: Optional[Tensor] = None) -> HookList:
+                            attention_mask: Optional[Tensor] = None, indices: Optional[Tensor] = None,
+                            check: bool = True) -> HookList:
     """Hooks on ``hook_pattern`` appending per-head attention entropies ``[batch, n_heads]`` (bits).
 
     Reads ``hook_pattern`` (post-softmax), never ``hook_attn_scores`` (post-softmax on some bridges).
-    The full pattern is reduced inside the hook and never stored.
+    The full pattern is reduced inside the hook and never stored. ``check``: as in :func:`final_token_hooks`.
     """
     if not isinstance(out, dict):
         raise InvalidInputError("out must be a dict (layer -> list of tensors) the hooks append to.")
@@ -241,11 +246,13 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
             return None
 
         hooks.append((name, fn))
-    adapter.check_hooks(model, [n for n, _ in hooks])
+    if check:
+        adapter.check_hooks(model, [n for n, _ in hooks])
     return hooks
 
 
-def final_query_row_hooks(model, *, out: Dict[int, Tensor], attention_mask: Optional[Tensor] = None) -> HookList:
+def final_query_row_hooks(model, *, out: Dict[int, Tensor], attention_mask: Optional[Tensor] = None,
+                          check: bool = True) -> HookList:
     """Hooks on every layer's ``hook_pattern`` that keep only the final query rows ``[batch, head, k]`` in ``out[layer]``.
 
     The runner reduces all layers' rows at once after the pass (:func:`key_entropy_bits` on the
@@ -262,7 +269,8 @@ def final_query_row_hooks(model, *, out: Dict[int, Tensor], attention_mask: Opti
             return None
 
         hooks.append((name, fn))
-    adapter.check_hooks(model, [n for n, _ in hooks])
+    if check:
+        adapter.check_hooks(model, [n for n, _ in hooks])
     return hooks
 
 

@@ -20,9 +20,26 @@ compares what each variant adds *above the bare forward pass's own peak* (logits
 Targets: geometry time ≤ 0.9 × bare (issue 17: the runner computes the unembedding at the final token
 only, so it does less than a plain forward); geometry extra peak ≤ 10% of naive's extra peak (issue 3).
 
+Kinds (issue 24): ``--kind all`` (the default) runs every kind available, each in a subprocess: the
+TL 3 ``HookedTransformer`` and ``TransformerBridge`` of the TL 3 venv and the TL 4 bridge of the TL 4
+venv (``.venv`` / ``.venv-tl4`` of the repository or next to this interpreter's venv, or the
+interpreters given with ``--python``), then prints one summary table. ``--seq-len N`` replaces the 64
+templated prompts by ``--n-prompts`` prompts of exactly ``N`` random tokens (space-led word tokens that
+re-tokenize to themselves; seeded), batched by ``--batch``.
+
+Long-prompt memory (issue 24): ``--memory-seq-len 4096`` measures, on one prompt of that many tokens,
+``bl.geometry``'s peak above the bare forward's peak, against what a ``run_with_cache`` of the hooks
+geometry needs (``names_filter=bl.hook_filter(model)``: ``hook_v`` and ``hook_pattern`` of every layer)
+keeps: the bytes of those activations, summed in a forward pass that keeps none of them (a real
+``run_with_cache`` at 4k tokens holds ≈ 18 GiB of patterns on SmolLM2). Below ``--real-cache-max-gib``
+(default 2) of patterns the real ``run_with_cache`` is measured too, as a check of the sum. Slow on a
+CPU: run it once.
+
 Usage::
 
-    python benchmarks/bench_geometry.py [--repeats 3] [--kind auto|hooked|bridge] [--threads N] [--json out.json]
+    python benchmarks/bench_geometry.py [--repeats 3] [--kind all|auto|hooked|bridge] [--seq-len N --n-prompts 4
+        --batch 4] [--threads N] [--json out.json]
+    python benchmarks/bench_geometry.py --memory-seq-len 4096 --kind bridge
 """
 
 from __future__ import annotations
@@ -34,12 +51,16 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("BAYES_LENS_PROGRESS", "0")
 
 N_PROMPTS = 64
 BATCH = 16
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = {"seq_len": None, "n_prompts": N_PROMPTS, "batch": BATCH}  # set by main() (and passed to children)
 
 _SUBJECTS = ["The river", "A small robot", "The old library", "My neighbour", "The committee", "A hungry fox",
              "The new vaccine", "This algorithm", "The orchestra", "A distant star", "The city council",
@@ -63,6 +84,35 @@ def make_prompts(n: int = N_PROMPTS):
     return out
 
 
+def random_token_prompts(model, n: int, seq_len: int, seed: int = 0):
+    """``n`` prompts of exactly ``seq_len`` tokens (BOS excluded): seeded random space-led word tokens
+    (`` the``, `` river``) whose concatenation the tokenizer splits back into the same tokens (checked)."""
+    import random
+
+    tok = model.tokenizer
+    words = []
+    for i in range(min(len(tok), 50000)):
+        t = tok.decode([i])
+        if re.fullmatch(r" [a-z]{3,10}", t) and tok(t, add_special_tokens=False)["input_ids"] == [i]:
+            words.append(t)
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        text = "".join(rng.choice(words) for _ in range(seq_len))
+        got = len(tok(text, add_special_tokens=False)["input_ids"])
+        if got != seq_len:
+            raise RuntimeError(f"a random prompt re-tokenized to {got} tokens, not {seq_len}")
+        out.append(text)
+    return out
+
+
+def bench_prompts(model):
+    """The prompts of this run: the 64 templated ones, or ``--seq-len`` random-token ones."""
+    if SETTINGS["seq_len"]:
+        return random_token_prompts(model, SETTINGS["n_prompts"], SETTINGS["seq_len"])
+    return make_prompts(SETTINGS["n_prompts"])
+
+
 def _status(field: str) -> int:
     return int(re.search(field + r":\s+(\d+)", open("/proc/self/status").read()).group(1))  # kB
 
@@ -78,16 +128,17 @@ def run_bare(model, prompts):
 
     from bayes_lens import adapter
 
+    b = SETTINGS["batch"]
     with torch.inference_mode():
-        for s in range(0, len(prompts), BATCH):
-            toks, mask = adapter.tokenize(model, prompts[s:s + BATCH])
+        for s in range(0, len(prompts), b):
+            toks, mask = adapter.tokenize(model, prompts[s:s + b])
             model(toks, attention_mask=mask)
 
 
 def run_geometry(model, prompts):
     import bayes_lens as bl
 
-    return bl.geometry(model, prompts, batch_size=BATCH, progress=False)
+    return bl.geometry(model, prompts, batch_size=SETTINGS["batch"], progress=False)
 
 
 def run_naive(model, prompts):
@@ -102,9 +153,10 @@ def run_naive(model, prompts):
     from bayes_lens.hooks import final_rows, pattern_entropy_bits
 
     caches = []
+    b = SETTINGS["batch"]
     with torch.inference_mode():
-        for s in range(0, len(prompts), BATCH):
-            toks, mask = adapter.tokenize(model, prompts[s:s + BATCH])
+        for s in range(0, len(prompts), b):
+            toks, mask = adapter.tokenize(model, prompts[s:s + b])
             logits, cache = model.run_with_cache(toks, attention_mask=mask)
             caches.append((logits, cache, mask))
     n_layers = int(model.cfg.n_layers)
@@ -135,9 +187,9 @@ VARIANTS = {"bare": run_bare, "geometry": run_geometry, "naive": run_naive}
 def memory_child(variant: str, kind: str) -> dict:
     import gc
 
-    prompts = make_prompts()
     model = _load(kind)
-    run_bare(model, prompts[:BATCH])  # warm-up (allocator, kernels)
+    prompts = bench_prompts(model)
+    run_bare(model, prompts[:SETTINGS["batch"]])  # warm-up (allocator, kernels)
     gc.collect()
     rss0 = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -149,8 +201,8 @@ def memory_child(variant: str, kind: str) -> dict:
 
 
 def timing(kind: str, repeats: int) -> dict:
-    prompts = make_prompts()
     model = _load(kind)
+    prompts = bench_prompts(model)
     run_bare(model, prompts)  # warm-up
     walls = {v: [] for v in VARIANTS}
     cpus = {v: [] for v in VARIANTS}
@@ -160,24 +212,218 @@ def timing(kind: str, repeats: int) -> dict:
             fn(model, prompts)
             walls[v].append(time.perf_counter() - t0)
             cpus[v].append(time.process_time() - c0)
+    import importlib.metadata
+
     import bayes_lens as bl
 
-    return dict(kind=bl.adapter.model_info(model).kind,
-                wall_s={v: statistics.median(w) for v, w in walls.items()},
+    n_tok = [int(m.sum()) for m in (bl.adapter.tokenize(model, [p])[1] for p in prompts)]
+    return dict(kind=bl.adapter.model_info(model).kind, tl=importlib.metadata.version("transformer-lens"),
+                settings=dict(SETTINGS, n_prompts=len(prompts)), mean_tokens=sum(n_tok) / len(n_tok),
+                load_avg=os.getloadavg(), wall_s={v: statistics.median(w) for v, w in walls.items()},
                 cpu_s={v: statistics.median(c) for v, c in cpus.items()},
                 wall_all=walls, cpu_all=cpus)
+
+
+def long_memory_child(variant: str, kind: str, seq_len: int) -> dict:
+    """One ``seq_len``-token prompt, batch 1: the extra peak RSS of ``variant`` (``bare``: the forward;
+    ``geometry``: ``collect`` with ``bl.geometry``'s settings, i.e. its one pass — the statistics run on
+    the kept final-token rows; ``cache_bytes``: bytes of the needed hooks' activations, summed in a pass
+    keeping none; ``cache_real``: a real ``run_with_cache(names_filter=bl.hook_filter(model))``, kept)."""
+    import gc
+
+    import torch
+
+    import bayes_lens as bl
+    from bayes_lens.collect import collect
+
+    model = _load(kind)
+    prompts = random_token_prompts(model, 1, seq_len)
+    run_bare(model, random_token_prompts(model, 1, 16, seed=1))  # warm-up (short: the long pass is slow)
+    toks, mask = bl.adapter.tokenize(model, prompts)
+    gc.collect()
+    rss0 = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.perf_counter()
+    out = dict(variant=variant, n_tokens=int(mask.sum()))
+    if variant == "bare":
+        with torch.inference_mode():
+            model(toks, attention_mask=mask)
+    elif variant == "geometry":
+        collect(model, prompts, value_layers=[-1], attention=True, batch_size=1, progress=False)
+    elif variant == "cache_bytes":
+        total = [0]
+        names = [n for n in bl.adapter.hook_names(model) if bl.hook_filter(model)(n)]
+
+        def count(act, hook=None):
+            total[0] += act.numel() * act.element_size()
+
+        with torch.inference_mode(), model.hooks(fwd_hooks=[(n, count) for n in names]):
+            model(toks, attention_mask=mask)
+        out.update(cache_mib=total[0] / 2**20, cached_hooks=len(names))
+    else:  # cache_real
+        with torch.inference_mode():
+            _, cache = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter(model))
+        out.update(cache_mib=sum(v.numel() * v.element_size() for v in cache.values()) / 2**20,
+                   cached_hooks=len(cache))
+        del cache
+    out.update(extra_peak_mib=(_status("VmHWM") - rss0) / 1024, wall_s=time.perf_counter() - t0)
+    return out
+
+
+def long_memory(args) -> dict:
+    """The ``--memory-seq-len`` measurement (one child process per variant), printed as a table."""
+    import importlib.metadata
+
+    variants = ["bare", "geometry", "cache_bytes"]
+    n_layers, n_heads = 30, 9  # SmolLM2-135M: the float32 patterns a real cache would hold
+    pattern_gib = n_layers * n_heads * args.memory_seq_len ** 2 * 4 / 2**30
+    if pattern_gib <= args.real_cache_max_gib:
+        variants.append("cache_real")
+    res = {}
+    for v in variants:
+        res[v] = _child(args, ["--_long_child", v, "--memory-seq-len", str(args.memory_seq_len)])
+    geo_over = res["geometry"]["extra_peak_mib"] - res["bare"]["extra_peak_mib"]
+    cache = res["cache_bytes"]["cache_mib"]
+    print(f"SmolLM2-135M ({args.kind}), transformer-lens {importlib.metadata.version('transformer-lens')}, one prompt "
+          f"of {res['bare']['n_tokens']} tokens, float32 CPU; load average {os.getloadavg()}")
+    print()
+    print("| variant | extra peak RSS (MiB) | above bare (MiB) | kept by the cache (MiB) | wall (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for v in variants:
+        r = res[v]
+        over = r["extra_peak_mib"] - res["bare"]["extra_peak_mib"]
+        print(f"| {v} | {r['extra_peak_mib']:.0f} | {over:.0f} | {r.get('cache_mib', float('nan')):.0f} | "
+              f"{r['wall_s']:.0f} |")
+    share = 100 * geo_over / cache
+    print()
+    print(f"geometry's peak above the bare forward: {geo_over:.0f} MiB = {share:.2f}% of the {cache:.0f} MiB a "
+          f"run_with_cache of the {res['cache_bytes']['cached_hooks']} needed hooks keeps (target ≤ 5%): "
+          f"{'PASS' if share <= 5 else 'FAIL'}" + ("" if "cache_real" in res else
+                                                    f" (real run_with_cache not run: ≈ {pattern_gib:.0f} GiB of patterns)"))
+    return dict(memory_long=res, share_pct=share, load_avg=os.getloadavg())
+
+
+def _child(args, extra: list) -> dict:
+    cmd = [sys.executable, __file__, "--kind", args.kind, "--threads", str(args.threads)] + _settings_argv(args) + extra
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"benchmark child {extra} failed (rc {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _child_env() -> dict:
+    """Children import this checkout's bayes_lens (the venvs may be editable installs of another one)."""
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _settings_argv(args) -> list:
+    out = ["--n-prompts", str(args.n_prompts), "--batch", str(args.batch)]
+    return out + (["--seq-len", str(args.seq_len)] if args.seq_len else [])
+
+
+def venv_pythons(given) -> list:
+    """The interpreters of ``--kind all``: ``--python`` ones, else this one plus the repository's (or
+    this venv's siblings') ``.venv`` / ``.venv-tl4`` that exist, each once."""
+    if given:
+        return list(given)
+    here = Path(sys.prefix)
+    cands = [Path(sys.executable)] + [d / name / "bin" / "python" for d in (ROOT, here.parent)
+                                      for name in (".venv", ".venv-tl4")]
+    seen, out = set(), []
+    for c in cands:
+        if c.exists():
+            key = str(Path(c).parent.parent.resolve())  # the venv, not the (symlinked) binary
+            if key not in seen:
+                seen.add(key)
+                out.append(str(c))
+    return out
+
+
+def run_all(args) -> None:
+    """``--kind all``: every kind of every venv, each in a subprocess, then one summary table."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for py in venv_pythons(args.python):
+            probe = subprocess.run([py, "-c", "import bayes_lens.adapter as a, importlib.metadata as m; "
+                                    "print(a.has_hooked_transformer(), m.version('transformer-lens'))"],
+                                   capture_output=True, text=True, env=_child_env())
+            if probe.returncode != 0:
+                print(f"skipping {py}: cannot import bayes_lens there ({probe.stderr.strip()[-200:]})", file=sys.stderr)
+                continue
+            hooked, tl = probe.stdout.split()
+            for kind in (["hooked", "bridge"] if hooked == "True" else ["bridge"]):
+                out = Path(tmp) / f"{len(rows)}.json"
+                print(f"\n### {kind}, transformer-lens {tl} ({py})\n", flush=True)
+                cmd = [py, __file__, "--kind", kind, "--repeats", str(args.repeats), "--threads", str(args.threads),
+                       "--json", str(out)] + _settings_argv(args)
+                if subprocess.run(cmd, env=_child_env()).returncode != 0:
+                    rows.append(dict(kind=kind, tl=tl, python=py, failed=True))
+                    continue
+                d = json.loads(out.read_text())
+                rows.append(dict(kind=kind, tl=tl, python=py, **d))
+    print("\n### summary\n")
+    print("| kind | transformer-lens | prompts × tokens (mean), batch | geometry / bare, best wall | best CPU | "
+          "median wall | extra peak above bare, % of naive's |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        if r.get("failed"):
+            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | |")
+            continue
+        t, mem = r["timing"], r["memory"]
+        best = {v: min(w) for v, w in t["wall_all"].items()}
+        cpu = {v: min(c) for v, c in t["cpu_all"].items()}
+        med = {v: statistics.median(w) for v, w in t["wall_all"].items()}
+        over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in mem}
+        share = 100 * over["geometry"] / over["naive"] if over.get("naive", 0) > 0 else float("nan")
+        st = t["settings"]
+        print(f"| {t['kind']} | {r['tl']} | {st['n_prompts']} × {t['mean_tokens']:.0f}, {st['batch']} | "
+              f"{best['geometry'] / best['bare']:.2f}× | {cpu['geometry'] / cpu['bare']:.2f}× | "
+              f"{med['geometry'] / med['bare']:.2f}× | {share:.1f}% |")
+    print(f"\nload average at the end: {os.getloadavg()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"])
+    ap.add_argument("--kind", default="all", choices=["all", "auto", "hooked", "bridge"],
+                    help="all (default): every kind of every venv found, each in a subprocess")
+    ap.add_argument("--python", action="append", default=None,
+                    help="with --kind all: an interpreter to run (repeatable; default: .venv and .venv-tl4)")
+    ap.add_argument("--seq-len", type=int, default=None, help="prompts of exactly this many random tokens")
+    ap.add_argument("--n-prompts", type=int, default=None, help=f"prompts (default {N_PROMPTS}; 4 with --seq-len)")
+    ap.add_argument("--batch", type=int, default=None, help=f"batch size (default {BATCH}; 4 with --seq-len)")
+    ap.add_argument("--memory-seq-len", type=int, default=None,
+                    help="only the long-prompt memory measurement, on one prompt of this many tokens (slow: run once)")
+    ap.add_argument("--real-cache-max-gib", type=float, default=2.0,
+                    help="with --memory-seq-len: also run a real run_with_cache when its patterns fit in this")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--from-json", default=None, help="re-print the table of an earlier --json file")
     ap.add_argument("--timing-only", action="store_true", help="time again; memory from --from-json")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--_long_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.timing_only and not args.from_json:
+        ap.error("--timing-only re-times and reuses the memory figures of an earlier run, so it needs "
+                 "--from-json FILE (a file written by --json); drop --timing-only to measure both.")
+    if args.timing_only and args.kind == "all":
+        ap.error("--timing-only reuses one kind's memory figures: pass --kind hooked|bridge|auto as well.")
+    for name in ("seq_len", "n_prompts", "batch", "memory_seq_len"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name.replace('_', '-')} must be a positive integer, got {v}.")
+    if args.n_prompts is None:
+        args.n_prompts = 4 if args.seq_len else N_PROMPTS
+    if args.batch is None:
+        args.batch = 4 if args.seq_len else BATCH
+    SETTINGS.update(seq_len=args.seq_len, n_prompts=args.n_prompts, batch=args.batch)
     if args.threads:
         import torch
 
@@ -185,20 +431,31 @@ def main(argv=None):
     if args._child:
         print(json.dumps(memory_child(args._child, args.kind)))
         return
+    if args._long_child:
+        print(json.dumps(long_memory_child(args._long_child, args.kind, args.memory_seq_len)))
+        return
+    if args.memory_seq_len:
+        if args.kind == "all":
+            ap.error("--memory-seq-len measures one kind (it is slow): pass --kind hooked|bridge|auto.")
+        d = long_memory(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(d, f, indent=1)
+        return
     if args.from_json and not args.timing_only:
         with open(args.from_json) as f:
             d = json.load(f)
         report(d["timing"], d["memory"], args.repeats)
+        return
+    if args.kind == "all":
+        run_all(args)
         return
     mem = {}
     if args.timing_only:  # reuse the memory measurements of an earlier run
         with open(args.from_json) as f:
             mem = json.load(f)["memory"]
     for v in ([] if args.timing_only else VARIANTS):
-        out = subprocess.run([sys.executable, __file__, "--_child", v, "--kind", args.kind,
-                              "--threads", str(args.threads)], check=True,
-                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        mem[v] = json.loads(out)
+        mem[v] = _child(args, ["--_child", v])
     t = timing(args.kind, args.repeats)
     report(t, mem, args.repeats)
     if args.json:
@@ -218,8 +475,10 @@ def report(t: dict, mem: dict, repeats: int) -> None:
     best_cpu = {v: min(c) for v, c in t["cpu_all"].items()}
     med = {v: statistics.median(w) for v, w in t["wall_all"].items()}
     over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in VARIANTS}
-    print(f"SmolLM2-135M ({t['kind']}), {N_PROMPTS} prompts, batch {BATCH}, {len(t['wall_all']['bare'])} "
-          f"interleaved rounds; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    st = t.get("settings", {"n_prompts": N_PROMPTS, "batch": BATCH, "seq_len": None})
+    size = f"{st['n_prompts']} prompts" + (f" of {st['seq_len']} random tokens" if st.get("seq_len") else "")
+    print(f"SmolLM2-135M ({t['kind']}, transformer-lens {t.get('tl', '?')}), {size}, batch {st['batch']}, "
+          f"{len(t['wall_all']['bare'])} interleaved rounds, load average {t.get('load_avg', '?')}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{platform.machine()}")
     print()
     print("| variant | best wall (s) | × bare | median wall (s) | best CPU (s) | × bare | peak RSS above load (MiB) "

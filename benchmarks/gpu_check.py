@@ -16,7 +16,11 @@ Checks, each printed as a row of one table (the script exits 1 if any check fail
    time of bare forward passes over the same padded batches and ≤ 1.1× their peak GPU memory
    (``torch.cuda.max_memory_allocated``; the peak above the weights is printed alongside).
    ``--llama-layers`` lowers the layer count if a machine is too slow (the table says so).
-4. ``torchrun 2 ranks``: ``torchrun --nproc_per_node 2`` (gloo for the ranks' messages, both ranks'
+4. ``long prompt``: on the same 8B-shaped bf16 bridge, one prompt of ``--long-tokens`` (4,096) tokens:
+   ``collect`` with geometry's settings against a bare forward of the same tokens, wall time (≤ 1.1×)
+   and peak GPU memory (≤ 1.05× the bare forward's peak; the peak above the weights is printed
+   alongside: what a pass of that length needs, eager attention's patterns included).
+5. ``torchrun 2 ranks``: ``torchrun --nproc_per_node 2`` (gloo for the ranks' messages, both ranks'
    models on the one GPU) running ``bl.shard.collect_sharded`` on the default model gives the same
    Collection as one process (every array equal to 1e-6; whether bit-identical is printed).
 
@@ -177,9 +181,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def check_overhead(dry, device, n_layers, n_prompts, n_tokens):
+def check_overhead(dry, device, n_layers, n_prompts, n_tokens, refs):
     t0 = time.perf_counter()
     model, shape = llama_like(dry, device, n_layers)
+    refs["llama"] = (model, shape)  # the long-prompt check reuses it (building 8B weights takes a while)
     from bayes_lens.models.tiny import TINY_WORDS
 
     words = list(TINY_WORDS)
@@ -198,25 +203,8 @@ def check_overhead(dry, device, n_layers, n_prompts, n_tokens):
     def ours():
         collect(model, prompts, value_layers=[-1], attention=True, batch_size=bs, progress=False)
 
-    def measure(fn):
-        fn()  # warm-up
-        sync(device)
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() if cuda else 0
-        best = float("inf")
-        for _ in range(2):
-            sync(device)
-            s = time.perf_counter()
-            fn()
-            sync(device)
-            best = min(best, time.perf_counter() - s)
-        peak = torch.cuda.max_memory_allocated() if cuda else 0
-        return best, peak, base
-
-    t_bare, m_bare, base = measure(bare)
-    t_ours, m_ours, _ = measure(ours)
+    t_bare, m_bare, base = measure(bare, device)
+    t_ours, m_ours, _ = measure(ours, device)
     what = (f"{shape['num_hidden_layers']} layers, d_model {shape['hidden_size']}, vocab {shape['vocab_size']}, "
             f"bf16, {n_prompts} prompts ≤ {n_tokens} tokens, batch {bs}")
     ratio_t = t_ours / t_bare
@@ -229,6 +217,62 @@ def check_overhead(dry, device, n_layers, n_prompts, n_tokens):
             f"above the weights {above:.3f}x)", "≤ 1.1x", ratio_m <= 1.1, 0.0)
     else:
         row("collect / bare peak GPU memory", "n/a on the CPU", "≤ 1.1x (GPU only)", True, 0.0, info=True)
+
+
+def measure(fn, device, rounds=2):
+    """(best wall of ``rounds`` calls after a warm-up, peak GPU memory over them, memory allocated before)."""
+    cuda = device.startswith("cuda")
+    fn()  # warm-up
+    sync(device)
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if cuda else 0
+    best = float("inf")
+    for _ in range(rounds):
+        sync(device)
+        s = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - s)
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    return best, peak, base
+
+
+def check_long(dry, device, n_layers, n_tokens, refs):
+    """One ``n_tokens``-token prompt on the 8B-shaped bridge: collect (geometry's settings) vs a bare forward."""
+    t0 = time.perf_counter()
+    model, shape = refs.pop("llama", None) or llama_like(dry, device, n_layers)
+    from bayes_lens.models.tiny import TINY_WORDS
+
+    rng = random.Random(1)
+    words = list(TINY_WORDS)
+    prompt = " ".join(rng.choice(words) for _ in range(n_tokens))
+    tokens, mask = bl.adapter.tokenize(model, [prompt])
+    cuda = device.startswith("cuda")
+
+    def bare():
+        with torch.inference_mode():
+            model(tokens, attention_mask=mask, return_type="logits")
+
+    def ours():
+        collect(model, [prompt], value_layers=[-1], attention=True, batch_size=1, progress=False)
+
+    t_bare, m_bare, base = measure(bare, device, rounds=1 if not dry else 2)
+    t_ours, m_ours, _ = measure(ours, device, rounds=1 if not dry else 2)
+    what = f"{shape['num_hidden_layers']} layers, bf16, one prompt of {int(mask.sum())} tokens"
+    ratio_t = t_ours / t_bare
+    row(f"long prompt: collect / bare time ({what})", f"{ratio_t:.3f}x ({t_ours:.2f} s vs {t_bare:.2f} s)", "≤ 1.1x",
+        ratio_t <= 1.1, time.perf_counter() - t0, info=dry)
+    if cuda:
+        ratio_m = m_ours / m_bare
+        above = (m_ours - base) / max(m_bare - base, 1)
+        row("long prompt: collect / bare peak GPU memory",
+            f"{ratio_m:.3f}x ({m_ours / 2**30:.2f} vs {m_bare / 2**30:.2f} GiB; above the weights {above:.3f}x: "
+            f"{(m_ours - base) / 2**30:.2f} vs {(m_bare - base) / 2**30:.2f} GiB)", "≤ 1.05x", ratio_m <= 1.05, 0.0)
+    else:
+        row("long prompt: collect / bare peak GPU memory", "n/a on the CPU", "≤ 1.05x (GPU only)", True, 0.0, info=True)
+    del model
 
 
 def check_torchrun(dry, device, refs):
@@ -279,6 +323,7 @@ def main(argv=None) -> int:
     ap.add_argument("--llama-layers", type=int, default=32, help="layers of the 8B-shaped model (default 32)")
     ap.add_argument("--prompts", type=int, default=64, help="prompts for the overhead check (default 64)")
     ap.add_argument("--tokens", type=int, default=256, help="longest prompt of the overhead check (default 256)")
+    ap.add_argument("--long-tokens", type=int, default=4096, help="tokens of the long-prompt check (default 4096)")
     args = ap.parse_args(argv)
     dry = args.cpu_dry_run
     if not dry and not torch.cuda.is_available():
@@ -295,7 +340,9 @@ def main(argv=None) -> int:
     refs = {}
     for name, fn in [("fp32", lambda: check_fp32(dry, device, refs)), ("bf16", lambda: check_bf16(dry, device, refs)),
                      ("overhead", lambda: check_overhead(dry, device, args.llama_layers,
-                                                         8 if dry else args.prompts, 24 if dry else args.tokens)),
+                                                         8 if dry else args.prompts, 24 if dry else args.tokens, refs)),
+                     ("long prompt", lambda: check_long(dry, device, args.llama_layers,
+                                                        64 if dry else args.long_tokens, refs)),
                      ("torchrun", lambda: check_torchrun(dry, device, refs))]:
         try:
             fn()

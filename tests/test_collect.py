@@ -170,3 +170,20 @@ def test_smol_gqa_and_padding_invariance(smol):
             torch.testing.assert_close(col.final_values[layer][1], alone.final_values[layer][0], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(col.attn_entropy_bits[1], alone.attn_entropy_bits[0], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(col.next_token_entropy_bits[1], alone.next_token_entropy_bits[0], atol=1e-4, rtol=1e-4)
+
+
+def test_collect_checks_hook_names_once_per_call_and_still_refuses_a_missing_one(tiny, monkeypatch):
+    # issue 24: on a TL 3.9 bridge every hook_names() read rebuilds all aliases; the runner checks once per call
+    calls = []
+    real = bl.adapter.hook_names
+    monkeypatch.setattr(bl.adapter, "hook_names", lambda m: calls.append(1) or real(m))
+    prompts = PROMPTS * 2
+    col = collect(tiny, prompts, value_layers=[-1], attention=True, batch_size=2, progress=False)
+    assert -(-len(prompts) // 2) >= 3 and len(calls) == 1
+    assert col.attn_entropy_bits.shape[0] == len(prompts)
+    # a name the model lacks, added per batch, is still refused by name before any forward pass
+    ran = []
+    with pytest.raises(bl.MissingHookError, match=r"blocks\.0\.hook_nonexistent"):
+        collect(tiny, prompts, value_layers=[-1], batch_size=2, progress=False,
+                fwd_hooks=lambda batch: [("blocks.0.hook_nonexistent", lambda act, hook=None: ran.append(1))])
+    assert not ran
