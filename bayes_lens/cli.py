@@ -111,11 +111,15 @@ def _load(args):
 
     from pathlib import Path
 
+    import contextlib
+
     _check_device(args.device)
     if str(args.model) != "default" and not Path(args.model).exists():
         load_model(args.model, kind=args.kind, device=args.device)  # raises a one-line ModelLoadError
     t0 = time.perf_counter()  # load_model says "loading ..." itself (unless progress is off)
-    model = load_model(args.model, kind=args.kind, device=args.device)
+    # TransformerLens prints "Moving model to device" on stdout; stdout is for the results (the summary table)
+    with contextlib.redirect_stdout(sys.stderr):
+        model = load_model(args.model, kind=args.kind, device=args.device)
     seconds = time.perf_counter() - t0
     print(f"bayes-lens: model loaded in {seconds:.1f} s", file=sys.stderr, flush=True)
     return model, seconds
