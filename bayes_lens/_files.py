@@ -37,7 +37,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from .errors import BayesLensError, LockTimeoutError, WriteError
 
@@ -290,3 +290,63 @@ class FolderLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
+
+
+_TENSORS_SHA = "tensors_sha256"
+_META_SHA = "metadata_sha256"
+
+
+def save_checked_safetensors(path: Union[str, Path], tensors: Dict[str, Any], metadata: Dict[str, str]) -> Path:
+    """Write ``tensors`` to one ``.safetensors`` file atomically, its metadata holding a SHA-256 of every
+    tensor (dtype, shape, bytes) and one of the metadata itself; :func:`read_checked_safetensors` verifies both."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    meta = {str(k): str(v) for k, v in metadata.items()}
+    meta[_TENSORS_SHA] = json.dumps({name: sha256_tensor(t) for name, t in tensors.items()}, sort_keys=True)
+    meta.pop(_META_SHA, None)
+    meta[_META_SHA] = sha256_json(meta)
+    write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    return path
+
+
+def read_checked_safetensors(path: Union[str, Path], *, keep=None, error=None, fix: str = "write it again."):
+    """``(tensors, metadata)`` of a ``.safetensors`` file; ``keep(name) -> bool`` selects the tensors read.
+
+    The checksums a :func:`save_checked_safetensors` file carries are verified for every tensor read and
+    for the metadata; a file without them (a shard's tensor file, checked against its manifest instead)
+    is read as it is. Any damage raises ``error`` (an exception class; default
+    :class:`~bayes_lens.errors.CheckpointError`) naming the file and ending with ``fix``.
+    """
+    from safetensors import safe_open
+
+    from .errors import CheckpointError
+
+    error = error or CheckpointError
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"no such file: {str(path)!r}.")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            names = list(f.keys())
+            tensors = {name: f.get_tensor(name) for name in names if keep is None or keep(name)}
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file
+        raise error(f"cannot read {str(path)!r} as safetensors ({err}); {fix}") from err
+    damaged = f"the file was changed or damaged after it was written; {fix}"
+    if _META_SHA in meta or _TENSORS_SHA in meta:
+        body = {k: v for k, v in meta.items() if k != _META_SHA}
+        if meta.get(_META_SHA) != sha256_json(body):
+            raise error(f"{str(path)!r}: its metadata (settings hash, model fingerprint, tensor checksums) does not "
+                        f"match its SHA-256: {damaged}")
+        try:
+            sha = json.loads(meta[_TENSORS_SHA])
+        except (KeyError, ValueError):
+            sha = None
+        if not isinstance(sha, dict) or set(sha) != set(names):
+            raise error(f"{str(path)!r}: its tensor checksums do not list exactly the stored tensors: {damaged}")
+        for name, t in tensors.items():
+            if sha256_tensor(t) != sha[name]:
+                raise error(f"{str(path)!r}: the tensor {name!r} does not match its SHA-256: {damaged}")
+    return tensors, meta

@@ -5,7 +5,7 @@ position or an attention row respects the attention mask. Every analysis of baye
 the model goes through :func:`forward_batches` (one forward pass per batch, with the attention
 mask, under ``torch.inference_mode()``, hooks attached only for that pass and removed afterwards,
 also on error, while the model's lock is held so two threads never mix hooks). :func:`collect`
-keeps only what the metrics need, as a :class:`Collection`:
+keeps only what the metrics need, as a reduced cache keyed by hook name:
 
 * final-token ``hook_v`` per key/value head (value manifold, METHODS.md §1; Paper A §4.2),
 * final-token ``hook_resid_post`` (the paper script's variant),
@@ -21,7 +21,7 @@ the final real token's residual of every row (``logits="final"``, the default), 
 vocabulary the runner does not pay for logits at every position; ``logits="all"`` keeps the full
 ``[batch, pos, vocab]`` (the martingale predictive reads every position).
 
-Devices and dtypes (issue 13, point 3). Token ids and masks go to the embedding's device
+Devices and dtypes. Token ids and masks go to the embedding's device
 (:func:`bayes_lens.adapter.input_device`), which on a bridge split across GPUs is not the first
 parameter's; every per-batch index is moved to the device of the tensor it indexes, and each layer's
 kept rows are brought to one device before the per-batch reduction. Logits are yielded in the model's
@@ -31,19 +31,20 @@ final-token rows float32 on the CPU, whatever the model's dtype. A ``HookedTrans
 ``cfg.n_devices > 1`` is refused (:class:`bayes_lens.errors.UnsupportedModelError`): split a model
 with ``TransformerBridge.boot_transformers(..., n_devices=N)`` or ``device_map=`` instead.
 
-A :class:`Collection` is the common currency of the analyses: :func:`collect` makes one from a model
-and prompts, :meth:`Collection.from_cache` from what a user made with ``run_with_cache`` (an
-``ActivationCache``, a plain dict of tensors, or the ``(logits, cache)`` pair), and
-:meth:`Collection.merge` concatenates shards, so a run split into pieces equals one run.
+What the runner keeps is a :class:`~bayes_lens.reduced.ReducedCache`, the one currency of the
+analyses: :func:`collect` makes one from a model and prompts, :func:`reduce_cache` from what a user
+made with ``run_with_cache`` (an ``ActivationCache``, a plain dict of tensors, or the
+``(logits, cache)`` pair) with the same reducers, and ``ReducedCache.merge`` concatenates shards, so
+a run split into pieces equals one run.
+
+Scaling is the runner's too: inside ``with bl.shard.sharded(...)`` every :func:`collect` call - so
+every analysis - runs in checked shards on that engine (:func:`use_runner` is the hook it sets).
 
 Example
 -------
->>> import bayes_lens as bl                                               # doctest: +SKIP
->>> col = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)  # doctest: +SKIP
->>> col.final_values[model.cfg.n_layers - 1].shape   # [2, n_kv_heads * d_head]   # doctest: +SKIP
->>> tokens, mask = bl.adapter.tokenize(model, prompts)                                        # doctest: +SKIP
->>> logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
->>> same = bl.collect.Collection.from_cache((logits, cache), attention_mask=mask, value_layers=[-1])  # doctest: +SKIP
+>>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
+>>> rc["blocks.1.attn.hook_v"].shape   # [2, n_kv_heads * d_head]
+torch.Size([2, 32])
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
@@ -75,8 +77,25 @@ from .hooks import (
 )
 from .hookpoints import HOOK_POINTS, attached_for
 from .metrics.stats import entropy_bits
+from .reduced import (ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, ReducedCache,
+                      row_name)
 
-__all__ = ["Batch", "Collection", "forward_batches", "collect", "is_cache_like", "source_model", "check_prompts"]
+__all__ = ["Batch", "forward_batches", "collect", "reduce_cache", "check_prompts", "use_runner"]
+
+#: the runner of ``bl.shard.sharded(...)`` (an object with ``collect(model, prompts, **kw)``), or None
+_RUNNER: ContextVar = ContextVar("bayes_lens_runner", default=None)
+
+
+@contextmanager
+def use_runner(runner):
+    """Inside the block, :func:`collect` hands every call to ``runner.collect(model, prompts, **kwargs)``
+    (``None``: collect in this process). :func:`bayes_lens.shard.sharded` sets it; a shard's own run
+    resets it to ``None``."""
+    token = _RUNNER.set(runner)
+    try:
+        yield runner
+    finally:
+        _RUNNER.reset(token)
 
 HookSource = Union[Sequence, Callable[["Batch"], Sequence]]
 
@@ -202,198 +221,93 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
 
 
 # --------------------------------------------------------------------------------------------
-# The collection
+# A user's cache, reduced by the same reducers as the runner
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class Collection:
-    """What :func:`collect` kept of a run over ``n`` prompts (CPU tensors, prompt order).
+def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=None, value_layers=(),
+                 resid_layers=(), attention: bool = False, attention_positions: str = "last",
+                 token_ids=None, tail_positions: int = 0) -> ReducedCache:
+    """The :class:`~bayes_lens.reduced.ReducedCache` :func:`collect` makes, read from a cache the user made.
 
-    ``next_token_entropy_bits`` and ``token_logprobs`` are ``None`` when made from a cache without
-    logits (and without ``hook_next_token_entropy``); ``indices`` are the prompts' global numbers.
-    ``tail_logits`` (float32, as the model computed them) and ``tail_logsumexp`` (float64) are kept
-    only with ``collect(..., tail_positions=T)``: entry ``[i, j]`` is real position
-    ``n_tokens[i] - T + j`` of prompt ``i`` (NaN where that is before the prompt's first token).
+    ``cache`` is what ``model.run_with_cache(...)`` returns - the ``(logits, cache)`` pair or the
+    ``ActivationCache`` alone (then pass ``logits=`` for next-token statistics) - or a plain dict
+    of tensors (``dict(cache.items())``; then pass ``model=``). Padding: pass the
+    ``attention_mask`` the tokens were run with, or the ``tokens`` themselves (pad positions are
+    read from the tokenizer's pad token and padding side, as TransformerLens does); a cache of
+    one prompt needs neither. A cache of several prompts with neither is refused: reading pad
+    positions as real tokens silently changes every number. The reducers are the runner's
+    (:func:`bayes_lens.hooks.final_rows`, :func:`bayes_lens.hooks.pattern_entropy_bits`, the
+    next-token statistics and the tail statistics), so both give the same numbers.
+
+    >>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat on the", "2 + 2 ="])
+    >>> logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
+    >>> rc = bl.collect.reduce_cache((logits, cache), attention_mask=mask, value_layers=[-1], attention=True)
+    >>> torch.allclose(rc["blocks.1.attn.hook_v"], bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="],
+    ...                value_layers=[-1])["blocks.1.attn.hook_v"], atol=1e-5)
+    True
     """
+    logits, cache = _split_pair(cache, logits)
+    model = _model_of(cache, model)
+    _check_batch_dim(cache)
+    if attention_positions not in ("last", "all"):
+        raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
+    v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
+    tok_ids = _token_ids(model, token_ids)
+    tail = _check_tail(tail_positions, tok_ids)
+    if logits is not None:
+        logits = torch.as_tensor(logits).detach()
+        if logits.ndim != 3:
+            raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
+    n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
+    _check_cache_fits(cache, model, v_layers, r_layers)
+    mask = _cache_mask(model, n, pos, attention_mask, tokens, cache)
 
-    final_values: Dict[int, Float[Tensor, "n kv_dim"]]
-    final_resid: Dict[int, Float[Tensor, "n d_model"]]
-    attn_entropy_bits: Optional[Float[Tensor, "n n_layers n_heads"]]
-    next_token_entropy_bits: Optional[Float[Tensor, "n"]]
-    token_logprobs: Optional[Float[Tensor, "n n_tokens"]]
-    n_tokens: Int[Tensor, "n"]
-    attention_positions: str = "last"
-    indices: Optional[Int[Tensor, "n"]] = None
-    tail_logits: Optional[Float[Tensor, "n tail n_tokens"]] = None
-    tail_logsumexp: Optional[Float[Tensor, "n tail"]] = None
+    def read(name: str, ndim: int) -> Tensor:
+        if not adapter.cache_has(cache, name):
+            raise _missing_hook(name)
+        t = cache[name].detach()
+        if t.ndim != ndim:
+            raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}; expected {ndim} dimensions "
+                                    "with a batch dimension (was it made with remove_batch_dim=True?).")
+        return t
 
-    @property
-    def n_prompts(self) -> int:
-        return int(self.n_tokens.shape[0])
-
-    def __repr__(self) -> str:  # shapes, never the tensors (issue 26.5)
-        def shp(t):
-            return "none" if t is None else "(" + ", ".join(str(int(d)) for d in t.shape) + ("," if t.dim() == 1 else "") + ")"
-
-        vals = {k: shp(v) for k, v in sorted(self.final_values.items())}
-        res = {k: shp(v) for k, v in sorted(self.final_resid.items())}
-        lines = [f"Collection: {self.n_prompts} prompts, {int(self.n_tokens.max()) if self.n_prompts else 0} tokens "
-                 f"at most, attention at {self.attention_positions!r} positions"]
-        lines.append(f"  value rows by layer: {vals or 'none'}")
-        lines.append(f"  residual rows by layer: {res or 'none'}")
-        lines.append(f"  attn_entropy_bits {shp(self.attn_entropy_bits)}, next_token_entropy_bits "
-                     f"{shp(self.next_token_entropy_bits)}, token_logprobs {shp(self.token_logprobs)}"
-                     + (f", tail_logits {shp(self.tail_logits)}" if self.tail_logits is not None else ""))
-        return "\n".join(lines)
-
-    def values(self, layer: int, site: str = "v") -> Tensor:
-        """Final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``, or MissingHookError."""
-        store = self.final_values if site == "v" else self.final_resid
-        if layer not in store:
-            what = "hook_v" if site == "v" else "hook_resid_post"
-            raise MissingHookError(f"this collection holds {what} rows at layers {sorted(store)}, not {layer}; "
-                                   f"collect with {'value_layers' if site == 'v' else 'resid_layers'}=[{layer}].")
-        return store[layer]
-
-    def require_entropy(self) -> Tensor:
-        if self.next_token_entropy_bits is None:
-            raise MissingHookError(
-                "the next-token entropy is missing: from a cache pass the logits too — the (logits, cache) pair "
-                "run_with_cache returns, or logits= — or cache 'hook_next_token_entropy' inside bl.attach(model).")
-        return self.next_token_entropy_bits
-
-    @classmethod
-    def merge(cls, parts: Sequence["Collection"]) -> "Collection":
-        """Concatenate shards in order (all must hold the same layers and fields)."""
-        parts = list(parts)
-        if not parts:
-            raise InvalidInputError("Collection.merge needs at least one collection.")
-        first = parts[0]
-        for p in parts[1:]:
-            if (set(p.final_values) != set(first.final_values) or set(p.final_resid) != set(first.final_resid)
-                    or (p.attn_entropy_bits is None) != (first.attn_entropy_bits is None)
-                    or (p.token_logprobs is None) != (first.token_logprobs is None)
-                    or (p.next_token_entropy_bits is None) != (first.next_token_entropy_bits is None)
-                    or (p.tail_logits is None) != (first.tail_logits is None)
-                    or (p.tail_logits is not None and p.tail_logits.shape[1:] != first.tail_logits.shape[1:])
-                    or p.attention_positions != first.attention_positions):
-                raise InvalidInputError("cannot merge collections made with different layers, fields or "
-                                        "attention_positions; collect every shard with the same arguments.")
-
-        def cat(get):
-            return None if get(first) is None else torch.cat([get(p) for p in parts], dim=0)
-
-        idx = None
-        if all(p.indices is not None for p in parts):
-            idx = torch.cat([p.indices for p in parts])
-        return cls(
-            final_values={k: cat(lambda p, k=k: p.final_values[k]) for k in first.final_values},
-            final_resid={k: cat(lambda p, k=k: p.final_resid[k]) for k in first.final_resid},
-            attn_entropy_bits=cat(lambda p: p.attn_entropy_bits),
-            next_token_entropy_bits=cat(lambda p: p.next_token_entropy_bits),
-            token_logprobs=cat(lambda p: p.token_logprobs),
-            n_tokens=cat(lambda p: p.n_tokens),
-            attention_positions=first.attention_positions,
-            indices=idx,
-            tail_logits=cat(lambda p: p.tail_logits),
-            tail_logsumexp=cat(lambda p: p.tail_logsumexp),
-        )
-
-    @classmethod
-    def from_cache(cls, cache, *, model=None, logits=None, attention_mask=None, tokens=None,
-                   value_layers=(), resid_layers=(), attention: bool = False, attention_positions: str = "last",
-                   token_ids=None) -> "Collection":
-        """The same statistics :func:`collect` keeps, read from a cache the user made.
-
-        ``cache`` is what ``model.run_with_cache(...)`` returns — the ``(logits, cache)`` pair or the
-        ``ActivationCache`` alone (then pass ``logits=`` for next-token statistics) — or a plain dict
-        of tensors (``dict(cache.items())``; then pass ``model=``). Padding: pass the
-        ``attention_mask`` the tokens were run with, or the ``tokens`` themselves (pad positions are
-        read from the tokenizer's pad token and padding side, as TransformerLens does); a cache of
-        one prompt needs neither. A cache of several prompts with neither is refused: reading pad
-        positions as real tokens silently changes every number.
-        """
-        logits, cache = _split_pair(cache, logits)
-        model = _model_of(cache, model)
-        _check_batch_dim(cache)
-        if attention_positions not in ("last", "all"):
-            raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
-        v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
-        tok_ids = _token_ids(model, token_ids)
-        if logits is not None:
-            logits = torch.as_tensor(logits).detach()
-            if logits.ndim != 3:
-                raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
-        n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
-        _check_cache_fits(cache, model, v_layers, r_layers)
-        mask = _cache_mask(model, n, pos, attention_mask, tokens, cache)
-
-        def read(name: str, ndim: int) -> Tensor:
-            if not adapter.cache_has(cache, name):
-                raise _missing_hook(name)
-            t = cache[name].detach()
-            if t.ndim != ndim:
-                raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}; expected {ndim} dimensions "
-                                        "with a batch dimension (was it made with remove_batch_dim=True?).")
-            return t
-
-        finals_v = {layer: final_rows(read(adapter.hook_name(model, layer, "v"), 4), mask,
-                                      what=adapter.hook_name(model, layer, "v")) for layer in v_layers}
-        finals_r = {layer: final_rows(read(adapter.hook_name(model, layer, "resid_post"), 3), mask,
-                                      what=adapter.hook_name(model, layer, "resid_post")) for layer in r_layers}
-        attn = None
-        if attention:
-            per_layer = []
-            for layer in range(int(model.cfg.n_layers)):
-                ent_name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
-                if adapter.cache_has(cache, ent_name):
-                    per_layer.append(_reduce_row_entropy(read(ent_name, 3).transpose(1, 2), mask, attention_positions))
-                else:
-                    name = adapter.hook_name(model, layer, "pattern")
-                    per_layer.append(pattern_entropy_bits(read(name, 4), mask, positions=attention_positions,
-                                                          what=name))
-            attn = torch.stack(per_layer, dim=1)
-        ent = lps = None
-        last = last_index(mask)
-        if logits is not None:
-            fl = logits[torch.arange(n, device=logits.device), last.to(logits.device)]
-            check_finite(fl, "the final-token logits")
-            ent, lps = _next_token_stats(fl, tok_ids)
-        else:
-            name = HOOK_POINTS["next_token_entropy"]
-            if adapter.cache_has(cache, name):
-                h = read(name, 3)[..., 0]
-                ent = h[torch.arange(n, device=h.device), last.to(h.device)].double().cpu()
-            if tok_ids is not None:
-                raise MissingHookError("token log-probabilities need the logits: pass the (logits, cache) pair "
-                                       "run_with_cache returns, or logits=.")
-        return cls(final_values=finals_v, final_resid=finals_r, attn_entropy_bits=attn,
-                   next_token_entropy_bits=ent, token_logprobs=lps, n_tokens=mask.sum(1).long().cpu(),
-                   attention_positions=attention_positions, indices=torch.arange(n))
-
-
-def is_cache_like(obj) -> bool:
-    """True for what ``run_with_cache`` returns or holds: an ActivationCache, a dict of tensors, or the
-    ``(logits, cache)`` pair."""
-    if adapter.is_activation_cache(obj) or isinstance(obj, Mapping):
-        return True
-    return (isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], Tensor)
-            and (adapter.is_activation_cache(obj[1]) or isinstance(obj[1], Mapping)))
-
-
-def source_model(source, model=None):
-    """The model behind ``source`` (itself, the model a cache records, or ``model=``), or None for a
-    Collection or a dict without ``model=``."""
-    if isinstance(source, Collection):
-        return model
-    if is_cache_like(source):
-        cache = source[1] if isinstance(source, tuple) else source
-        if model is not None:
-            return model
-        return adapter.cache_model(cache) if adapter.is_activation_cache(cache) else None
-    adapter.check_model(source)
-    return source
+    out: Dict[str, Tensor] = {}
+    for site, layers, ndim in (("v", v_layers, 4), ("resid_post", r_layers, 3)):
+        for layer in layers:
+            name = adapter.hook_name(model, layer, site)
+            out[row_name(layer, site)] = final_rows(read(name, ndim), mask, what=name)
+    if attention:
+        for layer in range(int(model.cfg.n_layers)):
+            ent_name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
+            if adapter.cache_has(cache, ent_name):
+                ent = _reduce_row_entropy(read(ent_name, 3).transpose(1, 2), mask, attention_positions)
+            else:
+                name = adapter.hook_name(model, layer, "pattern")
+                ent = pattern_entropy_bits(read(name, 4), mask, positions=attention_positions, what=name)
+            out[ENTROPY_NAME.format(layer=layer)] = ent
+    last = last_index(mask)
+    if logits is not None:
+        fl = logits[torch.arange(n, device=logits.device), last.to(logits.device)]
+        check_finite(fl, "the final-token logits")
+        ent, lps = _next_token_stats(fl, tok_ids)
+        out[NEXT_TOKEN_ENTROPY] = ent.double()
+        if lps is not None:
+            out[TOKEN_LOGPROBS] = lps
+        if tail:
+            batch = Batch(indices=torch.arange(n), tokens=torch.zeros(n, pos, dtype=torch.long), attention_mask=mask,
+                          last_index=last, logits=logits)
+            out[TAIL_LOGITS], out[TAIL_LOGSUMEXP] = _tail_stats(batch, tok_ids, tail)
+    else:
+        name = HOOK_POINTS["next_token_entropy"]
+        if adapter.cache_has(cache, name):
+            h = read(name, 3)[..., 0]
+            out[NEXT_TOKEN_ENTROPY] = h[torch.arange(n, device=h.device), last.to(h.device)].double().cpu()
+        if tok_ids is not None:
+            raise MissingHookError("token log-probabilities need the logits: pass the (logits, cache) pair "
+                                   "run_with_cache returns, or logits=.")
+    return ReducedCache(out, n_tokens=mask.sum(1).long().cpu(), indices=torch.arange(n),
+                        attention_positions=attention_positions)
 
 
 def _split_pair(cache, logits):
@@ -669,8 +583,12 @@ def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: D
 def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), attention: bool = False,
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
             padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
-            desc: str = "collect", start_index: int = 0, tail_positions: int = 0) -> Collection:
-    """Run ``prompts`` once and keep the final-token statistics the metrics need.
+            desc: str = "collect", start_index: int = 0, tail_positions: int = 0) -> ReducedCache:
+    """Run ``prompts`` once and keep the final-token statistics the metrics need, as a reduced cache.
+
+    The result is a :class:`~bayes_lens.reduced.ReducedCache` (hook name → ``[n, ...]``; its module
+    doc lists the keys). Inside :func:`bayes_lens.shard.sharded` the same call runs in checked shards on
+    that context's engine and returns the merged equal of the one-process result.
 
     Parameters
     ----------
@@ -685,17 +603,24 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     tail_positions:
         With ``T > 0`` (and ``token_ids``), also keep the logits of ``token_ids`` and the
         full-vocabulary log-sum-exp at each of the last ``T`` real positions of every prompt
-        (``Collection.tail_logits`` / ``tail_logsumexp``); the unembedding then runs at every position.
+        (``hook_tail_logits`` / ``hook_tail_logsumexp``); the unembedding then runs at every position.
     fwd_hooks:
         Extra ``[(hook_name, fn)]`` run before the metric hooks (e.g. patches: metrics then read the
         patched activations), or a per-batch factory (see :func:`forward_batches`).
     desc, progress:
         The progress bar's label (name what runs: ``"geometry: collect 75 prompts"``) and switch.
 
-    The sharded form of this runner (shards on several processes or machines, merged to the same
-    Collection) is :func:`bayes_lens.shard.collect_sharded`.
+    >>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
+    >>> rc.attention_entropy_bits().shape      # [prompts, n_layers, n_heads]
+    torch.Size([2, 2, 4])
     """
     prompts = check_prompts(prompts)
+    runner = _RUNNER.get()
+    if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
+        return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
+                              attention=attention, attention_positions=attention_positions, token_ids=token_ids,
+                              batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
+                              progress=progress, desc=desc, tail_positions=tail_positions)
     info = adapter.model_info(model)
     v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
     if attention_positions not in ("last", "all"):
@@ -761,22 +686,21 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
             out[layer] = rows
         return out
 
-    attn = None
+    out: Dict[str, Tensor] = {}
+    for site, store, layers in (("v", v_store, v_layers), ("resid_post", r_store, r_layers)):
+        for layer, rows in stacked(store, layers).items():
+            out[row_name(layer, site)] = rows
     if attention:
-        per_layer = stacked(a_store, list(range(info.n_layers)))
-        attn = torch.stack([per_layer[layer] for layer in range(info.n_layers)], dim=1)  # [n, L, H]
-    return Collection(
-        final_values=stacked(v_store, v_layers),
-        final_resid=stacked(r_store, r_layers),
-        attn_entropy_bits=attn,
-        next_token_entropy_bits=torch.cat(ents).double(),
-        token_logprobs=torch.cat(lps) if tok_ids is not None else None,
-        n_tokens=torch.cat(ntoks),
-        attention_positions=attention_positions,
-        indices=torch.arange(start_index, start_index + len(prompts)),
-        tail_logits=torch.cat([t[0] for t in tails]) if tail else None,
-        tail_logsumexp=torch.cat([t[1] for t in tails]) if tail else None,
-    )
+        for layer, ent in stacked(a_store, list(range(info.n_layers))).items():
+            out[ENTROPY_NAME.format(layer=layer)] = ent
+    out[NEXT_TOKEN_ENTROPY] = torch.cat(ents).double()
+    if tok_ids is not None:
+        out[TOKEN_LOGPROBS] = torch.cat(lps)
+    if tail:
+        out[TAIL_LOGITS] = torch.cat([t[0] for t in tails])
+        out[TAIL_LOGSUMEXP] = torch.cat([t[1] for t in tails])
+    return ReducedCache(out, n_tokens=torch.cat(ntoks), indices=torch.arange(start_index, start_index + len(prompts)),
+                        attention_positions=attention_positions)
 
 
 def _check_tail(tail_positions, tok_ids) -> int:

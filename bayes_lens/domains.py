@@ -267,7 +267,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
                                     ci_method=ci_method)
         afs[label] = attention_focusing(col, positions=positions, seed=seed, n_boot=n_boot)
         eas[label] = entropy_alignment(col, layer=layer, site=site, seed=seed, n_boot=n_boot, n_perm=n_perm)
-        xs[label] = as_numpy((col.final_values if site == "v" else col.final_resid)[layer])
+        xs[label] = as_numpy(col.value_rows(layer, site))
     keys = key_orthogonality(model, seed=seed)
 
     # differences to the reference: independent resamples of each domain's prompts

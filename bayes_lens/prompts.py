@@ -255,7 +255,7 @@ def entropies(model, prompts: PoolLike, *, batch_size: int = 16, cache: bool = T
         order = sorted(range(len(todo)), key=lambda i: (len(todo[i]), i))
         col = collect(model, [todo[i] for i in order], batch_size=batch_size, progress=progress,
                       desc=f"prompts: score {len(todo)} candidates")
-        ent = col.next_token_entropy_bits.double().cpu().numpy()
+        ent = col.next_token_entropy_bits().double().cpu().numpy()
         if not np.all(np.isfinite(ent)):  # pragma: no cover - collect already checks the logits
             raise InvalidInputError("non-finite next-token entropies; check the model's weights.")
         for j, i in enumerate(order):

@@ -9,7 +9,7 @@
 
 Every metric takes a model and prompts (a streaming, batched, mask-aware run), what
 ``run_with_cache`` returned (the ``(logits, cache)`` pair, the cache, or a dict of its tensors with
-``model=``) or a :class:`bayes_lens.collect.Collection`; the public names are re-exported as
+``model=``) or a :class:`bayes_lens.reduced.ReducedCache`; the public names are re-exported as
 ``bl.value_manifold`` etc.
 """
 

@@ -16,12 +16,12 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .. import adapter
 from .._results import Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import pca
 from ..metrics.stats import as_numpy, correlation_inference
-from ._sources import check_site, check_stats, resolve_layer, source_collection, source_model
+from .._inputs import as_reduced
+from ._sources import check_site, check_stats, resolve_layer
 
 __all__ = ["EntropyAlignment", "entropy_alignment", "alignment_from"]
 
@@ -113,14 +113,13 @@ def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: st
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_perm=n_perm)
-    m = source_model(model_or_cache, model)
-    layers = [adapter.resolve_layer(m, layer)] if m is not None else ()
-    col, m = source_collection(model_or_cache, prompts, layers=layers, site=s, attention_mask=attention_mask,
-                               tokens=tokens, logits=logits, model=model, batch_size=batch_size,
-                               padding_side=padding_side, progress=progress, desc="entropy_alignment: collect")
-    layer = resolve_layer(col, m, layer, s)
-    x = as_numpy(col.values(layer, s))
-    ent = as_numpy(col.require_entropy())
+    rc, m = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
+                       tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]},
+                       batch_size=batch_size, padding_side=padding_side, progress=progress,
+                       desc="entropy_alignment: collect", min_prompts=3)
+    layer = resolve_layer(rc, m, layer, s)
+    x = as_numpy(rc.value_rows(layer, s))
+    ent = as_numpy(rc.next_token_entropy_bits())
     if x.shape[0] < 3:
         raise InvalidInputError(f"entropy alignment needs at least 3 prompts, got {x.shape[0]}.")
     coords = pca(x, n_components=1).coords[:, 0]

@@ -19,9 +19,10 @@ import torch
 
 from .. import adapter
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
-from ..errors import InvalidInputError, MissingHookError
+from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
-from ._sources import check_stats, source_collection
+from .._inputs import as_reduced
+from ._sources import check_stats
 
 __all__ = ["AttentionFocusing", "attention_focusing", "focusing_from_entropies", "uniform_entropy_bits",
            "focusing_uniform"]
@@ -160,14 +161,15 @@ def uniform_entropy_bits(n_tokens: np.ndarray, positions: str, windows: Optional
     return np.array([one(w) for w in windows], dtype=np.float64)
 
 
-def focusing_uniform(col, model, positions: str):
-    """Per-layer uniform baselines when the model (its windows) is known, else the global one."""
+def focusing_uniform(rc, model, positions: str):
+    """Per-layer uniform baselines of a reduced cache's prompts when the model (its windows) is known, else
+    the global one."""
     if model is None:
-        return uniform_entropy_bits(col.n_tokens.numpy(), positions)
+        return uniform_entropy_bits(rc.n_tokens.numpy(), positions)
     windows = [adapter.attention_window(model, layer) for layer in range(int(model.cfg.n_layers))]
     if all(w is None for w in windows):
-        return uniform_entropy_bits(col.n_tokens.numpy(), positions)
-    return uniform_entropy_bits(col.n_tokens.numpy(), positions, windows)
+        return uniform_entropy_bits(rc.n_tokens.numpy(), positions)
+    return uniform_entropy_bits(rc.n_tokens.numpy(), positions, windows)
 
 
 def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
@@ -188,13 +190,9 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
     check_stats(seed, n_boot=n_boot)
-    col, m = source_collection(model_or_cache, prompts, attention=True, positions=positions,
-                               attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
-                               padding_side=padding_side, progress=progress, desc="attention_focusing: collect",
-                               min_prompts=1)
-    if col.attn_entropy_bits is None:
-        raise MissingHookError("the Collection was made without attention=True.")
-    if col.attention_positions != positions:
-        raise InvalidInputError(f"the Collection holds positions={col.attention_positions!r} entropies.")
-    return focusing_from_entropies(as_numpy(col.attn_entropy_bits), uniform=focusing_uniform(col, m, positions),
+    rc, m = as_reduced(model_or_cache, prompts, model=model, attention=True, attention_positions=positions,
+                       attention_mask=attention_mask, tokens=tokens, batch_size=batch_size,
+                       padding_side=padding_side, progress=progress, desc="attention_focusing: collect")
+    entropies = rc.attention_entropy_bits(None if m is None else int(m.cfg.n_layers))
+    return focusing_from_entropies(as_numpy(entropies), uniform=focusing_uniform(rc, m, positions),
                                    positions=positions, seed=seed, n_boot=n_boot)

@@ -19,7 +19,8 @@ import torch
 
 from .. import adapter
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
-from ..collect import Collection, is_cache_like
+from .._inputs import is_cache_like
+from ..reduced import ReducedCache
 from ..errors import BayesLensError, InvalidInputError
 from ..metrics.keys import (
     gaussian_abs_cosine, mean_abs_offdiag_cosine, paper_abs_cosine_baseline, simulate_gaussian_abs_cosine,
@@ -134,7 +135,7 @@ def key_orthogonality(model, *, reference=None, n_sims: int = 200, seed: int = 0
     """
     if on_processed not in ("warn", "error", "ignore"):
         raise InvalidInputError(f"on_processed must be 'warn', 'error' or 'ignore', got {on_processed!r}.")
-    if is_cache_like(model) or isinstance(model, Collection):
+    if is_cache_like(model) or isinstance(model, ReducedCache):
         raise InvalidInputError("key orthogonality is a weight metric: pass the model, not a cache.")
     info = adapter.model_info(model)
     rinfo = None if reference is None else adapter.model_info(reference)

@@ -24,7 +24,8 @@ from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import CI_METHODS, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label, pca, pca_bootstrap_cis
 from ..metrics.stats import as_numpy, percentile_interval
-from ._sources import check_site, check_stats, expand_kv_heads, resolve_layer, source_collection, source_model
+from .._inputs import as_reduced
+from ._sources import check_site, check_stats, expand_kv_heads, resolve_layer
 
 __all__ = ["ValueManifold", "value_manifold", "manifold_from_samples", "CI_METHODS"]
 
@@ -148,7 +149,7 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     ``model_or_cache`` is a model (then ``prompts`` is a list of ≥ 3 strings), what
     ``run_with_cache`` returned (the ``(logits, cache)`` pair, the cache, or ``dict(cache.items())``
     with ``model=``; made with ``names_filter=bl.hook_filter()``; pass the ``tokens`` you ran, or
-    their ``attention_mask``, when the batch is padded) or a :class:`~bayes_lens.collect.Collection`.
+    their ``attention_mask``, when the batch is padded) or a :class:`~bayes_lens.reduced.ReducedCache`.
     ``site="resid_post"`` uses residual states (the paper script's variant). ``expand_kv=True``
     repeats KV heads to the query-head layout (off: repeated copies inflate PCA). ``n_null``
     Gaussian simulations at the same n × d give the null. ``ci_method`` says what the intervals
@@ -170,13 +171,11 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     s = check_site(site)
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    m = source_model(model_or_cache, model)
-    layers = [adapter.resolve_layer(m, layer)] if m is not None else ()
-    col, m = source_collection(model_or_cache, prompts, layers=layers, site=s, attention_mask=attention_mask,
-                               tokens=tokens, model=model, batch_size=batch_size, padding_side=padding_side,
-                               progress=progress, desc="value_manifold: collect")
-    layer = resolve_layer(col, m, layer, s)
-    x = expand_kv_heads(as_numpy(col.values(layer, s)), m, expand_kv)
+    rc, m = as_reduced(model_or_cache, prompts, model=model, attention_mask=attention_mask, tokens=tokens,
+                       **{"value_layers" if s == "v" else "resid_layers": [layer]}, batch_size=batch_size,
+                       padding_side=padding_side, progress=progress, desc="value_manifold: collect", min_prompts=3)
+    layer = resolve_layer(rc, m, layer, s)
+    x = expand_kv_heads(as_numpy(rc.value_rows(layer, s)), m, expand_kv)
     return manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
                                  n_boot=n_boot, n_null=n_null, n_components=n_components, expand_kv=expand_kv,
                                  ci_method=ci_method)

@@ -1,26 +1,23 @@
-"""Where the geometry metrics read from: a model with prompts, a user's cache, or a Collection.
+"""Checks the geometry metrics share: seeds and resample counts, sites, layers, KV-head expansion.
 
 Every metric of Paper A §4.2/§5.1 (METHODS.md §1–§4) reads final-token rows, attention entropies and
-next-token entropies. Whatever the user passes is turned into one
-:class:`bayes_lens.collect.Collection` here — by the runner (:func:`bayes_lens.collect.collect`) for a
-model and prompts, by :meth:`~bayes_lens.collect.Collection.from_cache` for a cache — so the
-statistics have exactly one code path and give the same numbers from every source.
+next-token entropies from one :class:`~bayes_lens.reduced.ReducedCache`, made at its entry by
+``bayes_lens._inputs.as_reduced`` from whatever the user passed.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
 
 import einops
 import numpy as np
 
 from .. import adapter
-from ..collect import Collection, check_prompts, collect, is_cache_like, source_model
+from ..collect import check_prompts
+from ..reduced import ReducedCache
 from .._validate import check_choice, check_positive_int, check_seed
 from ..errors import InvalidInputError
 
-__all__ = ["SITES", "check_site", "check_stats", "source_model", "source_collection", "resolve_layer", "need_prompts",
-           "expand_kv_heads"]
+__all__ = ["SITES", "check_site", "check_stats", "resolve_layer", "need_prompts", "expand_kv_heads"]
 
 #: accepted spellings of the value-manifold sites
 SITES = {"v": "v", "hook_v": "v", "resid_post": "resid_post"}
@@ -47,49 +44,18 @@ def need_prompts(prompts, minimum: int = 3) -> list:
     return prompts
 
 
-def source_collection(source, prompts=None, *, layers: Sequence[int] = (), site: str = "v",
-                      attention: bool = False, positions: str = "last", attention_mask=None, tokens=None,
-                      logits=None, model=None, batch_size: int = 16, padding_side: str = "right",
-                      progress: Optional[bool] = None, desc: str = "collect", min_prompts: int = 3, run=None):
-    """(Collection, model or None) from a model + prompts, a cache (pair, ActivationCache, dict) or a
-    Collection, holding final-token rows of ``site`` at ``layers`` and, with ``attention``, entropies.
-
-    ``run`` (a :class:`bayes_lens.shard.AnalysisRun`) collects a model's rows through an engine."""
-    if isinstance(source, Collection):
-        if prompts is not None:
-            raise InvalidInputError("pass either a model with prompts, or a Collection without prompts.")
-        return source, model
-    if is_cache_like(source):
-        if prompts is not None:
-            raise InvalidInputError("pass either a model with prompts, or a cache without prompts.")
-        col = Collection.from_cache(
-            source, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
-            value_layers=layers if site == "v" else (), resid_layers=layers if site != "v" else (),
-            attention=attention, attention_positions=positions)
-        return col, source_model(source, model)
-    adapter.check_model(source)
-    if prompts is None:
-        raise InvalidInputError("prompts are required with a model (or pass a cache made with run_with_cache).")
-    prompts = need_prompts(prompts, min_prompts)
-    col = (collect if run is None else run.collect)(source, prompts, value_layers=list(layers) if site == "v" else (),
-                  resid_layers=list(layers) if site != "v" else (), attention=attention, attention_positions=positions,
-                  batch_size=batch_size, padding_side=padding_side, progress=progress,
-                  desc=f"{desc} {len(prompts)} prompts")
-    return col, source
-
-
-def resolve_layer(source, model, layer: int, site: str) -> int:
-    """The layer index a metric reads: resolved against the model, or (a Collection without a model)
-    the one layer it holds."""
+def resolve_layer(rc: ReducedCache, model, layer: int, site: str) -> int:
+    """The layer index a metric reads: resolved against the model, or (a reduced cache without a model)
+    the one layer of ``site`` it holds for ``-1``."""
     if model is not None:
         return adapter.resolve_layer(model, layer)
-    store = source.final_values if site == "v" else source.final_resid
-    keys = sorted(store)
-    if layer in store:
+    held = rc.layers(site) if isinstance(rc, ReducedCache) else []
+    if isinstance(layer, int) and layer >= 0:
         return layer
-    if layer == -1 and len(keys) == 1:
-        return keys[0]
-    raise InvalidInputError(f"with a Collection pass a non-negative layer index it holds: {keys}.")
+    if layer == -1 and len(held) == 1:
+        return held[0]
+    raise InvalidInputError(f"without the model, pass a non-negative layer index the reduced cache holds ({held}), "
+                            "or pass model=.")
 
 
 def expand_kv_heads(x: np.ndarray, model, expand_kv: bool) -> np.ndarray:

@@ -13,16 +13,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import adapter
-from ..collect import Collection, is_cache_like
+from .._inputs import as_reduced, source_model
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
-from ..shard._analysis import analysis_run
 from ._alignment import EntropyAlignment, alignment_from
 from ._focusing import AttentionFocusing, focusing_from_entropies, focusing_uniform
 from ._keys import KeyOrthogonality, key_orthogonality
 from ._manifold import CI_METHODS, ValueManifold, manifold_from_samples
-from ._sources import check_site, check_stats, expand_kv_heads, source_collection, source_model
+from ._sources import check_site, check_stats, expand_kv_heads
 
 __all__ = ["Geometry", "geometry"]
 
@@ -92,29 +91,26 @@ class Geometry(Result):
 
 
 def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
-             reference=None, attention_mask=None, tokens=None, model=None, seed: int = 0, n_boot: int = 1000,
-             n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False, ci_method: str = "recentered",
-             batch_size: int = 16, padding_side: str = "right", on_processed: str = "warn",
-             progress: Optional[bool] = None, engine="local", shard_dir=None) -> Geometry:
+             reference=None, attention_mask=None, tokens=None, logits=None, model=None, seed: int = 0,
+             n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False,
+             ci_method: str = "recentered", batch_size: int = 16, padding_side: str = "right",
+             on_processed: str = "warn", progress: Optional[bool] = None) -> Geometry:
     """Value manifold, key orthogonality, attention focusing and entropy alignment in one pass.
 
     ``model_or_cache``: a model with ``prompts`` (one batched forward pass keeps the final-token
-    rows at ``layer`` and the per-head attention entropies), or what ``run_with_cache`` returned
-    (the ``(logits, cache)`` pair, with ``hook_v`` and ``hook_pattern``; key orthogonality then reads
-    the weights of the model the cache records, or ``model=``). The statistics follow METHODS.md
-    §1–§4; see each metric's function for its parameters.
-
-    ``engine`` / ``shard_dir`` run the forward pass in shards (:mod:`bayes_lens.shard`): ``"local"``
-    (default; with ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every
-    rank calls ``geometry`` and gets the same result) or an engine object such as
-    ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two. ``model_or_cache`` may
-    then be a :class:`bl.shard.ModelSpec`. Batch-aligned shards give the one-process numbers.
+    rows at ``layer`` and the per-head attention entropies), what ``run_with_cache`` returned (the
+    ``(logits, cache)`` pair, or the cache / ``dict(cache.items())`` with ``logits=``, holding
+    ``hook_v`` and ``hook_pattern``; key orthogonality then reads the weights of the model the cache
+    records, or ``model=``), or a reduced cache (:func:`bayes_lens.collect.collect`,
+    :func:`bayes_lens.shard.merge`) with ``model=``. The statistics follow METHODS.md §1–§4; see each
+    metric's function for its parameters. To run it in shards, call it inside
+    ``with bl.shard.sharded(...)`` (batch-aligned shards give the one-process numbers).
 
     Example
     -------
-    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=75))          # doctest: +SKIP
-    >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
-    >>> geo = bl.geometry(model, prompts, engine="torchrun", shard_dir="shards/")  # under torchrun  # doctest: +SKIP
+    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=12), n_boot=20, n_null=5, n_perm=20)
+    >>> geo.value_manifold.n_prompts, geo.attention_focusing.head_entropy_bits.shape
+    (12, torch.Size([2, 4]))
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm)
@@ -124,24 +120,23 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="geometry")
-    if isinstance(model_or_cache, Collection) or is_cache_like(model_or_cache):
-        run.refuse_source("a cache or Collection")
     m = source_model(model_or_cache, model)
     if m is None:
         raise InvalidInputError("geometry() needs the model (key orthogonality reads its weights): pass a model "
                                 "with prompts, a cache that records its model, or model=.")
     layer = adapter.resolve_layer(m, layer)
     keys = key_orthogonality(m, reference=reference, seed=seed, on_processed=on_processed)
-    col, _ = source_collection(model_or_cache, prompts, layers=[layer], site=s, attention=True, positions=positions,
-                               attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
-                               padding_side=padding_side, progress=progress, desc="geometry: collect", run=run)
-    x = expand_kv_heads(as_numpy(col.values(layer, s)), m, expand_kv)
+    rc, _ = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
+                       tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]}, attention=True,
+                       attention_positions=positions, batch_size=batch_size, padding_side=padding_side,
+                       progress=progress, desc="geometry: collect", min_prompts=3)
+    x = expand_kv_heads(as_numpy(rc.value_rows(layer, s)), m, expand_kv)
     vm = manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
                                n_boot=n_boot, n_null=n_null, n_components=10, expand_kv=expand_kv,
                                ci_method=ci_method)
-    focusing = focusing_from_entropies(as_numpy(col.attn_entropy_bits), uniform=focusing_uniform(col, m, positions),
-                                       positions=positions, seed=seed, n_boot=n_boot)
-    align = alignment_from(vm.coords[:, 0].numpy(), as_numpy(col.require_entropy()), layer=layer, site=s,
+    focusing = focusing_from_entropies(as_numpy(rc.attention_entropy_bits(int(m.cfg.n_layers))),
+                                       uniform=focusing_uniform(rc, m, positions), positions=positions, seed=seed,
+                                       n_boot=n_boot)
+    align = alignment_from(vm.coords[:, 0].numpy(), as_numpy(rc.next_token_entropy_bits()), layer=layer, site=s,
                            seed=seed, n_boot=n_boot, n_perm=n_perm)
     return Geometry(value_manifold=vm, key_orthogonality=keys, attention_focusing=focusing, entropy_alignment=align)

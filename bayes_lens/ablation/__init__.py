@@ -64,9 +64,9 @@ Example
 >>> cmp.table; cmp.plot()                                                          # doctest: +SKIP
 """
 
-from ._axis import AxisData, EntropyAxis, collect_axis_data
+from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
 from ._patch import Patch, PatchPart, patched
 
-__all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "Patch", "PatchPart", "patched", "compare_patched",
+__all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect"]

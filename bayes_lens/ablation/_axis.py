@@ -18,7 +18,6 @@ import json
 import math
 import numbers
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -28,20 +27,20 @@ from torch import Tensor
 
 from .. import adapter
 from .._files import sha256_json, write_atomic
-from ..collect import Collection, collect, is_cache_like, source_model
+from .._inputs import as_reduced, is_layer_dict, source_model
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
 from ..hookpoints import axis_hook_name
 from ..metrics.calibration import binary_entropy_bits
 from ..metrics.pca import pca
 from ..metrics.stats import pearson
-from ..shard._analysis import analysis_run, hooks_digest
+from ..reduced import ReducedCache
 from ._common import (
     SIGN_BY, SITES, STANDARDIZE, check_site, finite_float, library_versions, model_meta, prompt_data, site_dim,
     unit_vector,
 )
 from ._patch import Patch, PatchPart
 
-__all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "axis_from_pca", "check_loaded"]
+__all__ = ["EntropyAxis", "axis_cache", "signing_entropy", "value_arrays", "axis_from_pca", "check_loaded"]
 
 # 1: no checksums; 2: a SHA-256 per tensor ("sha256"); 3: also one of the metadata ("metadata_sha256")
 _FORMAT_VERSION = 3
@@ -89,69 +88,47 @@ def _verify(path, meta: dict, tensors: Dict[str, Tensor]) -> None:
                       "correlations) is not. Save it again (format 3) to cover it.", UserWarning, stacklevel=4)
 
 
-@dataclass(frozen=True, eq=False)
-class AxisData:
-    """What an axis is fitted on and read with: final-token activations per layer, entropies.
-
-    ``values`` maps layer → ``[n, dim]`` float64; ``model_entropy`` is the model's entropy over the
-    two SULA labels (renormalized) for SULA items, else its full next-token entropy (bits);
-    ``bayes_entropy`` is the items' exact posterior entropy (None for plain strings).
-    """
-
-    values: Dict[int, np.ndarray]
-    model_entropy: np.ndarray
-    bayes_entropy: Optional[np.ndarray]
-
-    @property
-    def n_prompts(self) -> int:
-        return int(self.model_entropy.shape[0])
-
-
-def collect_axis_data(source, prompts, *, layers: Sequence[int], site: str = "v", model=None, attention_mask=None,
-                      tokens=None, logits=None, fwd_hooks=(), batch_size: int = 16, progress: Optional[bool] = None,
-                      desc: str = "axis: collect", run=None, task: Optional[str] = None) -> AxisData:
-    """Final-token activations at ``layers`` and the entropies, from a model (one forward pass over
-    ``prompts``, with ``fwd_hooks`` active) or from a cache made on them (the ``(logits, cache)`` pair).
+def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model=None, attention_mask=None,
+               tokens=None, logits=None, fwd_hooks=(), batch_size: int = 16, progress: Optional[bool] = None,
+               desc: str = "axis: collect") -> Tuple[ReducedCache, object]:
+    """``(reduced cache, model)`` an axis is fitted on or read with: final-token rows at ``layers`` and, for
+    SULA items, the two labels' log-probabilities (else the next-token entropy), from any input form of
+    ``bayes_lens._inputs.as_reduced`` (a model runs ``prompts`` once, with ``fwd_hooks`` active).
 
     ``prompts`` are SULA items (the entropy is over the two labels) or plain strings (full next-token
-    entropy); from a cache of plain strings ``prompts`` may be None. ``run`` (a
-    :class:`bayes_lens.shard.AnalysisRun`) collects a model's rows through an engine, under the task
-    label ``task`` (default: a digest of ``fwd_hooks``).
+    entropy); from a cache of plain strings ``prompts`` may be None.
     """
-    from ..sula import label_posterior, label_token_ids
+    from ..sula import label_token_ids
 
     check_site(site)
     texts, bayes = prompt_data(prompts) if prompts is not None else (None, None)
     m = source_model(source, model)
     label_ids = None
     if bayes is not None:
+        if m is None:
+            raise InvalidInputError("SULA items need the model (for the label token ids): pass model=.")
         label_ids = list(label_token_ids(m, prompts[0].labels))
-    kw = dict(value_layers=list(layers) if site == "v" else (), resid_layers=list(layers) if site != "v" else (),
-              token_ids=label_ids)
-    if isinstance(source, Collection):
-        col = source
-    elif is_cache_like(source):
-        col = Collection.from_cache(source, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
-                                    **kw)
-    else:
-        if texts is None:
-            raise InvalidInputError("prompts are required with a model.")
-        kw.update(fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc=f"{desc} {len(texts)} prompts")
-        if run is None:
-            col = collect(source, texts, **kw)
-        else:
-            if task is None and fwd_hooks:
-                task = f"fwd_hooks {hooks_digest(fwd_hooks)}"
-            col = run.collect(source, texts, task=task, **kw)
-    if texts is not None and col.n_prompts != len(texts):
-        raise InvalidInputError(f"the cache holds {col.n_prompts} prompts but {len(texts)} were given.")
+    rc, m = as_reduced(source, texts, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
+                       **{"value_layers" if site == "v" else "resid_layers": list(layers)}, token_ids=label_ids,
+                       fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc=desc)
+    return rc, m
+
+
+def signing_entropy(rc: ReducedCache, prompts) -> np.ndarray:
+    """The model's entropy (bits) per prompt: over the two SULA labels (renormalized) for SULA items, else the
+    full next-token entropy."""
+    from ..sula import label_posterior
+
+    bayes = prompt_data(prompts)[1] if prompts is not None else None
     if bayes is not None:
-        p_first, _ = label_posterior(col.token_logprobs)
-        h = binary_entropy_bits(p_first)
-    else:
-        h = col.require_entropy().double().numpy()
-    values = {layer: col.values(layer, site).double().numpy() for layer in layers}
-    return AxisData(values=values, model_entropy=np.asarray(h, dtype=np.float64), bayes_entropy=bayes)
+        p_first, _ = label_posterior(rc.token_logprobs())
+        return np.asarray(binary_entropy_bits(p_first), dtype=np.float64)
+    return rc.next_token_entropy_bits().double().numpy()
+
+
+def value_arrays(rc: ReducedCache, layers: Sequence[int], site: str) -> Dict[int, np.ndarray]:
+    """``{layer: [n, dim] float64}`` final-token rows of ``site`` from a reduced cache."""
+    return {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
 
 
 def axis_from_pca(x: np.ndarray, standardize: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -245,35 +222,29 @@ class EntropyAxis:
             return sorted({int(x) for x in layers})
         return [adapter.resolve_layer(n, layers[0])] if single else adapter.resolve_layers(model, layers)
 
-    def fit(self, X, y=None, *, model=None, attention_mask=None, tokens=None, logits=None, engine="local",
-            shard_dir=None) -> "EntropyAxis":
+    def fit(self, X, y=None, *, model=None, attention_mask=None, tokens=None, logits=None) -> "EntropyAxis":
         """Fit the axis; returns self. Three forms, one estimator:
 
         * ``fit(model, prompts)`` — run SULA items or plain strings through ``model`` (one pass);
         * ``fit(cache, prompts)`` — the same from what ``run_with_cache`` returned on those prompts
-          (the ``(logits, cache)`` pair holding ``hook_v`` at the axis layers; ``tokens`` or
-          ``attention_mask`` for a padded batch);
+          (the ``(logits, cache)`` pair, the cache with ``logits=``, or ``dict(cache.items())`` with
+          ``model=`` and ``logits=``, holding ``hook_v`` at the axis layers; ``tokens`` or
+          ``attention_mask`` for a padded batch), or a reduced cache (:func:`bayes_lens.collect.collect`,
+          :func:`bayes_lens.shard.merge`) with ``model=``;
         * ``fit(values, entropy)`` — arrays: final-token activations ``[n, dim]`` (a single-layer
           axis) or ``{layer: [n, dim]}``, and the signing entropy ``[n]`` (bits); ``model=`` resolves
           negative layers and records the model's metadata (weight processing, shape).
 
         The signing entropy of the first two forms is the model's entropy over the two SULA labels (or
-        the full next-token entropy for strings), or the Bayes entropy with ``sign_by="bayes"``.
-        :func:`collect_axis_data` returns the arrays the first two forms fit on.
+        the full next-token entropy for strings), or the Bayes entropy with ``sign_by="bayes"``. To run
+        the forward pass in shards, call ``fit`` inside ``with bl.shard.sharded(...)``.
 
-        ``engine`` / ``shard_dir`` (first form only) run the forward pass in shards
-        (:mod:`bayes_lens.shard`): ``"local"`` (default; with ``shard_dir`` the shards stay on disk and
-        a rerun resumes), ``"torchrun"`` (every rank fits the same axis) or an engine object such as
-        ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two, and ``X`` may then be
-        a :class:`bl.shard.ModelSpec`.
-
-        >>> axis = bl.EntropyAxis(layer=-1).fit(model, prompts, engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
+        >>> axis = bl.EntropyAxis(layer=-1).fit(model, [f"prompt {i} is" for i in range(6)])
+        >>> axis.axis_.shape
+        torch.Size([32])
         """
         self._check_params()
-        X, run = analysis_run(X, engine, shard_dir, analysis="entropy_axis")
-        if isinstance(X, (dict, np.ndarray, Tensor, Collection)) or is_cache_like(X):
-            run.refuse_source("arrays, a cache or a Collection")
-        if isinstance(X, (dict, np.ndarray, Tensor)):
+        if isinstance(X, (np.ndarray, Tensor)) or is_layer_dict(X):
             if y is None:
                 raise InvalidInputError("fit(values, entropy) needs the signing entropy [n] as the second argument.")
             self._fit_values(X, y, model)
@@ -281,24 +252,25 @@ class EntropyAxis:
             return self
         m = source_model(X, model)
         if m is None:
-            raise InvalidInputError("a plain dict cache does not record its model; pass model=.")
+            raise InvalidInputError("a plain dict cache or a reduced cache does not record its model; pass model=.")
         layers = self._layers(m)
-        data = collect_axis_data(X, y, layers=layers, site=self.site, model=model, attention_mask=attention_mask,
-                                 tokens=tokens, logits=logits, batch_size=self.batch_size, progress=self.progress,
-                                 run=run if run.sharded else None)
-        if data.n_prompts < 3:
-            raise InvalidInputError(f"fitting an axis needs at least 3 prompts, got {data.n_prompts}.")
-        if self.sign_by == "bayes" and data.bayes_entropy is None:
+        rc, _ = axis_cache(X, y, layers=layers, site=self.site, model=model, attention_mask=attention_mask,
+                           tokens=tokens, logits=logits, batch_size=self.batch_size, progress=self.progress)
+        if rc.n_prompts < 3:
+            raise InvalidInputError(f"fitting an axis needs at least 3 prompts, got {rc.n_prompts}.")
+        bayes = prompt_data(y)[1] if y is not None else None
+        if self.sign_by == "bayes" and bayes is None:
             raise InvalidInputError("sign_by='bayes' needs SULA items (with .bayes_entropy_bits), e.g. "
                                     "bl.sula.make_prompts(model); plain strings only allow sign_by='model'.")
-        h_sign = data.bayes_entropy if self.sign_by == "bayes" else data.model_entropy
-        self._fit_arrays(m, {layer: torch.from_numpy(data.values[layer]) for layer in layers}, h_sign)
+        h_sign = bayes if self.sign_by == "bayes" else signing_entropy(rc, y)
+        values = value_arrays(rc, layers, self.site)
+        self._fit_arrays(m, {layer: torch.from_numpy(values[layer]) for layer in layers}, h_sign)
         self.entropy_kind_ = ("bayes" if self.sign_by == "bayes" else
-                              ("labels" if data.bayes_entropy is not None else "next_token"))
+                              ("labels" if bayes is not None else "next_token"))
         return self
 
     def _fit_values(self, X, y, model) -> None:
-        if isinstance(X, dict):
+        if is_layer_dict(X):
             if model is not None:
                 values = {adapter.resolve_layer(model, k): v for k, v in X.items()}
             else:

@@ -25,15 +25,13 @@ import numpy as np
 
 from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
-from ..collect import is_cache_like
+from .._inputs import is_cache_like, source_model
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
-from ..shard._analysis import analysis_run, hooks_digest
-from ._axis import AxisData, EntropyAxis, collect_axis_data
+from ._axis import EntropyAxis, axis_cache, signing_entropy, value_arrays
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
 from ._patch import Patch, flatten_pairs, resolve_pairs
-from ._patch import patched as patched_model
 
 __all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
 
@@ -445,7 +443,7 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
                     axis: Optional[EntropyAxis] = None, readout_layers="auto", n_random_seeds: int = 3,
                     correlation: str = "pearson", calibration="auto", n_boot: int = 1000, seed: int = 0,
                     attention_mask=None, tokens=None, model=None, batch_size: int = 16,
-                    progress: Optional[bool] = None, engine="local", shard_dir=None) -> PatchComparison:
+                    progress: Optional[bool] = None) -> PatchComparison:
     """Clean vs each patch: axis–entropy correlation by layer and SULA calibration, with CIs.
 
     Two forms:
@@ -481,14 +479,10 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
         Bayes entropy under each condition.
     n_boot, seed:
         Paired percentile bootstrap over prompts (one index matrix shared by every condition).
-    engine, shard_dir:
-        Run the clean pass and every patched pass in shards (:mod:`bayes_lens.shard`): ``"local"``
-        (default; with ``shard_dir`` the shards stay on disk and a rerun resumes) or ``"torchrun"``
-        (every rank calls ``compare_patched`` with the same patches - e.g. of an axis every rank
-        fitted - and gets the same result); ``shard_dir`` is required for torchrun. Each condition
-        is its own collection, labelled by its patch's :meth:`Patch.digest`. Engines whose workers
-        are other processes (Ray) cannot take patches (Python callables): they are refused with
-        :class:`bl.shard.ShardEngineError` before any compute.
+    To run the clean pass and every patched pass in shards, call it inside ``with bl.shard.sharded(...)``:
+    each condition is its own collection, its folder named by its patch's :meth:`Patch.digest`
+    (engines whose workers are other processes, such as Ray, cannot take patches, which are Python
+    callables: they are refused with :class:`bl.shard.ShardEngineError` before any compute).
 
     The model's entropy under a condition is the entropy over the two SULA labels (renormalized,
     as in :func:`bayes_lens.sula.evaluate`) for SULA items, else the full next-token entropy; the
@@ -504,12 +498,9 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     ...     removed = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
     >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
     ...                    attention_mask=mask).calibration_delta("removed")
-    >>> bl.compare_patched(model, items, [axis.removal()], engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
     """
     _check_common(correlation, n_random_seeds, n_boot, seed)
-    model_or_prompts, run = analysis_run(model_or_prompts, engine, shard_dir, analysis="compare_patched")
     if clean is not None or patched is not None:
-        run.refuse_source("caches")
         if clean is None or patched is None:
             raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")
         if prompts is not None or patches is not None:
@@ -544,18 +535,12 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     else:
         readouts = adapter.resolve_layers(model, readout_layers)
 
-    if run.sharded:
-        run.check_hooks(any(c.patches for c in conds))
-
     def collect_condition(p, label):
-        if run.sharded:  # the patch travels as fwd_hooks (the runner attaches its hook points), named by its digest
-            task = None if p is None else f"patch {label!r} {hooks_digest(flatten_pairs(p))}"
-            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
-                                     progress=progress, desc=f"compare_patched: {label}",
-                                     fwd_hooks=[] if p is None else flatten_pairs(p), run=run, task=task)
-        with patched_model(model, [] if p is None else p):
-            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
-                                     progress=progress, desc=f"compare_patched: {label}")
+        # one way for every condition: the patch's hooks go to the runner (which attaches the axis points they
+        # hook), so a sharded run names each condition's shard folder by its patch's digest
+        rc, _ = axis_cache(model, prompts, layers=readouts, site=site, batch_size=batch_size, progress=progress,
+                           desc=f"compare_patched: {label}", fwd_hooks=[] if p is None else flatten_pairs(p))
+        return _run_arrays(rc, prompts, readouts, site)
 
     runs = {"clean": [collect_condition(None, "clean")]}
     for c in conds:
@@ -584,8 +569,6 @@ def _check_calibration(calibration, bayes):
 
 def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correlation, calibration, n_boot, seed,
                  attention_mask, tokens, model) -> PatchComparison:
-    from ..collect import source_model
-
     texts, bayes = _check_prompts(prompts)
     calibration = _check_calibration(calibration, bayes)
     if axis is None:
@@ -613,7 +596,11 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
     else:
         readouts = adapter.resolve_layers(m, readout_layers)
     kw = dict(layers=readouts, site=site, model=model, attention_mask=attention_mask, tokens=tokens)
-    runs = {"clean": [collect_axis_data(clean, prompts, **kw)]}
+
+    def arrays(cache):
+        return _run_arrays(axis_cache(cache, prompts, **kw)[0], prompts, readouts, site)
+
+    runs = {"clean": [arrays(clean)]}
     meta = [("clean", "clean", False, (), 1)]
     for label, value in patched_caches.items():
         label = str(label)
@@ -622,7 +609,7 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
         group = list(value) if isinstance(value, list) else [value]
         if not group or not all(is_cache_like(v) for v in group):
             raise InvalidInputError(f"patched[{label!r}] must be a (logits, cache) pair or a list of them.")
-        runs[label] = [collect_axis_data(v, prompts, **kw) for v in group]
+        runs[label] = [arrays(v) for v in group]
         meta.append((label, "cache", isinstance(value, list), (), len(group)))
     return _comparison(runs, meta, axis=axis, model=m, readouts=readouts, bayes=bayes, calibration=calibration,
                        correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0)
@@ -644,30 +631,36 @@ def _check_axis_fits(axis: EntropyAxis, model) -> None:
                                 f"model {info.name!r} has {info.n_layers} layers: fit the axis on that model.")
 
 
-def _comparison(runs: Dict[str, List[AxisData]], meta, *, axis, model, readouts, bayes, calibration, correlation,
+def _run_arrays(rc, prompts, readouts, site) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
+    """One condition's ``({layer: [n, dim]}, model entropy [n])`` from its reduced cache."""
+    return value_arrays(rc, readouts, site), signing_entropy(rc, prompts)
+
+
+def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]], meta, *, axis, model, readouts, bayes, calibration, correlation,
                 n_boot, seed, n_random_seeds) -> PatchComparison:
     """The statistics of a comparison from the runs' activations and entropies (streaming or caches)."""
     import pandas as pd
 
     site = axis.site_
-    clean_run = runs["clean"][0]
-    n = clean_run.n_prompts
+    clean_values, clean_entropy = runs["clean"][0]
+    n = int(clean_entropy.shape[0])
     for label, members in runs.items():
-        for r in members:
-            if r.n_prompts != n:
-                raise InvalidInputError(f"the {label!r} run holds {r.n_prompts} prompts, the clean run {n}.")
+        for _, h in members:
+            if int(h.shape[0]) != n:
+                raise InvalidInputError(f"the {label!r} run holds {int(h.shape[0])} prompts, the clean run {n}.")
     missing = [k for k in readouts if k not in axis.axes_]
     ref_u = {k: axis.axes_[k].double().numpy() for k in readouts if k in axis.axes_}
     ref_mean = {k: axis.means_[k].double().numpy() for k in readouts if k in axis.axes_}
     if missing:
         extra = EntropyAxis(layer=missing, site=site, standardize=axis.standardize, sign_by=axis.sign_by)
-        h_sign = bayes if axis.sign_by == "bayes" else clean_run.model_entropy
-        extra.fit({k: clean_run.values[k] for k in missing}, h_sign, model=model)
+        h_sign = bayes if axis.sign_by == "bayes" else clean_entropy
+        extra.fit({k: clean_values[k] for k in missing}, h_sign, model=model)
         ref_u.update({k: extra.axes_[k].double().numpy() for k in missing})
         ref_mean.update({k: extra.means_[k].double().numpy() for k in missing})
 
-    def coords(run: AxisData):
-        return {k: (run.values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, run.model_entropy
+    def coords(run):
+        values, entropy = run
+        return {k: (values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, entropy
 
     members_of = {label: [coords(r) for r in rs] for label, rs in runs.items()}
     idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed)])  # row 0 = full sample

@@ -44,8 +44,7 @@ from ..metrics.stats import bootstrap_ci
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._fit import GapFit, check_weights, compare_fits, fit_gap
-from ._predict import BernoulliTemplate, is_model, laplace, predict_array, prob_of
-from ..shard._analysis import analysis_run
+from ._predict import BernoulliTemplate, laplace, predict_array, prob_of
 
 __all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "martingale_gap"]
 
@@ -182,7 +181,7 @@ def _check_ns(ns) -> list:
 
 def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed: int = 0,
         template: Optional[BernoulliTemplate] = None, n_boot: int = 1000, batch_size: int = 8,
-        weights: str = "fitted", progress: Optional[bool] = None, engine="local", shard_dir=None) -> GapResult:
+        weights: str = "fitted", progress: Optional[bool] = None) -> GapResult:
     """Paper B's Δ̂_n over balanced sequences for every n in ``ns``, with Laplace's rule alongside.
 
     Sizes and cost: the default ``ns`` = 10, 14, …, 38 (8 lengths) is sized for a first look; a
@@ -196,15 +195,10 @@ def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed:
     see :func:`fit_gap`. ``seed`` is split into independent child streams for the sequences, the
     per-n CIs and the fit bootstrap (``numpy.random.SeedSequence(seed).spawn``).
 
-    ``engine`` / ``shard_dir`` run the forward passes in shards (:mod:`bayes_lens.shard`; one
-    collection per n, which keeps the two symbol tokens' logits and the log-sum-exp at the last
-    positions of every sequence, ``collect(..., tail_positions=T)``): ``"local"`` (default; with
-    ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every rank calls
-    ``gap`` and gets the same result) or an engine object such as ``bl.shard.RayEngine(...)``;
-    ``shard_dir`` is required for the last two, and ``model`` may then be a ``bl.shard.ModelSpec``
-    (not a predictor callable). Batch-aligned shards give the one-process numbers.
-
-    >>> res = gap(model, range(10, 200, 2), engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
+    Inside ``with bl.shard.sharded(...)`` the forward passes run in shards (one collection per n,
+    which keeps the two symbol tokens' logits and the log-sum-exp at the last positions of every
+    sequence); a predictor callable always runs in this process. Batch-aligned shards give the
+    one-process numbers.
     """
     seed = check_seed(seed)
     n_seqs = check_int(n_seqs, "n_seqs")
@@ -216,10 +210,6 @@ def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed:
     if n_seqs < 2:
         raise InvalidInputError(f"n_seqs must be >= 2 (for a spread), got {n_seqs}.")
     check_weights(weights)
-    model, run = analysis_run(model, engine, shard_dir, analysis="martingale_gap")
-    if run.sharded and not is_model(model):
-        raise InvalidInputError("engine= and shard_dir= run a TransformerLens model in shards; a predictor callable "
-                                "runs in this process: drop engine= and shard_dir=.")
     data_ss, ci_ss, fit_ss = np.random.SeedSequence(seed).spawn(3)
     rng = np.random.default_rng(data_ss)
     ci_seeds = [int(v) for v in ci_ss.generate_state(len(ns), dtype=np.uint32)]
@@ -227,7 +217,7 @@ def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed:
     for j, n in enumerate(progress_bar(ns, desc="martingale gap", enabled=progress, unit="n")):
         x = balanced_sequences(n, n_seqs, rng)
         p1, mass = predict_array(model, x, template=template, batch_size=batch_size, progress=False,
-                                 run=run if run.sharded else None)
+                                 desc=f"martingale_gap: n={n}")
         d = martingale_gap(p1, x)
         lap = martingale_gap(laplace(x), x)
         if not np.all(np.isfinite(d)):

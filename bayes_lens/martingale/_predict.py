@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInputError, TokenizationError
+from ..reduced import TAIL_LOGITS, TAIL_LOGSUMEXP
 
 __all__ = [
     "BernoulliTemplate",
@@ -303,39 +304,22 @@ def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos
 
 
 def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
-                      progress: Optional[bool], desc: str, run=None) -> Tuple[np.ndarray, np.ndarray]:
-    from ..collect import forward_batches
+                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(p1, mass)`` of a model through the runner (so inside ``bl.shard.sharded(...)`` in shards).
+
+    The runner keeps the two symbol tokens' logits and the log-sum-exp at the last ``T`` real
+    positions (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first
+    read position of the longest-reaching prompt); the predictive is then the same arithmetic as
+    :func:`_read_predictive` on the same logits (float32 holds a float32 or bf16 model's logits exactly).
+    """
+    from .. import adapter
+    from ..collect import collect
 
     texts, layouts, symbols = _layouts(model, seqs, template)
     bos = _bos_prepended(model)
     n, L = seqs.shape
     p1 = np.full((n, L), np.nan)
     mass = np.full((n, L), np.nan)
-    if run is not None and run.sharded:
-        _sharded_predictive(p1, mass, model, texts, layouts, symbols, bos, run, batch_size=batch_size,
-                            progress=progress, desc=desc)
-        return p1, mass
-    # the predictive reads every symbol position, so the runner keeps the logits of every position
-    for batch in forward_batches(model, texts, batch_size=batch_size, padding_side="right", logits="all",
-                                 progress=progress, desc=desc):
-        for row, i in enumerate(batch.indices.tolist()):
-            ids, positions = layouts[i]
-            _read_predictive(p1, mass, i, ids, positions, batch.tokens[row].tolist(), batch.logits[row], symbols,
-                             bos)
-    return p1, mass
-
-
-def _sharded_predictive(p1, mass, model, texts, layouts, symbols, bos: bool, run, *, batch_size: int,
-                        progress: Optional[bool], desc: str) -> None:
-    """Fill ``p1``/``mass`` from a Collection made through ``run`` (an engine, :mod:`bayes_lens.shard`).
-
-    The runner keeps the two symbol tokens' logits and the log-sum-exp at the last ``T`` real
-    positions (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first
-    read position of the longest-reaching prompt); the predictive is then the same arithmetic as
-    :func:`_read_predictive` on the same float32 logits.
-    """
-    from .. import adapter
-
     tokens, mask = adapter.tokenize(model, texts, padding_side="right")
     n_real = mask.sum(1).tolist()
     reads, tail = [], 1
@@ -344,18 +328,20 @@ def _sharded_predictive(p1, mass, model, texts, layouts, symbols, bos: bool, run
         reads.append(read)
         if (read >= 0).any():
             tail = max(tail, int(n_real[i] - read[read >= 0].min()))
-    col = run.collect(model, texts, token_ids=list(symbols), tail_positions=tail, batch_size=batch_size,
-                      padding_side="right", progress=progress, desc=desc)
+    rc = collect(model, texts, token_ids=list(symbols), tail_positions=tail, batch_size=batch_size,
+                 padding_side="right", progress=progress, desc=desc)
+    tail_logits, tail_lse = rc[TAIL_LOGITS], rc[TAIL_LOGSUMEXP]
     for i, read in enumerate(reads):
         valid = read >= 0
         if not valid.any():
             continue
         j = torch.as_tensor(read[valid] - (n_real[i] - tail))
-        lg = col.tail_logits[i, j].double()
-        lse = col.tail_logsumexp[i, j]
+        lg = tail_logits[i, j].double()
+        lse = tail_lse[i, j]
         l0, l1 = lg[:, 0], lg[:, 1]
         p1[i, valid] = torch.sigmoid(l1 - l0).numpy()
         mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).numpy()
+    return p1, mass
 
 
 def predictive_from_logits(model, sequences, logits, tokens, *, template: Optional[BernoulliTemplate] = None,
@@ -387,14 +373,12 @@ def predictive_from_logits(model, sequences, logits, tokens, *, template: Option
 
 def predict_array(model_or_predictor, seqs: np.ndarray, *, template: Optional[BernoulliTemplate] = None,
              batch_size: int = 8, progress: Optional[bool] = None,
-             desc: str = "predictive", run=None) -> Tuple[np.ndarray, np.ndarray]:
-    """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables.
-
-    ``run`` (a :class:`bayes_lens.shard.AnalysisRun`) runs a model's forward passes through an engine."""
+             desc: str = "predictive") -> Tuple[np.ndarray, np.ndarray]:
+    """(p1, mass) as float64 numpy arrays ``[n, L]``; mass is NaN for predictor callables."""
     _check_predictor(model_or_predictor)
     if is_model(model_or_predictor):
         return _model_predictive(model_or_predictor, seqs, template or DEFAULT_TEMPLATE,
-                                 batch_size=batch_size, progress=progress, desc=desc, run=run)
+                                 batch_size=batch_size, progress=progress, desc=desc)
     out = model_or_predictor(seqs)
     if isinstance(out, torch.Tensor):
         out = out.detach().cpu().numpy()

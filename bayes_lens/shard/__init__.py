@@ -1,22 +1,23 @@
 """Sharded runs beyond one process: shard files as the contract, local and torch.distributed engines.
 
-Issue 13 (docs/METHODS.md §0 for what the runner keeps): a job's prompts are split into shards on
-batch boundaries (:func:`plan`); each worker runs the one runner, :func:`bayes_lens.collect.collect`,
-on its shard with global prompt indices and commits ``shard-XXXXX.safetensors`` + ``shard-XXXXX.json``
+(docs/METHODS.md §0 for what the runner keeps.) A job's prompts are split into shards on batch
+boundaries (:func:`plan`); each worker runs the one runner, :func:`bayes_lens.collect.collect`, on its
+shard with global prompt indices and commits ``shard-XXXXX.safetensors`` + ``shard-XXXXX.json``
 (:func:`run_shard`); :func:`merge` checks coverage, settings, model fingerprints and file hashes and
-returns a :class:`~bayes_lens.collect.Collection` equal to one process. Workers build their model
+returns a :class:`~bayes_lens.reduced.ReducedCache` equal to one process. Workers build their model
 from a :class:`ModelSpec`. :func:`collect_sharded` does all three with an engine (``"local"``,
-``"torchrun"``, or a :class:`RayEngine` with the ``ray`` extra); the CLI is ``bayes-lens shard plan|run|merge|status``.
-The analyses that run the model (``bl.geometry``, ``bl.sula.evaluate``, ``EntropyAxis.fit``,
-``bl.compare_patched``, ``bl.martingale.gap``) take the same ``engine=`` plus ``shard_dir=`` and
-collect through :func:`collect_sharded` (:mod:`bayes_lens.shard._analysis`).
+``"torchrun"``, or a :class:`RayEngine` with the ``ray`` extra); the CLI is
+``bayes-lens shard plan|run|merge|status``. Any analysis runs sharded inside
+``with bl.shard.sharded(model, engine=..., shard_dir=...)``: the runner, not the analysis, does it.
 
 Example
 -------
 >>> import bayes_lens.shard as shard                                                   # doctest: +SKIP
 >>> spec = shard.ModelSpec("bayes_lens.models.tiny:tiny_model", {"kind": "hooked"})   # doctest: +SKIP
->>> col = shard.collect_sharded(spec, prompts, "out/", value_layers="all", batch_size=8)  # doctest: +SKIP
->>> bl.value_manifold(col, layer=1)                                                   # doctest: +SKIP
+>>> rc = shard.collect_sharded(spec, prompts, "out/", value_layers="all", batch_size=8)  # doctest: +SKIP
+>>> bl.value_manifold(rc, layer=1)                                                    # doctest: +SKIP
+>>> with shard.sharded(spec, engine="torchrun", shard_dir="study/") as model:          # doctest: +SKIP
+...     bl.geometry(model, prompts)
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ _LAZY = {
     "settings_hash": "_run",
     "ModelSpec": "_spec",
     "model_fingerprint": "_spec",
-    "load_collection": "_store",
-    "save_collection": "_store",
+    "sharded": "_sharded",
 }
 
 __all__ = [
@@ -64,7 +64,7 @@ __all__ = [
     "ModelSpec", "model_fingerprint",
     "run_shard", "run_shards", "commit_shard", "collect_settings", "settings_hash", "read_manifest",
     "merge", "open_shards", "ShardSet", "status", "MixedShardsWarning",
-    "save_collection", "load_collection",
+    "sharded",
     "Job", "write_plan", "read_plan",
     "collect_sharded", "LocalEngine", "TorchrunEngine", "RayEngine", "dist_rank_world",
     "ShardError", "ShardCoverageError", "ShardMismatchError", "ShardIntegrityError", "ShardEngineError",

@@ -4,7 +4,7 @@
 * ``run DIR`` runs shards of it: ``--shard I`` (e.g. ``$SLURM_ARRAY_TASK_ID``), or the shards of
   ``--rank R --world-size W`` (default: ``RANK``/``WORLD_SIZE`` from torchrun, or
   ``SLURM_PROCID``/``SLURM_NTASKS`` from srun; else every shard). Finished shards are skipped;
-* ``merge DIR`` checks the shards and writes the merged Collection (``DIR/merged.safetensors``);
+* ``merge DIR`` checks the shards and writes the merged reduced cache (``DIR/merged.safetensors``);
 * ``status DIR`` lists finished and pending shards.
 
 Defining the options imports nothing heavy (``bayes_lens.shard`` loads its submodules lazily), so
@@ -124,15 +124,15 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from . import open_shards, read_plan, save_collection
+    from . import open_shards, read_plan
 
     prompts = read_plan(args.dir).prompts if (Path(args.dir) / "plan.json").is_file() else None
     shards = open_shards(args.dir, prompts)
     layers = _layers(args.layers) if args.layers else None
-    col = shards.collection(None if layers == "all" else layers)
+    col = shards.reduced(None if layers == "all" else layers)
     out = Path(args.out) if args.out else Path(args.dir) / "merged.safetensors"
-    save_collection(col, out, {"settings_sha256": shards.manifests[0]["settings_sha256"],
-                               "model_fingerprint": shards.model_fingerprint})
+    col.save(out, {"settings_sha256": shards.manifests[0]["settings_sha256"],
+                   "model_fingerprint": shards.model_fingerprint})
     print(f"merged {len(shards.manifests)} shard(s), {col.n_prompts} prompts -> {out}")
     return 0
 

@@ -9,7 +9,7 @@ shard and who merges.
   (started by ``torchrun`` or ``srun``; the group is created from ``RANK``/``WORLD_SIZE`` if it does
   not exist yet, with gloo on CPU and NCCL on CUDA). Rank ``r`` runs shards ``r, r+W, ...``; the
   ranks then exchange their outcome (so a failing rank stops the others with its error instead of a
-  hang), and rank 0 merges and returns the Collection; other ranks return ``None``.
+  hang), and rank 0 merges and returns the ReducedCache; other ranks return ``None``.
 
 Both run the worker code in this process (``runs_here = True``): a job with ``fwd_hooks`` (patches,
 Python callables) runs on them, each torchrun rank using the hooks its own copy of the script built.
@@ -32,7 +32,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..collect import Collection, check_prompts
+from ..collect import check_prompts
+from ..reduced import ReducedCache
 from ..errors import InvalidInputError
 from ._errors import ShardEngineError, ShardError
 from ._job import write_plan
@@ -198,7 +199,7 @@ def check_layers(model, collect_kwargs) -> None:
 def resolve_engine(engine) -> Any:
     """``"local"`` / ``"torchrun"`` or an engine object: anything with ``world_size()`` and
     ``run(model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs, prepare)``
-    that runs the shards (calling ``prepare()`` once first) and returns the merged Collection or None;
+    that runs the shards (calling ``prepare()`` once first) and returns the merged ReducedCache or None;
     ``runs_here = True`` on an engine whose workers run in this process or this script (they may get
     ``fwd_hooks``), absent or False otherwise."""
     if engine == "local":
@@ -213,14 +214,14 @@ def resolve_engine(engine) -> Any:
 
 def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *, engine="local",
                     n_shards: Optional[int] = None, task: Optional[str] = None, overwrite: bool = False,
-                    merge_layers=None, **collect_kwargs) -> Optional[Collection]:
+                    merge_layers=None, **collect_kwargs) -> Optional[ReducedCache]:
     """:func:`bayes_lens.collect.collect` split into shards under ``out_dir``, run by ``engine``, merged.
 
     ``model`` is a :class:`ModelSpec` (what every worker builds) or, for ``engine="local"`` or inside
     a torchrun script, a model object. ``n_shards`` defaults to the engine's ``n_shards``, else one
     shard per 8 batches (at least one per worker); boundaries fall on batch boundaries, so the result equals ``collect(model, prompts,
     ...)`` bit for bit. Rerunning resumes: finished shards are skipped. Returns the merged
-    Collection (``None`` on torchrun ranks other than 0); ``merge_layers`` limits the rows merged.
+    reduced cache (``None`` on torchrun ranks other than 0); ``merge_layers`` limits the rows merged.
     """
     prompts = check_prompts(prompts)
     eng = resolve_engine(engine)

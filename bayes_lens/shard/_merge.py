@@ -1,4 +1,4 @@
-"""Merge shards into one :class:`~bayes_lens.collect.Collection`, after checking they make one run.
+"""Merge shards into one :class:`~bayes_lens.reduced.ReducedCache`, after checking they make one run.
 
 :func:`open_shards` reads every ``shard-*.json`` manifest in a folder (in any order) and refuses,
 with a :class:`~bayes_lens.shard.ShardError` naming what differs, unless
@@ -13,7 +13,7 @@ Shards from different devices, dtypes or library versions merge with a :class:`M
 preallocated tensors shard by shard, reading each tensor's bytes (located by the safetensors header)
 straight into its rows; with ``layers=[L]`` it reads only layer ``L``'s rows, so a layer-at-a-time
 reduction (:meth:`ShardSet.iter_layers`) holds at most one layer's rows in memory. With batch-aligned shards the merged
-Collection equals one process bit for bit; the existing reductions (PCA, bootstraps, nulls) then run
+reduced cache equals one process bit for bit; the existing reductions (PCA, bootstraps, nulls) then run
 on it unchanged, e.g. ``bl.value_manifold(merged, layer=L)``.
 """
 
@@ -27,14 +27,14 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from ..collect import Collection, check_prompts
+from ..collect import check_prompts
+from ..reduced import ReducedCache, layer_of, row_name, site_of
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._run import read_manifest
 from ._store import SAFETENSORS_DTYPES, prompt_hashes, read_into, read_safetensors_header, sha256_file
 
 __all__ = ["ShardSet", "open_shards", "merge", "status", "MixedShardsWarning"]
 
-_ROW_PREFIXES = ("final_values.", "final_resid.")
 
 
 class MixedShardsWarning(UserWarning):
@@ -82,10 +82,8 @@ class ShardSet:
         """Stored row layers per site: ``{"v": [...], "resid_post": [...]}``."""
         out = {"v": [], "resid_post": []}
         for name in self.tensor_shapes:
-            if name.startswith("final_values."):
-                out["v"].append(int(name.split(".", 1)[1]))
-            elif name.startswith("final_resid."):
-                out["resid_post"].append(int(name.split(".", 1)[1]))
+            if site_of(name) in out:
+                out[site_of(name)].append(layer_of(name))
         return {k: sorted(v) for k, v in out.items()}
 
     def _read(self, names: Sequence[str]) -> Dict[str, Tensor]:
@@ -131,9 +129,8 @@ class ShardSet:
         keep = None if layers is None else {int(x) for x in layers}
         names = []
         for name in self.tensor_shapes:
-            if name.startswith(_ROW_PREFIXES):
-                site = "v" if name.startswith("final_values.") else "resid_post"
-                layer = int(name.split(".", 1)[1])
+            if site_of(name) in ("v", "resid_post"):
+                site, layer = site_of(name), layer_of(name)
                 if site not in sites or (keep is not None and layer not in keep):
                     continue
             names.append(name)
@@ -146,16 +143,14 @@ class ShardSet:
                                          "shards with those layers in value_layers / resid_layers.")
         return names
 
-    def collection(self, layers: Optional[Iterable[int]] = None,
-                   sites: Sequence[str] = ("v", "resid_post")) -> Collection:
-        """The merged Collection; ``layers`` (and ``sites``) restrict which layers' rows are read."""
-        from ._store import collection_from_tensors
-
-        return collection_from_tensors(self._read(self._names(layers, sites)), self.attention_positions)
+    def reduced(self, layers: Optional[Iterable[int]] = None,
+                sites: Sequence[str] = ("v", "resid_post")) -> ReducedCache:
+        """The merged reduced cache; ``layers`` (and ``sites``) restrict which layers' rows are read."""
+        return ReducedCache.from_file_tensors(self._read(self._names(layers, sites)), self.attention_positions)
 
     def layer_rows(self, layer: int, site: str = "v") -> Tensor:
         """The merged ``[n_prompts, dim]`` rows of one layer and site, read on their own."""
-        name = ("final_values." if site == "v" else "final_resid.") + str(int(layer))
+        name = row_name(layer, site)
         if name not in self.tensor_shapes:
             raise ShardMismatchError(f"the shards hold {site} rows at layers {self.layers[site]}, not {layer}.")
         return self._read([name])[name]
@@ -245,17 +240,17 @@ def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = No
 
 def merge(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,
           layers: Optional[Iterable[int]] = None, sites: Sequence[str] = ("v", "resid_post"),
-          verify_hashes: bool = True) -> Collection:
-    """Check the shards in ``out_dir`` (:func:`open_shards`) and return the merged Collection.
+          verify_hashes: bool = True) -> ReducedCache:
+    """Check the shards in ``out_dir`` (:func:`open_shards`) and return the merged reduced cache.
 
     ``layers=[L, ...]`` reads only those layers' rows (the per-prompt fields are always read).
 
     Example
     -------
-    >>> col = bl.shard.merge("shards/", prompts)                  # doctest: +SKIP
-    >>> bl.value_manifold(col, layer=12)                           # doctest: +SKIP
+    >>> rc = bl.shard.merge("shards/", prompts)                  # doctest: +SKIP
+    >>> bl.value_manifold(rc, layer=12)                           # doctest: +SKIP
     """
-    return open_shards(out_dir, prompts, verify_hashes=verify_hashes).collection(layers, sites)
+    return open_shards(out_dir, prompts, verify_hashes=verify_hashes).reduced(layers, sites)
 
 
 def status(out_dir: Union[str, Path]) -> Dict[str, Any]:

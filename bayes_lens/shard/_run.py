@@ -32,14 +32,14 @@ import torch
 
 from .._files import make_dir
 from .._progress import progress as progress_bar
-from ..collect import check_prompts, collect
+from ..collect import check_prompts, collect, use_runner
+from ..reduced import FORMAT
 from ..errors import InvalidInputError
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._plan import Shard
 from ._spec import ModelSpec, model_device_dtype, model_fingerprint
 from ._store import (
     MANIFEST_FORMAT,
-    collection_tensors,
     prompt_hashes,
     sha256_file,
     write_json_atomic,
@@ -260,7 +260,8 @@ def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, 
     kw = dict(collect_kwargs)
     kw.setdefault("desc", f"{shard.name} [{shard.start}, {shard.stop})")
     t0 = time.perf_counter()
-    col = collect(m, prompts[shard.start:shard.stop], start_index=shard.start, **kw)
+    with use_runner(None):  # a shard runs here, whatever sharded() context its caller is in
+        col = collect(m, prompts[shard.start:shard.stop], start_index=shard.start, **kw)
     seconds = time.perf_counter() - t0
     device, dtype = model_device_dtype(m)
     commit_shard(out, shard, col, n_prompts=len(prompts), prompt_sha256=hashes, settings=settings,
@@ -278,10 +279,9 @@ def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int
     another way (and for tests and benchmarks that write synthetic shards).
     """
     out = make_dir(out_dir, "shard folder")
-    tensors = collection_tensors(col)
+    tensors = col.file_tensors()
     tpath = tensors_path(out, shard)
-    write_tensors_atomic(tpath, tensors, {"attention_positions": col.attention_positions,
-                                          "format": "bayes-lens-collection/1"})
+    write_tensors_atomic(tpath, tensors, {"attention_positions": col.attention_positions, "format": FORMAT})
     manifest = {
         "format": MANIFEST_FORMAT,
         "shard": {"index": shard.index, "start": shard.start, "stop": shard.stop},

@@ -8,8 +8,8 @@ Spearman of the entropies, KL(Bayes ‖ model) in bits, ECE (for the fixed class
 Brier score of P(L1) against the hidden label next to the exact posterior's own (the Bayes floor),
 all with 95% percentile bootstrap intervals over prompts; and the geometry on the task: one shared
 standardized PCA of the final-token values at ``layer``, with ρ(PC1, H_Bayes), ρ(PC1, H_model),
-ρ(k, PC1) and permutation p-values. It reads a :class:`bayes_lens.collect.Collection`, made by the
-runner from a model or by :meth:`~bayes_lens.collect.Collection.from_cache` from a user's cache, so
+ρ(k, PC1) and permutation p-values. It reads a :class:`bayes_lens.reduced.ReducedCache`, made by the
+runner from a model or by :func:`bayes_lens.collect.reduce_cache` from a user's cache, so
 both give the same numbers. Bootstrap resamples and permutations use independent child streams of
 one seed.
 """
@@ -27,7 +27,8 @@ from torch import Tensor
 
 from .. import adapter
 from .._results import Result, fmt, fmt_ci, plotly
-from ..collect import Collection, is_cache_like, source_model
+from .._inputs import as_reduced, is_cache_like, source_model
+from ..reduced import ReducedCache
 from .._validate import check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import (
@@ -38,7 +39,6 @@ from ..metrics.calibration import (
     reliability_bins,
 )
 from ..metrics.pca import pca
-from ..shard._analysis import analysis_run, hooks_digest
 from ..metrics.stats import (
     bootstrap_indices,
     child_rngs,
@@ -60,7 +60,7 @@ from ._task import (
 )
 
 __all__ = ["SulaResult", "SulaControls", "evaluate", "run_controls", "label_posterior", "as_prompts",
-           "label_token_ids", "evaluate_collection"]
+           "label_token_ids", "evaluate_reduced"]
 
 _METRICS = ("mae_bits", "pearson", "spearman", "kl_bits", "ece", "brier", "bayes_ece", "bayes_brier",
             "label_mass", "h_model_mean_bits")
@@ -392,19 +392,16 @@ def _check_n_boot(n_boot) -> int:
     return int(n_boot)
 
 
-def evaluate_collection(col: Collection, items: SulaPrompts, *, layer: int, seed: int = 0, n_boot: int = 1000,
-                        n_bins: int = 10) -> "SulaResult":
-    """The SULA statistics of ``items`` from a Collection holding the two labels' log-probabilities
+def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: int = 0, n_boot: int = 1000,
+                     n_bins: int = 10) -> "SulaResult":
+    """The SULA statistics of ``items`` from a reduced cache holding the two labels' log-probabilities
     (``token_ids`` = the label ids, in order) and the final-token values at ``layer``."""
     items = as_prompts(items)
     n_boot = _check_n_boot(n_boot)
-    if col.token_logprobs is None:
-        raise InvalidInputError("the collection holds no label log-probabilities; collect with token_ids=the label "
-                                "ids (bl.sula.label_token_ids), or pass the logits with a cache.")
-    if col.n_prompts != len(items):
-        raise InvalidInputError(f"{col.n_prompts} prompts were run but {len(items)} SULA items were given; pass "
+    if rc.n_prompts != len(items):
+        raise InvalidInputError(f"{rc.n_prompts} prompts were run but {len(items)} SULA items were given; pass "
                                 "the items in the order their texts were run.")
-    p_m, mass = label_posterior(col.token_logprobs)
+    p_m, mass = label_posterior(rc.token_logprobs())
     h_m = binary_entropy_bits(p_m)
     p_b, h_b, k = items.bayes_p_first, items.bayes_entropy_bits, items.k
     hidden = items.hidden_label
@@ -422,7 +419,7 @@ def evaluate_collection(col: Collection, items: SulaPrompts, *, layer: int, seed
     table["k"] = table["k"].astype(object)
     overall = rows[-1]
 
-    values = col.values(layer, "v").double().numpy()
+    values = rc.value_rows(layer, "v").double().numpy()
     try:
         fit = pca(values, n_components=1)
         pc1, evr = fit.coords[:, 0], float(fit.explained_variance_ratio[0])
@@ -467,8 +464,6 @@ def evaluate(
     n_boot: int = 1000,
     n_bins: int = 10,
     progress: Optional[bool] = None,
-    engine="local",
-    shard_dir=None,
 ) -> SulaResult:
     """Compare the model's posterior over the two labels with the exact Bayesian posterior.
 
@@ -489,12 +484,10 @@ def evaluate(
         always removed afterwards. (For patches made by an axis, prefer ``with bl.patched(model, patch):``.)
     seed, n_boot, n_bins:
         Bootstrap seed and resamples (95% percentile CIs over prompts); ECE bins.
-    engine, shard_dir:
-        Run the forward passes in shards (:mod:`bayes_lens.shard`): ``"local"`` (default; with
-        ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every rank calls
-        ``evaluate`` and gets the same result) or an engine object (``bl.shard.RayEngine(...)``, which
-        takes no ``fwd_hooks``); ``shard_dir`` is required for the last two. The model may then be a
-        :class:`bl.shard.ModelSpec`. Batch-aligned shards give the one-process numbers.
+
+    A cache may also be a reduced cache (:func:`bayes_lens.collect.collect` with ``token_ids`` = the
+    label ids, or :func:`bayes_lens.shard.merge`) with ``model=``. To run the forward passes in shards,
+    call it inside ``with bl.shard.sharded(...)`` (batch-aligned shards give the one-process numbers).
 
     Example
     -------
@@ -503,47 +496,22 @@ def evaluate(
     >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)             # doctest: +SKIP
     >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
     >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask).mae_bits      # doctest: +SKIP
-    >>> bl.sula.evaluate(model, engine="local", shard_dir="shards/").mae_bits   # resumable  # doctest: +SKIP
     """
     _check_n_boot(n_boot)
     check_seed(seed)
-    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="sula")
-    if is_cache_like(model_or_cache) or isinstance(model_or_cache, Collection):
-        run.refuse_source("a cache or Collection")
-        if prompts is None:
+    m = source_model(model_or_cache, model)
+    if m is None:
+        raise InvalidInputError("a plain dict of tensors or a reduced cache does not record its model; pass model=.")
+    if prompts is None:
+        if is_cache_like(model_or_cache) or isinstance(model_or_cache, ReducedCache):
             raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")
-        items = as_prompts(prompts)
-        if isinstance(model_or_cache, Collection):
-            if model is None:
-                raise InvalidInputError("with a Collection pass model= (for the label token ids and layers).")
-            col, m = model_or_cache, model
-            layer = adapter.resolve_layer(m, layer)
-        else:
-            m = source_model(model_or_cache, model)
-            if m is None:
-                raise InvalidInputError("a plain dict of tensors does not record its model; pass model=.")
-            layer = adapter.resolve_layer(m, layer)
-            col = Collection.from_cache(model_or_cache, model=model, logits=logits, attention_mask=attention_mask,
-                                        tokens=tokens, value_layers=[layer],
-                                        token_ids=list(label_token_ids(m, items.labels)))
-    else:
-        m = model_or_cache
-        adapter.check_model(m)
-        run.check_hooks(fwd_hooks, "fwd_hooks")
-        if prompts is None:
-            prompts = make_prompts(m, seed=seed)
-        items = as_prompts(prompts)
-        layer = adapter.resolve_layer(m, layer)
-        col = run.collect(m, items.texts, task=_hooks_task(fwd_hooks), value_layers=(layer,),
-                          token_ids=list(label_token_ids(m, items.labels)), batch_size=batch_size,
-                          fwd_hooks=fwd_hooks, progress=progress,
-                      desc=f"sula.evaluate: {len(items)} prompts")
-    return evaluate_collection(col, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)
-
-
-def _hooks_task(fwd_hooks) -> Optional[str]:
-    """The task label of a sharded collection with ``fwd_hooks``: what they do, for the settings hash."""
-    return None if not fwd_hooks else f"fwd_hooks {hooks_digest(fwd_hooks)}"
+        prompts = make_prompts(m, seed=seed)
+    items = as_prompts(prompts)
+    layer = adapter.resolve_layer(m, layer)
+    rc, _ = as_reduced(model_or_cache, items.texts, model=model, logits=logits, attention_mask=attention_mask,
+                       tokens=tokens, value_layers=[layer], token_ids=list(label_token_ids(m, items.labels)),
+                       fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc="sula.evaluate:")
+    return evaluate_reduced(rc, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)
 
 
 def run_controls(

@@ -1,0 +1,271 @@
+"""The reduced cache: the one currency of bayes_lens's analyses, keyed by hook name.
+
+A TransformerLens ``ActivationCache`` maps a hook name to ``[batch, pos, ...]``. The analyses of
+Paper A (METHODS.md §1–§6) and the martingale predictive (§8) read only a few positions of a few hooks,
+so the runner (:func:`bayes_lens.collect.collect`) and the cache reducer
+(:func:`bayes_lens.collect.reduce_cache`) keep each hook *reduced over positions*, with the same
+reducers, under the hook's own name:
+
+=========================================  ======================  ==========================================
+key                                        shape                   what (METHODS.md)
+=========================================  ======================  ==========================================
+``blocks.{l}.attn.hook_v``                 ``[n, n_kv_heads·d]``   ``hook_v`` at the final real token (§1)
+``blocks.{l}.hook_resid_post``             ``[n, d_model]``        ``hook_resid_post`` at the final real token
+``blocks.{l}.hook_pattern_entropy``        ``[n, n_heads]``        attention entropy (bits) of the final real
+                                                                   query row over real keys, or its mean over
+                                                                   real rows (``attention_positions``) (§3)
+``hook_next_token_entropy``                ``[n]``                 full-vocabulary next-token entropy (bits) at
+                                                                   the final real token (§4)
+``hook_token_logprobs``                    ``[n, k]``              log-probabilities of ``token_ids`` there (§6)
+``hook_tail_logits``                       ``[n, T, k]``           logits of ``token_ids`` at the last ``T`` real
+                                                                   positions (NaN before a prompt's start) (§8)
+``hook_tail_logsumexp``                    ``[n, T]``              full-vocabulary log-sum-exp there (§8)
+=========================================  ======================  ==========================================
+
+The first four are bayes_lens or TransformerLens hook points (``bl.attach`` adds the entropy
+points); the last three name reductions of the logits. Row ``i`` is prompt ``indices[i]`` (global
+numbers, so shards merge in order) with ``n_tokens[i]`` real tokens. A reduced cache is a read-only
+``Mapping``: ``rc["blocks.3.attn.hook_v"]``, ``dict(rc)``, ``rc.keys()``; :meth:`ReducedCache.merge`
+concatenates shards, :meth:`~ReducedCache.save` / :meth:`~ReducedCache.load` keep it in one
+checksummed ``.safetensors`` file. Every analysis accepts one wherever it accepts a model or a cache.
+
+Example
+-------
+>>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
+>>> sorted(rc)[:2]
+['blocks.0.hook_pattern_entropy', 'blocks.1.attn.hook_v']
+>>> rc["blocks.1.attn.hook_v"].shape        # [prompts, n_kv_heads * d_head]
+torch.Size([2, 32])
+>>> rc.value_rows(-1).shape == rc["blocks.1.attn.hook_v"].shape
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .errors import CheckpointError, InvalidInputError, MissingHookError
+
+__all__ = ["ReducedCache", "VALUE_NAME", "RESID_NAME", "ENTROPY_NAME", "NEXT_TOKEN_ENTROPY", "TOKEN_LOGPROBS",
+           "TAIL_LOGITS", "TAIL_LOGSUMEXP", "row_name"]
+
+#: the keys of a reduced cache (``{layer}`` filled in)
+VALUE_NAME = "blocks.{layer}.attn.hook_v"
+RESID_NAME = "blocks.{layer}.hook_resid_post"
+ENTROPY_NAME = "blocks.{layer}.hook_pattern_entropy"
+NEXT_TOKEN_ENTROPY = "hook_next_token_entropy"
+TOKEN_LOGPROBS = "hook_token_logprobs"
+TAIL_LOGITS = "hook_tail_logits"
+TAIL_LOGSUMEXP = "hook_tail_logsumexp"
+
+_ROW_SITES = {"v": VALUE_NAME, "resid_post": RESID_NAME}
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+#: the ``format`` entry of a saved reduced cache
+FORMAT = "bayes-lens-reduced-cache/1"
+
+
+def row_name(layer: int, site: str = "v") -> str:
+    """The key of the final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``."""
+    if site not in _ROW_SITES:
+        raise InvalidInputError(f"site must be one of {sorted(_ROW_SITES)}, got {site!r}.")
+    return _ROW_SITES[site].format(layer=int(layer))
+
+
+def layer_of(name: str) -> Optional[int]:
+    """The layer in a ``blocks.{l}.…`` key, or None for a model-level key."""
+    m = _LAYER.match(name)
+    return None if m is None else int(m.group(1))
+
+
+def site_of(name: str) -> Optional[str]:
+    """``"v"`` / ``"resid_post"`` for a row key, ``"pattern_entropy"`` for an entropy key, else None."""
+    if name.endswith(".attn.hook_v"):
+        return "v"
+    if name.endswith(".hook_resid_post"):
+        return "resid_post"
+    if name.endswith(".hook_pattern_entropy"):
+        return "pattern_entropy"
+    return None
+
+
+class ReducedCache(Mapping):
+    """Hook name → ``Tensor[n, …]``: every hook the analyses read, reduced over positions (see the module doc).
+
+    Parameters
+    ----------
+    tensors:
+        The reduced tensors by key (CPU tensors, first dimension the prompts).
+    n_tokens:
+        Real tokens of each prompt, ``[n]``.
+    indices:
+        Global prompt numbers, ``[n]`` (default ``arange(n)``).
+    attention_positions:
+        ``"last"`` when the ``hook_pattern_entropy`` rows are the final query row's, ``"all"`` for the
+        mean over real query rows.
+    """
+
+    __slots__ = ("_tensors", "n_tokens", "indices", "attention_positions")
+
+    def __init__(self, tensors: Mapping, *, n_tokens: Int[Tensor, "n"], indices: Optional[Int[Tensor, "n"]] = None,
+                 attention_positions: str = "last"):
+        if attention_positions not in ("last", "all"):
+            raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
+        n_tokens = torch.as_tensor(n_tokens).long()
+        n = int(n_tokens.shape[0])
+        out = {}
+        for name, t in tensors.items():
+            if not isinstance(t, Tensor):
+                raise InvalidInputError(f"{name!r} must be a tensor, got {type(t).__name__}.")
+            if t.ndim == 0 or int(t.shape[0]) != n:
+                raise InvalidInputError(f"{name!r} has shape {list(t.shape)}; every tensor of a reduced cache has one "
+                                        f"row per prompt ({n}).")
+            out[str(name)] = t
+        object.__setattr__(self, "_tensors", dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0]))))
+        object.__setattr__(self, "n_tokens", n_tokens)
+        object.__setattr__(self, "indices", torch.arange(n) if indices is None else torch.as_tensor(indices).long())
+        object.__setattr__(self, "attention_positions", attention_positions)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a ReducedCache is read-only; build a new one (e.g. ReducedCache.merge).")
+
+    # ---- Mapping ---------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(f"{name!r} is not in this reduced cache; it holds {list(self._tensors)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __reduce__(self):
+        return (_rebuild, (self._tensors, self.n_tokens, self.indices, self.attention_positions))
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.n_tokens.shape[0])
+
+    def layers(self, site: str = "v") -> List[int]:
+        """The layers whose final-token rows of ``site`` this cache holds."""
+        return sorted(layer_of(k) for k in self._tensors if site_of(k) == site)
+
+    def __repr__(self) -> str:  # shapes, never the tensors
+        most = int(self.n_tokens.max()) if self.n_prompts else 0
+        lines = [f"ReducedCache: {self.n_prompts} prompts, {most} tokens at most, attention at "
+                 f"{self.attention_positions!r} positions"]
+        for k, t in self._tensors.items():
+            lines.append(f"  {k}: {tuple(int(d) for d in t.shape)} {str(t.dtype).replace('torch.', '')}")
+        return "\n".join(lines)
+
+    # ---- reading, with errors that say what to collect -------------------------------------------
+    def require(self, name: str, how: str) -> Tensor:
+        """``self[name]``, or a MissingHookError that says ``how`` to get it."""
+        if name not in self._tensors:
+            raise MissingHookError(f"this reduced cache holds no {name!r} (it holds {list(self._tensors) or 'nothing'}); "
+                                   f"{how}")
+        return self._tensors[name]
+
+    def value_rows(self, layer: int, site: str = "v") -> Float[Tensor, "n dim"]:
+        """Final-token rows of ``site`` at ``layer`` (a negative ``layer`` counts the held layers from the end only
+        when this cache holds exactly one layer of ``site``)."""
+        held = self.layers(site)
+        if layer < 0 and len(held) == 1:
+            layer = held[0]
+        return self.require(row_name(layer, site),
+                            f"collect with {'value_layers' if site == 'v' else 'resid_layers'}=[{layer}].")
+
+    def attention_entropy_bits(self, n_layers: Optional[int] = None) -> Float[Tensor, "n n_layers n_heads"]:
+        """Per-layer, per-head attention entropies stacked to ``[n, n_layers, n_heads]``."""
+        layers = sorted(layer_of(k) for k in self._tensors if site_of(k) == "pattern_entropy")
+        n_layers = (max(layers) + 1 if layers else 0) if n_layers is None else n_layers
+        if not layers or layers != list(range(n_layers)):
+            raise MissingHookError(f"this reduced cache holds attention entropies at layers {layers}, not all "
+                                   f"{n_layers}; collect with attention=True (or cache hook_pattern of every layer).")
+        return torch.stack([self._tensors[ENTROPY_NAME.format(layer=layer)] for layer in layers], dim=1)
+
+    def next_token_entropy_bits(self) -> Float[Tensor, "n"]:
+        return self.require(
+            NEXT_TOKEN_ENTROPY, "from a cache pass the logits too - the (logits, cache) pair run_with_cache returns, "
+            "or logits= - or cache 'hook_next_token_entropy' inside bl.attach(model).")
+
+    def token_logprobs(self) -> Float[Tensor, "n k"]:
+        return self.require(TOKEN_LOGPROBS, "collect with token_ids= (from a cache: pass the logits too).")
+
+    # ---- combining and storing --------------------------------------------------------------------
+    def select(self, names: Iterable[str]) -> "ReducedCache":
+        """A reduced cache of only ``names`` (same rows)."""
+        names = list(names)
+        return ReducedCache({k: self.require(k, "collect it first.") for k in names}, n_tokens=self.n_tokens,
+                            indices=self.indices, attention_positions=self.attention_positions)
+
+    @classmethod
+    def merge(cls, parts: Sequence["ReducedCache"]) -> "ReducedCache":
+        """Concatenate shards in order (all must hold the same keys, trailing shapes and attention positions)."""
+        parts = list(parts)
+        if not parts:
+            raise InvalidInputError("ReducedCache.merge needs at least one reduced cache.")
+        first = parts[0]
+        for p in parts[1:]:
+            if not isinstance(p, ReducedCache):
+                raise InvalidInputError(f"ReducedCache.merge takes reduced caches, got {type(p).__name__}.")
+            if (list(p) != list(first) or p.attention_positions != first.attention_positions
+                    or any(p[k].shape[1:] != first[k].shape[1:] or p[k].dtype != first[k].dtype for k in first)):
+                raise InvalidInputError("cannot merge reduced caches made with different layers, fields or "
+                                        "attention_positions; collect every shard with the same arguments.")
+        return cls({k: torch.cat([p[k] for p in parts], dim=0) for k in first},
+                   n_tokens=torch.cat([p.n_tokens for p in parts]), indices=torch.cat([p.indices for p in parts]),
+                   attention_positions=first.attention_positions)
+
+    def file_tensors(self) -> Dict[str, Tensor]:
+        """Every tensor to store: the keys, ``n_tokens`` and ``indices``."""
+        return {**self._tensors, "n_tokens": self.n_tokens, "indices": self.indices}
+
+    @classmethod
+    def from_file_tensors(cls, tensors: Mapping, attention_positions: str = "last") -> "ReducedCache":
+        """Inverse of :meth:`file_tensors`."""
+        tensors = dict(tensors)
+        if "n_tokens" not in tensors:
+            raise InvalidInputError("these tensors hold no 'n_tokens': not a bayes_lens reduced cache.")
+        n_tokens, indices = tensors.pop("n_tokens"), tensors.pop("indices", None)
+        return cls(tensors, n_tokens=n_tokens, indices=indices, attention_positions=attention_positions)
+
+    def save(self, path: Union[str, Path], metadata: Optional[Dict[str, str]] = None) -> Path:
+        """Write to one ``.safetensors`` file, atomically, with a SHA-256 of every tensor and of the metadata
+        (read it back with :meth:`load`, which verifies them)."""
+        from ._files import save_checked_safetensors
+
+        meta = {"attention_positions": self.attention_positions, "format": FORMAT, **(metadata or {})}
+        return save_checked_safetensors(path, self.file_tensors(), meta)
+
+    @classmethod
+    def load(cls, path: Union[str, Path], *, names: Optional[Iterable[str]] = None, error=None) -> "ReducedCache":
+        """Read a file written by :meth:`save` (or a shard's tensor file), verifying every checksum it carries;
+        ``names`` keeps only those keys. Damage raises ``error`` (default
+        :class:`~bayes_lens.errors.CheckpointError`)."""
+        from ._files import read_checked_safetensors
+
+        keep = None if names is None else (set(names) | {"n_tokens", "indices"}).__contains__
+        tensors, meta = read_checked_safetensors(path, keep=keep, error=error,
+                                                 fix="write it again (ReducedCache.save, or bayes-lens shard merge).")
+        if "n_tokens" not in tensors:
+            raise (error or CheckpointError)(f"{str(path)!r} holds no 'n_tokens': not a bayes_lens reduced cache.")
+        return cls.from_file_tensors(tensors, meta.get("attention_positions", "last"))
+
+
+def _rebuild(tensors, n_tokens, indices, attention_positions):
+    return ReducedCache(tensors, n_tokens=n_tokens, indices=indices, attention_positions=attention_positions)
+
+
+def _sort_key(name: str):
+    layer = layer_of(name)
+    return (0 if layer is not None else 1, layer or 0, name)
