@@ -81,6 +81,25 @@ def test_sula_evaluate_from_a_cache(tiny):
         bl.sula.evaluate(pair)
 
 
+def _axis_arrays(model, prompts, layers, batch_size):
+    """Final-token values ({layer: [n, d]}) and the next-token entropy, read by plain TL hooks and numpy."""
+    from types import SimpleNamespace
+
+    texts = list(getattr(prompts, "texts", prompts))
+    toks, mask = tokenize(model, texts)
+    names = [f"blocks.{k}.attn.hook_v" for k in layers]
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(toks, attention_mask=mask, names_filter=lambda n: n in names)
+    last = mask.sum(1) - 1  # right padding
+    rows = torch.arange(len(texts))
+    values = {k: cache[f"blocks.{k}.attn.hook_v"][rows, last].flatten(1).double().numpy() for k in layers}
+    p = torch.softmax(logits[rows, last].double(), -1).numpy()
+    if hasattr(prompts, "labels"):  # SULA items: the entropy over the two labels, renormalized
+        ids = list(bl.sula.label_token_ids(model, prompts.labels))
+        p = p[:, ids] / p[:, ids].sum(-1, keepdims=True)
+    return SimpleNamespace(values=values, model_entropy=-(p * np.log2(np.where(p > 0, p, 1))).sum(-1))
+
+
 def test_entropy_axis_fit_from_model_cache_and_arrays(tiny):
     items = bl.sula.make_prompts(tiny, ks=(0, 1, 2, 4), n_per_k=4, seed=2)
     # SULA items (label entropy) at the last layer; plain strings (next-token entropy) at two layers
@@ -89,7 +108,7 @@ def test_entropy_axis_fit_from_model_cache_and_arrays(tiny):
         a = bl.EntropyAxis(layer=layer, progress=False, batch_size=len(texts)).fit(tiny, prompts)
         pair, toks, mask = _pair(tiny, texts, bl.hook_filter(sites=("v",)))
         b = bl.EntropyAxis(layer=layer).fit(pair, prompts, attention_mask=mask)
-        data = bl.ablation.collect_axis_data(tiny, prompts, layers=layers, batch_size=len(texts), progress=False)
+        data = _axis_arrays(tiny, prompts, layers, len(texts))
         c = bl.EntropyAxis(layer=layer).fit(data.values, data.model_entropy, model=tiny)
         for other in (b, c):
             for k in layers:

@@ -7,7 +7,8 @@ from scipy.stats import entropy as scipy_entropy
 
 import bayes_lens as bl
 from bayes_lens.adapter import hook_name, tokenize
-from bayes_lens.collect import Batch, Collection, collect, forward_batches
+from bayes_lens.collect import Batch, collect, forward_batches, reduce_cache
+from bayes_lens.reduced import ReducedCache
 
 PROMPTS = [
     "the cat is a dog",
@@ -32,21 +33,21 @@ def test_collect_matches_unpadded_references(tiny, side):
                   token_ids=[5, 7], batch_size=3, padding_side=side, progress=False)
     n_layers, n_heads = tiny.cfg.n_layers, tiny.cfg.n_heads
     kv_dim = tiny.cfg.n_key_value_heads * tiny.cfg.d_head
-    assert col.attn_entropy_bits.shape == (len(PROMPTS), n_layers, n_heads)
+    assert col.attention_entropy_bits().shape == (len(PROMPTS), n_layers, n_heads)
     for i, p in enumerate(PROMPTS):
         cache, last_logits = _alone(tiny, p)
         for layer in range(n_layers):
             v = cache[hook_name(tiny, layer, "v")][0, -1].reshape(-1)
-            assert col.final_values[layer].shape == (len(PROMPTS), kv_dim)
-            torch.testing.assert_close(col.final_values[layer][i], v.float(), atol=1e-5, rtol=1e-4)
+            assert col.value_rows(layer).shape == (len(PROMPTS), kv_dim)
+            torch.testing.assert_close(col.value_rows(layer)[i], v.float(), atol=1e-5, rtol=1e-4)
             pat = cache[hook_name(tiny, layer, "pattern")][0, :, -1].double().numpy()  # [heads, k]
             ref = scipy_entropy(pat, base=2, axis=-1)
-            np.testing.assert_allclose(col.attn_entropy_bits[i, layer].numpy(), ref, atol=1e-5)
+            np.testing.assert_allclose(col.attention_entropy_bits()[i, layer].numpy(), ref, atol=1e-5)
         r = cache[hook_name(tiny, -1, "resid_post")][0, -1]
-        torch.testing.assert_close(col.final_resid[n_layers - 1][i], r.float(), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(col.value_rows(n_layers - 1, "resid_post")[i], r.float(), atol=1e-4, rtol=1e-4)
         probs = torch.softmax(last_logits.double(), -1).numpy()
-        assert col.next_token_entropy_bits[i].item() == pytest.approx(scipy_entropy(probs, base=2), abs=1e-5)
-        np.testing.assert_allclose(col.token_logprobs[i].numpy(), np.log(probs[[5, 7]]), atol=1e-5)
+        assert col.next_token_entropy_bits()[i].item() == pytest.approx(scipy_entropy(probs, base=2), abs=1e-5)
+        np.testing.assert_allclose(col.token_logprobs()[i].numpy(), np.log(probs[[5, 7]]), atol=1e-5)
         assert int(col.n_tokens[i]) == tokenize(tiny, [p])[0].shape[1]
 
 
@@ -58,7 +59,7 @@ def test_attention_positions_all_is_mean_over_real_query_rows(tiny):
         for layer in range(tiny.cfg.n_layers):
             pat = cache[hook_name(tiny, layer, "pattern")][0].double().numpy()  # [h, q, k]
             ref = np.mean([scipy_entropy(pat[:, q, : q + 1], base=2, axis=-1) for q in range(pat.shape[1])], axis=0)
-            np.testing.assert_allclose(col.attn_entropy_bits[i, layer].numpy(), ref, atol=1e-5)
+            np.testing.assert_allclose(col.attention_entropy_bits()[i, layer].numpy(), ref, atol=1e-5)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
@@ -68,27 +69,27 @@ def test_padding_invariance_alone_vs_batched(tiny, side):
     kw = dict(value_layers="all", attention=True, progress=False, padding_side=side)
     alone = collect(tiny, [short], **kw)
     batched = collect(tiny, batch, batch_size=3, **kw)
-    for layer in alone.final_values:
-        torch.testing.assert_close(batched.final_values[layer][1], alone.final_values[layer][0], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(batched.attn_entropy_bits[1], alone.attn_entropy_bits[0], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(batched.next_token_entropy_bits[1], alone.next_token_entropy_bits[0], atol=1e-5, rtol=1e-4)
+    for layer in alone.layers("v"):
+        torch.testing.assert_close(batched.value_rows(layer)[1], alone.value_rows(layer)[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.attention_entropy_bits()[1], alone.attention_entropy_bits()[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.next_token_entropy_bits()[1], alone.next_token_entropy_bits()[0], atol=1e-5, rtol=1e-4)
 
 
 def test_merge_of_shards_equals_one_run(tiny):
     kw = dict(value_layers=[-1], resid_layers=[0], attention=True, token_ids=[3], batch_size=2, progress=False)
     whole = collect(tiny, PROMPTS, **kw)
-    merged = Collection.merge([collect(tiny, PROMPTS[:2], **kw), collect(tiny, PROMPTS[2:], **kw)])
+    merged = ReducedCache.merge([collect(tiny, PROMPTS[:2], **kw), collect(tiny, PROMPTS[2:], **kw)])
     assert merged.n_prompts == whole.n_prompts == len(PROMPTS)
-    for layer in whole.final_values:
-        torch.testing.assert_close(merged.final_values[layer], whole.final_values[layer], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(merged.attn_entropy_bits, whole.attn_entropy_bits, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(merged.token_logprobs, whole.token_logprobs, atol=1e-5, rtol=1e-4)
+    for layer in whole.layers("v"):
+        torch.testing.assert_close(merged.value_rows(layer), whole.value_rows(layer), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(merged.attention_entropy_bits(), whole.attention_entropy_bits(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(merged.token_logprobs(), whole.token_logprobs(), atol=1e-5, rtol=1e-4)
     assert torch.equal(merged.n_tokens, whole.n_tokens)
     other = collect(tiny, PROMPTS[:2], value_layers=[0], progress=False)
     with pytest.raises(bl.InvalidInputError, match="cannot merge"):
-        Collection.merge([whole, other])
+        ReducedCache.merge([whole, other])
     with pytest.raises(bl.InvalidInputError):
-        Collection.merge([])
+        ReducedCache.merge([])
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
@@ -146,7 +147,7 @@ def test_non_finite_activations_raise_and_hooks_are_removed(tiny):
         collect(tiny, PROMPTS, value_layers=[-1], fwd_hooks=poison_for, batch_size=2, progress=False)
     # the poison hook was removed on the error: the same run without it is clean
     col = collect(tiny, PROMPTS, value_layers=[-1], batch_size=2, progress=False)
-    assert torch.isfinite(col.final_values[tiny.cfg.n_layers - 1]).all()
+    assert torch.isfinite(col.value_rows(tiny.cfg.n_layers - 1)).all()
 
 
 def test_user_hooks_run_before_metric_hooks(tiny):
@@ -154,7 +155,7 @@ def test_user_hooks_run_before_metric_hooks(tiny):
     name = hook_name(tiny, 0, "v")
     col = collect(tiny, PROMPTS, value_layers=[0], fwd_hooks=[(name, lambda v, hook=None: v * 0 + 2.0)],
                   progress=False)
-    assert torch.all(col.final_values[0] == 2.0)
+    assert torch.all(col.value_rows(0) == 2.0)
 
 
 def test_smol_gqa_and_padding_invariance(smol):
@@ -163,13 +164,13 @@ def test_smol_gqa_and_padding_invariance(smol):
     right = collect(smol, prompts, padding_side="right", **kw)
     left = collect(smol, prompts, padding_side="left", **kw)
     alone = collect(smol, prompts[1:2], **kw)
-    assert right.final_values[29].shape == (3, 3 * 64)
-    assert right.attn_entropy_bits.shape == (3, 30, 9)
+    assert right.value_rows(29).shape == (3, 3 * 64)
+    assert right.attention_entropy_bits().shape == (3, 30, 9)
     for col in (right, left):
         for layer in (0, 29):
-            torch.testing.assert_close(col.final_values[layer][1], alone.final_values[layer][0], atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(col.attn_entropy_bits[1], alone.attn_entropy_bits[0], atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(col.next_token_entropy_bits[1], alone.next_token_entropy_bits[0], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(col.value_rows(layer)[1], alone.value_rows(layer)[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(col.attention_entropy_bits()[1], alone.attention_entropy_bits()[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(col.next_token_entropy_bits()[1], alone.next_token_entropy_bits()[0], atol=1e-4, rtol=1e-4)
 
 
 def test_collect_checks_hook_names_once_per_call_and_still_refuses_a_missing_one(tiny, monkeypatch):
@@ -180,7 +181,7 @@ def test_collect_checks_hook_names_once_per_call_and_still_refuses_a_missing_one
     prompts = PROMPTS * 2
     col = collect(tiny, prompts, value_layers=[-1], attention=True, batch_size=2, progress=False)
     assert -(-len(prompts) // 2) >= 3 and len(calls) == 1
-    assert col.attn_entropy_bits.shape[0] == len(prompts)
+    assert col.attention_entropy_bits().shape[0] == len(prompts)
     # a name the model lacks, added per batch, is still refused by name before any forward pass
     ran = []
     with pytest.raises(bl.MissingHookError, match=r"blocks\.0\.hook_nonexistent"):

@@ -23,7 +23,8 @@ from torch.overrides import TorchFunctionMode
 
 import bayes_lens as bl
 from bayes_lens import adapter
-from bayes_lens.collect import Batch, Collection, collect, forward_batches
+from bayes_lens.collect import Batch, collect, forward_batches, reduce_cache
+from bayes_lens.reduced import ReducedCache
 from bayes_lens.hooks import final_query_rows, key_entropy_bits, pattern_entropy_bits
 from bayes_lens.metrics import stats
 from bayes_lens.models.tiny import tiny_model
@@ -69,8 +70,8 @@ def test_inputs_go_to_the_embedding_device_not_the_first_parameters(tiny):
     tokens, mask = adapter.tokenize(model, PROMPTS)
     assert tokens.device.type == mask.device.type == "cpu"
     col = collect(model, PROMPTS, **KW)  # with tokens on meta the forward pass would fail
-    assert torch.equal(col.next_token_entropy_bits, ref.next_token_entropy_bits)
-    assert torch.equal(col.attn_entropy_bits, ref.attn_entropy_bits)
+    assert torch.equal(col.next_token_entropy_bits(), ref.next_token_entropy_bits())
+    assert torch.equal(col.attention_entropy_bits(), ref.attention_entropy_bits())
 
 
 def test_the_embedding_wins_over_cfg_device_and_cfg_device_over_the_first_parameter(tiny):
@@ -150,15 +151,15 @@ def test_logits_are_sliced_before_they_are_cast(tiny):
         col = collect(model, PROMPTS, **KW)
     assert all(b.logits.dtype == torch.bfloat16 and b.logits.ndim == 3 for b in batches)  # model dtype, no copy
     assert all(f.dtype == torch.float32 and f.ndim == 2 for f in finals)
-    assert col.next_token_entropy_bits.dtype == torch.float64
+    assert col.next_token_entropy_bits().dtype == torch.float64
     assert not _vocab_casts(spy, d_vocab), _vocab_casts(spy, d_vocab)
 
     tokens, mask = adapter.tokenize(model, PROMPTS)
     logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
     with CastSpy() as spy:
-        from_cache = Collection.from_cache((logits, cache), attention_mask=mask, token_ids=[5, 7])
+        from_cache = reduce_cache((logits, cache), attention_mask=mask, token_ids=[5, 7])
     assert not _vocab_casts(spy, d_vocab), _vocab_casts(spy, d_vocab)
-    assert from_cache.token_logprobs.dtype == torch.float64
+    assert from_cache.token_logprobs().dtype == torch.float64
 
     seqs = [[0, 1, 1, 0, 1], [1, 1, 1, 0, 0]]
     with CastSpy() as spy:
@@ -231,21 +232,21 @@ def test_half_precision_models_give_finite_float64_statistics_close_to_float32(t
     half = tiny_model(tiny_kind).to(dtype)
     col = collect(half, PROMPTS, **KW)
     tol = TOL[dtype]
-    for name in ("next_token_entropy_bits", "attn_entropy_bits", "token_logprobs"):
-        got, want = getattr(col, name), getattr(ref, name)
+    for name in ("next_token_entropy_bits", "attention_entropy_bits", "token_logprobs"):
+        got, want = getattr(col, name)(), getattr(ref, name)()
         assert got.dtype == torch.float64 and got.device.type == "cpu", name
         assert bool(torch.isfinite(got).all()), name
         assert float((got - want).abs().max()) < tol, (name, float((got - want).abs().max()))
-    for layer, rows in col.final_values.items():
+    for layer, rows in ((l, col.value_rows(l)) for l in col.layers("v")):
         assert rows.dtype == torch.float32 and bool(torch.isfinite(rows).all())
-        rel = float((rows - ref.final_values[layer]).norm() / ref.final_values[layer].norm())
+        rel = float((rows - ref.value_rows(layer)).norm() / ref.value_rows(layer).norm())
         assert rel < 0.03, (layer, rel)
     # the cache path on the same half-precision model agrees with the streaming path
     tokens, mask = adapter.tokenize(half, PROMPTS)
     logits, cache = half.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
-    fc = Collection.from_cache((logits, cache), attention_mask=mask, attention=True, token_ids=[5, 7])
-    assert float((fc.attn_entropy_bits - col.attn_entropy_bits).abs().max()) < 1e-6
-    assert float((fc.next_token_entropy_bits - col.next_token_entropy_bits).abs().max()) < tol
+    fc = reduce_cache((logits, cache), attention_mask=mask, attention=True, token_ids=[5, 7])
+    assert float((fc.attention_entropy_bits() - col.attention_entropy_bits()).abs().max()) < 1e-6
+    assert float((fc.next_token_entropy_bits() - col.next_token_entropy_bits()).abs().max()) < tol
 
 
 def test_bf16_geometry_close_to_float32(tiny_kind):

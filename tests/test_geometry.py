@@ -130,7 +130,7 @@ def test_cache_path_equals_streaming_path(tiny, side):
     c_ea = bl.entropy_alignment(cache, attention_mask=mask, logits=logits, n_perm=100, **FAST)
     assert c_ea.spearman == pytest.approx(s_ea.spearman, abs=1e-6)
     assert c_ea.pearson == pytest.approx(s_ea.pearson, abs=1e-4)
-    # a Collection is a third source with the same numbers
+    # a reduced cache is a third source with the same numbers
     col = bl.collect.collect(tiny, PROMPTS, value_layers=[-1], attention=True, progress=False)
     assert bl.value_manifold(col, **FAST).pc1 == pytest.approx(s_vm.pc1, abs=1e-5)
     assert bl.entropy_alignment(col, n_perm=100, **FAST).spearman == pytest.approx(s_ea.spearman, abs=1e-6)
@@ -146,8 +146,11 @@ def test_cache_errors(tiny):
         bl.entropy_alignment(full, attention_mask=mask, **FAST)
     with pytest.raises(bl.InvalidInputError, match="attention_mask"):
         bl.attention_focusing(cache, attention_mask=mask[:, :-1], **FAST)
-    with pytest.raises(bl.InvalidInputError, match="either"):
-        bl.value_manifold(cache, PROMPTS, **FAST)
+    # prompts beside a cache are not run, only counted against its rows
+    with pytest.raises(bl.InvalidInputError, match=f"holds {len(PROMPTS)} prompts but 2 were given"):
+        bl.value_manifold(full, PROMPTS[:2], attention_mask=mask, **FAST)
+    assert bl.value_manifold(full, PROMPTS, attention_mask=mask, **FAST).pc1 == \
+        bl.value_manifold(full, attention_mask=mask, **FAST).pc1
 
 
 def test_prompt_permutation_invariance(tiny):

@@ -50,7 +50,7 @@ def test_bridge_left_padding_without_mask_in_run_is_refused():
     _, cache_v = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
     # no pattern in the cache: whether the run was masked cannot be told -> refused, naming the fix
     with pytest.raises(InvalidInputError, match=FIX):
-        bl.collect.Collection.from_cache(cache_v, model=model, tokens=tokens, value_layers=[-1])
+        bl.collect.reduce_cache(cache_v, model=model, tokens=tokens, value_layers=[-1])
     # with patterns: the activations show the leak -> refused
     logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter())
     with pytest.raises(InvalidInputError, match="attended to pad tokens"):
@@ -69,8 +69,8 @@ def test_bridge_left_padding_masked_run_is_accepted_and_correct():
     logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
     want = _unpadded_final_v(model)
     for kw in (dict(attention_mask=mask), dict(tokens=tokens), dict(tokens=tokens, attention_mask=mask)):
-        col = bl.collect.Collection.from_cache((logits, cache), value_layers=[-1], attention=True, **kw)
-        np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(), want.numpy(), atol=1e-4)
+        col = bl.collect.reduce_cache((logits, cache), value_layers=[-1], attention=True, **kw)
+        np.testing.assert_allclose(col.value_rows(model.cfg.n_layers - 1).double().numpy(), want.numpy(), atol=1e-4)
 
 
 def test_hooked_left_padded_tokens_with_right_padding_tokenizer_are_refused():
@@ -94,8 +94,8 @@ def test_hooked_left_padding_with_left_tokenizer_is_masked_by_tl_and_accepted():
     model = _left("hooked")
     tokens, _ = bl.adapter.tokenize(model, PROMPTS, padding_side="left")
     logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
-    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1])
-    np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(),
+    col = bl.collect.reduce_cache((logits, cache), tokens=tokens, value_layers=[-1])
+    np.testing.assert_allclose(col.value_rows(model.cfg.n_layers - 1).double().numpy(),
                                _unpadded_final_v(model).numpy(), atol=1e-4)
 
 
@@ -116,8 +116,8 @@ def test_right_padding_without_mask_in_run_is_fine_for_a_bridge():
     model = tiny_model("bridge")
     tokens, mask = bl.adapter.tokenize(model, PROMPTS, padding_side="right")
     logits, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter())
-    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
-    np.testing.assert_allclose(col.values(model.cfg.n_layers - 1).double().numpy(),
+    col = bl.collect.reduce_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
+    np.testing.assert_allclose(col.value_rows(model.cfg.n_layers - 1).double().numpy(),
                                _unpadded_final_v(model).numpy(), atol=1e-4)
 
 
@@ -133,7 +133,7 @@ def test_gpt2_style_tokenizer_pad_is_bos_on_a_bridge():
     assert int(tokens[1, 0]) == int(tokens[1, -len(tok("a dog", add_special_tokens=False)["input_ids"]) - 1]) == 0
     _, cache = model.run_with_cache(tokens, names_filter=bl.hook_filter(sites=("v",)))
     with pytest.raises(InvalidInputError, match=FIX):
-        bl.collect.Collection.from_cache(cache, model=model, tokens=tokens, value_layers=[-1])
+        bl.collect.reduce_cache(cache, model=model, tokens=tokens, value_layers=[-1])
     logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
-    col = bl.collect.Collection.from_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
+    col = bl.collect.reduce_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
     assert col.n_tokens.tolist() == mask.sum(1).tolist()

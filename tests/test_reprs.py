@@ -92,12 +92,13 @@ def test_formatters_match_numpy():
     assert fmt(float("nan")) == "nan" and fmt_ci((float("nan"), float("nan"))) == ""
 
 
-def test_collection_repr_shows_shapes(tiny_module):
+def test_reduced_cache_repr_shows_shapes(tiny_module):
     col = bl.collect.collect(tiny_module, ["a b c", "the cat", "one two three four"], value_layers=[0, 1],
                              attention=True)
     text = repr(col)
-    assert "3 prompts" in text and "tensor(" not in text and len(text.splitlines()) <= 5
-    assert f"({3}, {col.final_values[0].shape[1]})" in text and "next_token_entropy_bits (3,)" in text
+    assert "3 prompts" in text and "tensor(" not in text and len(text.splitlines()) == 1 + len(col)
+    assert f"blocks.0.attn.hook_v: (3, {col.value_rows(0).shape[1]}) float32" in text
+    assert "hook_next_token_entropy: (3,) float64" in text
 
 
 def test_sula_and_ablation_reprs(tiny_module):

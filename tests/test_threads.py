@@ -26,8 +26,8 @@ def test_two_threads_running_analyses_on_one_model(tiny):
         ref = expected[name]
         if name == "sula":
             return np.allclose(got.model_p_first, ref.model_p_first, atol=1e-6)
-        return all(torch.allclose(got.final_values[k], ref.final_values[k], atol=1e-6) for k in ref.final_values) \
-            and torch.allclose(got.next_token_entropy_bits, ref.next_token_entropy_bits, atol=1e-6)
+        return all(torch.allclose(got.value_rows(k), ref.value_rows(k), atol=1e-6) for k in ref.layers("v")) \
+            and torch.allclose(got.next_token_entropy_bits(), ref.next_token_entropy_bits(), atol=1e-6)
 
     errors, results = [], []
 

@@ -221,8 +221,8 @@ def test_geometry_matches_transformers(family, kind):
     assert ko.processed == folded
 
     col = bl.collect.collect(model, PROMPTS, value_layers=[-1], progress=False)
-    np.testing.assert_allclose(col.next_token_entropy_bits.double().numpy(), _logit_entropy_bits(logits), atol=1e-4)
-    rows = col.values(model.cfg.n_layers - 1, "v").double().numpy()
+    np.testing.assert_allclose(col.next_token_entropy_bits().double().numpy(), _logit_entropy_bits(logits), atol=1e-4)
+    rows = col.value_rows(model.cfg.n_layers - 1, "v").double().numpy()
     if folded:  # fold_value_biases: hook_v = v - b_V
         rows, v = rows - rows.mean(0), v - v.mean(0)
     np.testing.assert_allclose(rows, v, atol=1e-4)
