@@ -29,7 +29,23 @@ from .collect import check_prompts, collect, reduce_cache
 from .errors import InvalidInputError, LayerIndexError
 from .reduced import ENTROPY_NAME, TOKEN_LOGPROBS, ReducedCache, row_name
 
-__all__ = ["as_reduced", "is_cache_like", "source_model", "is_layer_dict"]
+__all__ = ["as_reduced", "classify", "is_cache_like", "source_model", "is_layer_dict"]
+
+
+def classify(obj) -> str:
+    """What kind of input ``obj`` is, decided once: ``"reduced"`` (a :class:`ReducedCache`), ``"pair"``
+    (``(logits, cache)``), ``"cache"`` (an ActivationCache), ``"dict"`` (tensors keyed by hook name),
+    ``"layers"`` (arrays keyed by layer number) or ``"model"`` (anything else; checked where it is used)."""
+    if isinstance(obj, ReducedCache):
+        return "reduced"
+    if adapter.is_activation_cache(obj):
+        return "cache"
+    if isinstance(obj, Mapping):
+        return "layers" if is_layer_dict(obj) else "dict"
+    if (isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], Tensor)
+            and (adapter.is_activation_cache(obj[1]) or isinstance(obj[1], Mapping))):
+        return "pair"
+    return "model"
 
 
 def is_layer_dict(obj) -> bool:
@@ -41,29 +57,21 @@ def is_layer_dict(obj) -> bool:
 def is_cache_like(obj) -> bool:
     """True for what ``run_with_cache`` returns or holds: an ActivationCache, a dict of tensors keyed by hook
     name, or the ``(logits, cache)`` pair (a :class:`ReducedCache` is not: it is already reduced)."""
-    if isinstance(obj, ReducedCache):
-        return False
-    if adapter.is_activation_cache(obj) or (isinstance(obj, Mapping) and not is_layer_dict(obj)):
-        return True
-    return (isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], Tensor)
-            and (adapter.is_activation_cache(obj[1]) or isinstance(obj[1], Mapping)))
+    return classify(obj) in ("pair", "cache", "dict")
 
 
-def source_model(source, model=None):
+def source_model(source, model=None, kind: Optional[str] = None):
     """The model behind ``source``: itself, ``model=``, or the model an ActivationCache records; None for a
     reduced cache or a dict without ``model=``."""
     if model is not None:
         adapter.check_model(model)
         return model
-    if isinstance(source, ReducedCache):
-        return None
-    if is_cache_like(source):
-        cache = source[1] if isinstance(source, tuple) else source
-        return adapter.cache_model(cache) if adapter.is_activation_cache(cache) else None
-    if is_layer_dict(source):
-        return None
-    adapter.check_model(source)
-    return source
+    kind = kind or classify(source)
+    if kind == "model":
+        adapter.check_model(source)
+        return source
+    cache = source[1] if kind == "pair" else source
+    return adapter.cache_model(cache) if kind in ("pair", "cache") and adapter.is_activation_cache(cache) else None
 
 
 def _layers(model, spec, rc: Optional[ReducedCache], site: str):
@@ -100,21 +108,22 @@ def as_reduced(source, prompts=None, *, model=None, logits=None, attention_mask=
     ``attention`` (entropies at ``attention_positions``), ``token_ids`` (their log-probabilities) and
     ``tail_positions`` (see :func:`bayes_lens.collect.collect`).
     """
-    if is_layer_dict(source):
+    kind = classify(source)
+    if kind == "layers":
         raise InvalidInputError(
             "a dict keyed by layer numbers holds arrays, not a cache: pass what run_with_cache returned (the "
             "(logits, cache) pair, the ActivationCache, or dict(cache.items()) keyed by hook name, with model=), "
             "a bl.collect reduced cache, or a model with prompts.")
-    m = source_model(source, model)
+    m = source_model(source, model, kind)
     texts = None if prompts is None else check_prompts(prompts)
     needs = dict(attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                  tail_positions=tail_positions)
-    if isinstance(source, ReducedCache):
+    if kind == "reduced":
         rc = source
         v = _layers(m, value_layers, rc, "v")
         r = _layers(m, resid_layers, rc, "resid_post")
         _check_holds(rc, v, r, m, **needs)
-    elif is_cache_like(source):
+    elif kind != "model":
         if fwd_hooks:
             raise InvalidInputError("fwd_hooks apply to a run of the model; a cache was already made. Make the cache "
                                     "under those hooks (model.run_with_cache(..., fwd_hooks=...)) or pass the model.")
@@ -130,7 +139,7 @@ def as_reduced(source, prompts=None, *, model=None, logits=None, attention_mask=
         return collect(source, texts, value_layers=value_layers, resid_layers=resid_layers, fwd_hooks=fwd_hooks,
                        batch_size=batch_size, padding_side=padding_side, progress=progress,
                        desc=f"{desc} {len(texts)} prompts", **needs), m
-    if any(x is not None for x in (logits, attention_mask, tokens)) and isinstance(source, ReducedCache):
+    if any(x is not None for x in (logits, attention_mask, tokens)) and kind == "reduced":
         raise InvalidInputError("logits=, attention_mask= and tokens= describe a cache; a reduced cache is already "
                                 "reduced with its own. Drop them.")
     if texts is not None and rc.n_prompts != len(texts):

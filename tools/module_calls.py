@@ -25,17 +25,58 @@ def _module_of(frame):
     return name if name.startswith("bayes_lens") else None
 
 
+def _import_graph():
+    """``{module: modules it imports}`` among bayes_lens's modules, read from the source (imports inside
+    functions included), closed transitively: ``B in deps[A]`` means A sits above B in the layering."""
+    import ast
+    from pathlib import Path
+
+    import bayes_lens
+
+    root = Path(bayes_lens.__file__).resolve().parent
+    direct = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        name = ".".join(parts)
+        base = parts if is_pkg else parts[:-1]
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    target = base[: len(base) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                    mod = ".".join(target)
+                else:
+                    mod = node.module or ""
+                if mod.startswith("bayes_lens"):
+                    out.add(mod)
+                    out.update(f"{mod}.{a.name}" for a in node.names)  # "from . import adapter"
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name.startswith("bayes_lens"))
+        direct[name] = out
+    deps = {}
+    for name in direct:
+        seen, todo = set(), [name]
+        while todo:
+            for b in direct.get(todo.pop(), ()):
+                if b not in seen and b in direct:
+                    seen.add(b)
+                    todo.append(b)
+        deps[name] = seen
+    return deps
+
+
+_DEPS = None
+
+
 def _imports(importer: str, imported: str) -> bool:
-    """Whether module ``importer`` holds a name defined in (or the module object of) ``imported``."""
-    mod = sys.modules.get(importer)
-    if mod is None:
-        return False
-    for value in vars(mod).values():
-        if getattr(value, "__name__", None) == imported and type(value).__name__ == "module":
-            return True
-        if getattr(value, "__module__", None) == imported:
-            return True
-    return False
+    """Whether ``importer`` imports ``imported`` (directly or through other bayes_lens modules)."""
+    global _DEPS
+    if _DEPS is None:
+        _DEPS = _import_graph()
+    return imported in _DEPS.get(importer, ())
 
 
 def trace(fn):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import adapter
-from .._inputs import as_reduced, source_model
+from .._inputs import as_reduced
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
@@ -120,16 +120,15 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    m = source_model(model_or_cache, model)
+    rc, m = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
+                       tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]}, attention=True,
+                       attention_positions=positions, batch_size=batch_size, padding_side=padding_side,
+                       progress=progress, desc="geometry: collect", min_prompts=3)
     if m is None:
         raise InvalidInputError("geometry() needs the model (key orthogonality reads its weights): pass a model "
                                 "with prompts, a cache that records its model, or model=.")
     layer = adapter.resolve_layer(m, layer)
     keys = key_orthogonality(m, reference=reference, seed=seed, on_processed=on_processed)
-    rc, _ = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
-                       tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]}, attention=True,
-                       attention_positions=positions, batch_size=batch_size, padding_side=padding_side,
-                       progress=progress, desc="geometry: collect", min_prompts=3)
     x = expand_kv_heads(as_numpy(rc.value_rows(layer, s)), m, expand_kv)
     vm = manifold_from_samples(x, layer=layer, site=s, name=adapter.SITES[s].format(layer=layer), seed=seed,
                                n_boot=n_boot, n_null=n_null, n_components=10, expand_kv=expand_kv,
