@@ -9,7 +9,7 @@ difference from clean. Paper A: single-layer removal takes the axis–entropy co
 ≈0.27–0.32 to ≈0 while SULA MAE and correlation move by < 1%.
 
 :func:`compare_patched` runs the model (one forward pass per condition and seed, through the runner,
-patches attached by :func:`bayes_lens.patched`), or reads caches the user made:
+which applies each patch as :func:`bayes_lens.patched` does), or reads caches the user made:
 ``compare_patched(prompts, clean=(logits, cache), patched={"removed": (logits, cache)}, axis=axis)``.
 Both give the same :class:`PatchComparison`; read it with ``.corr(condition, layer)`` and
 ``.calibration_delta(condition)``.
@@ -28,12 +28,12 @@ from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..collect import is_cache_like
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
+from ..metrics.calibration import mae_bits
 from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
 from ..shard._analysis import analysis_run, hooks_digest
 from ._axis import AxisData, EntropyAxis, collect_axis_data
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
-from ._patch import Patch, flatten_pairs, resolve_pairs
-from ._patch import patched as patched_model
+from ._patch import Patch, check_patches, flatten_pairs
 
 __all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
 
@@ -534,10 +534,9 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     if int(axis.model_meta_["dim"]) != site_dim(info, site):
         raise InvalidInputError(f"the axis has dimension {axis.model_meta_['dim']} but this model's {site!r} site "
                                 f"has {site_dim(info, site)}; fit the axis on this model.")
-    for c in conds:  # validate every patch before any compute
+    for c in conds:  # validate every patch before any compute, as bl.patched does
         for p in c.patches:
-            if not any(getattr(part, "on_coordinate", False) for part in getattr(p, "parts", ())):
-                resolve_pairs(model, p)
+            check_patches(model, p)
     if readout_layers == "auto":
         patched_layers = [layer for c in conds for layer in c.layers] or list(axis.layers_)
         readouts = list(range(min(patched_layers), info.n_layers))
@@ -548,14 +547,13 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
         run.check_hooks(any(c.patches for c in conds))
 
     def collect_condition(p, label):
-        if run.sharded:  # the patch travels as fwd_hooks (the runner attaches its hook points), named by its digest
-            task = None if p is None else f"patch {label!r} {hooks_digest(flatten_pairs(p))}"
-            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
-                                     progress=progress, desc=f"compare_patched: {label}",
-                                     fwd_hooks=[] if p is None else flatten_pairs(p), run=run, task=task)
-        with patched_model(model, [] if p is None else p):
-            return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
-                                     progress=progress, desc=f"compare_patched: {label}")
+        # one way for every patch, sharded or not: it travels as the runner's fwd_hooks (the runner attaches
+        # the coordinate hook points and adds the hooks as bl.patched does), named by its digest
+        hooks = [] if p is None else flatten_pairs(p)
+        task = None if p is None else f"patch {label!r} {hooks_digest(hooks)}"
+        return collect_axis_data(model, prompts, layers=readouts, site=site, batch_size=batch_size,
+                                 progress=progress, desc=f"compare_patched: {label}", fwd_hooks=hooks,
+                                 run=run if run.sharded else None, task=task)
 
     runs = {"clean": [collect_condition(None, "clean")]}
     for c in conds:
@@ -688,7 +686,7 @@ def _comparison(runs: Dict[str, List[AxisData]], meta, *, axis, model, readouts,
                 r = np.zeros(idx.shape[0]) if degenerate else _corr_rows(x[idx], ee[idx], correlation)
                 out[("axis_entropy_corr", k, ename)] = (r, degenerate)
         if calibration:
-            out[("sula_mae_bits", None, None)] = (np.abs(h[idx] - bayes[idx]).mean(-1), False)
+            out[("sula_mae_bits", None, None)] = (mae_bits(h[idx], bayes[idx]), False)
             out[("sula_pearson", None, None)] = (_corr_rows(h[idx], bayes[idx], correlation), False)
         return out
 
