@@ -42,8 +42,11 @@ see what the coordinate's hooks did (a cache of ``hook_v`` inside ``bl.patched(m
 axis.removal())`` holds the patched values). The axis coordinate *feeds back*: a hook that changes it
 to c′ moves the value vector along u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the
 projection removal v ← v − (v·u)u (``axis.removal()`` is exactly that hook) and adding s·σ is
-``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. The entropy points
-are read-outs (changing them changes nothing downstream).
+``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. That feedback is
+:func:`move_along`, the one implementation of a change along a direction: the patches that act on
+``hook_v`` itself (keep-only, :func:`keep_along`; the random-direction controls) use the same functions.
+The entropy points are read-outs (changing them changes nothing downstream); the pattern entropy is
+:func:`bayes_lens.hooks.row_entropy_bits`.
 
 SAELens: an SAE spliced in at a point's source (``HookedSAETransformer.add_sae`` at
 ``blocks.{l}.hook_resid_post``, before or after ``bl.attach``) is followed: the coordinate is then
