@@ -168,7 +168,7 @@ def test_has_hooks_sees_tl_hooks_plain_torch_hooks_and_backward_hooks():
 
     hp = HookPoint()
     assert not has_hooks(hp)
-    with_tl = hp.add_hook(lambda a, hook: None)
+    hp.add_hook(lambda a, hook: None)
     assert has_hooks(hp) and has_hooks(hp, "fwd") and not has_hooks(hp, "bwd")
     hp.remove_hooks("fwd")
     assert not has_hooks(hp)
@@ -177,7 +177,6 @@ def test_has_hooks_sees_tl_hooks_plain_torch_hooks_and_backward_hooks():
     handle.remove()
     hp.add_hook(lambda g, hook: None, dir="bwd")
     assert has_hooks(hp, "bwd") and not has_hooks(hp, "fwd") and has_hooks(hp)
-    del with_tl
 
 
 @pytest.mark.parametrize("site,match", [("hook_v", "pass site='v'"), ("hook_resid_post", "pass site='resid_post'"),
