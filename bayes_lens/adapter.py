@@ -75,6 +75,10 @@ __all__ = [
     "cache_model",
     "cache_has",
     "SITES",
+    "VECTOR_SITES",
+    "check_site",
+    "has_hooks",
+    "final_token_unembedding",
     "value_biases_folded",
     "masks_left_padding_from_tokens",
 ]
@@ -109,6 +113,23 @@ SITES = {
     "attn_out": "blocks.{layer}.hook_attn_out",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
 }
+
+#: The sites whose final-token vectors the analyses read and an entropy axis lives at (keys of
+#: :data:`SITES`): ``"v"`` is ``hook_v`` flattened over key/value heads (``n_kv_heads·d_head``, the
+#: paper's site), ``"resid_post"`` the residual stream after the block (``d_model``).
+VECTOR_SITES = ("v", "resid_post")
+
+
+def check_site(site) -> str:
+    """``site`` if it is one of :data:`VECTOR_SITES` (``"v"`` or ``"resid_post"``), else InvalidInputError."""
+    if isinstance(site, str) and site in VECTOR_SITES:
+        return site
+    hint = ""
+    if isinstance(site, str) and site.startswith("hook_") and site[5:] in VECTOR_SITES:
+        hint = f": sites are the short names of TransformerLens hooks; pass site={site[5:]!r}"
+    elif isinstance(site, (list, tuple)) and len(site) == 1 and site[0] in VECTOR_SITES:
+        hint = f" (pass site={site[0]!r}, a single string, not a list)"
+    raise InvalidInputError(f"site must be one of {list(VECTOR_SITES)}, got {site!r}{hint}.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -332,6 +353,20 @@ class HookResolver:
         return hp
 
 
+def has_hooks(hp, dir: str = "both") -> bool:
+    """Whether anything is hooked on the ``HookPoint`` ``hp`` (``dir``: ``"fwd"``, ``"bwd"`` or ``"both"``).
+
+    A hook added through TransformerLens (``add_hook``, ``hooks()``, ``run_with_hooks``,
+    ``run_with_cache``: TL's public ``HookPoint.has_hooks``) or a plain PyTorch module hook registered on
+    the point directly (``register_forward_hook``), which TL's own hook points also run.
+    """
+    if hp.has_hooks(dir=dir):
+        return True
+    fwd = bool(hp._forward_hooks or hp._forward_pre_hooks)
+    bwd = bool(hp._backward_hooks)
+    return {"fwd": fwd, "bwd": bwd}.get(dir, fwd or bwd)
+
+
 _LEVEL = [10 ** 6]  # TL context levels of hooks added by added_hooks (far above TL's own small counters)
 
 
@@ -377,6 +412,70 @@ def output_module(model) -> torch.nn.Module:
     bridge returns.
     """
     return model.original_model if is_bridge(model) else model
+
+
+def _final_only_prehook(last: Tensor):
+    """A forward pre-hook on the unembedding that keeps only each row's final real position."""
+
+    def pre(module, args):
+        x = args[0]
+        rows = x[torch.arange(x.shape[0], device=x.device), last.to(x.device)]
+        return (rows.unsqueeze(1),) + tuple(args[1:])
+
+    return pre
+
+
+def _plain_unembed_forward(unembed):
+    """TransformerLens's ``Unembed.forward`` without its per-call copy of ``W_U.T`` (same numbers).
+
+    TL 3.9's ``Unembed`` computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a copy of the whole
+    d_model × d_vocab matrix on every call (0.07 s per call on SmolLM2, more than the final-token
+    product itself). ``F.linear`` on the transposed view computes the same product with the same BLAS
+    call and no copy; ``hook_in``/``hook_out`` run as before.
+    """
+
+    def forward(residual):
+        residual = unembed.hook_in(residual)
+        return unembed.hook_out(torch.nn.functional.linear(residual, unembed.W_U.T, unembed.b_U))
+
+    return forward
+
+
+def _is_tl_unembed(unembed) -> bool:
+    """TransformerLens's own float32 ``Unembed`` (not a subclass or a replacement), forward not already patched.
+
+    In bf16 TL keeps its copy of ``W_U.T``, which matches Hugging Face's accumulation order.
+    """
+    try:
+        from transformer_lens.components import Unembed
+    except ImportError:  # pragma: no cover - a TL without the HookedTransformer components
+        return False
+    return (type(unembed) is Unembed and "forward" not in vars(unembed)
+            and all(hasattr(unembed, a) for a in ("W_U", "b_U", "hook_in", "hook_out"))
+            and unembed.W_U.dtype == torch.float32)
+
+
+@contextlib.contextmanager
+def final_token_unembedding(model, last: Tensor):
+    """Inside the block, ``model.unembed`` sees only each row's final real position ``last`` ``[batch]``.
+
+    The model then returns logits ``[batch, 1, vocab]``: the unembedding (the largest product of a
+    short prompt's pass) runs on one position per row. A forward pre-hook on ``model.unembed`` does the
+    slicing (both model kinds); on a HookedTransformer whose unembedding is TL's own float32
+    ``Unembed``, its forward also skips TL 3.9's per-call copy of ``W_U.T`` (same numbers). Both are
+    undone on exit, also on error.
+    """
+    unembed = model.unembed
+    handle = unembed.register_forward_pre_hook(_final_only_prehook(last))
+    swap = _is_tl_unembed(unembed)
+    if swap:
+        unembed.forward = _plain_unembed_forward(unembed)
+    try:
+        yield
+    finally:
+        handle.remove()
+        if swap:
+            del unembed.forward
 
 
 def unregister_hook_points(model, points) -> None:

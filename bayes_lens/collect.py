@@ -134,51 +134,6 @@ def check_prompts(prompts) -> List[str]:
     return validate_prompts(prompts)
 
 
-def _final_only_prehook(last: Tensor):
-    """A forward pre-hook on the unembedding that keeps only each row's final real position."""
-
-    def pre(module, args):
-        x = args[0]
-        rows = x[torch.arange(x.shape[0], device=x.device), last.to(x.device)]
-        return (rows.unsqueeze(1),) + tuple(args[1:])
-
-    return pre
-
-
-def _plain_unembed_forward(unembed):
-    """TransformerLens's ``Unembed.forward`` without its per-call copy of ``W_U.T`` (same numbers).
-
-    TL 3.9's ``Unembed`` computes ``F.linear(x, W_U.T.contiguous(), b_U)``: a copy of the whole
-    d_model × d_vocab matrix on every call (0.07 s per call on SmolLM2, more than the final-token
-    product itself). ``F.linear`` on the transposed view computes the same product with the same BLAS
-    call and no copy; ``hook_in``/``hook_out`` run as before.
-    """
-
-    def forward(residual):
-        residual = unembed.hook_in(residual)
-        return unembed.hook_out(torch.nn.functional.linear(residual, unembed.W_U.T, unembed.b_U))
-
-    return forward
-
-
-@contextmanager
-def _final_token_unembedding(model, last: Tensor):
-    """Inside the block, ``model.unembed`` sees only each row's final real position (see module doc)."""
-    unembed = model.unembed
-    handle = unembed.register_forward_pre_hook(_final_only_prehook(last))
-    swap = (type(unembed).__name__ == "Unembed" and type(unembed).__module__.startswith("transformer_lens.")
-            and "forward" not in vars(unembed) and all(hasattr(unembed, a) for a in ("W_U", "b_U", "hook_in", "hook_out"))
-            and unembed.W_U.dtype == torch.float32)  # in bf16, TL keeps the copy to match HF's accumulation order
-    if swap:
-        unembed.forward = _plain_unembed_forward(unembed)
-    try:
-        yield
-    finally:
-        handle.remove()
-        if swap:
-            del unembed.forward
-
-
 def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padding_side: str = "right",
                     fwd_hooks: HookSource = (), logits: str = "final", progress: Optional[bool] = None,
                     desc: str = "forward", start_index: int = 0) -> Iterator[Batch]:
@@ -214,7 +169,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
         batch = Batch(indices=indices, tokens=tokens, attention_mask=mask, last_index=last_index(mask))
         hooks = static if static is not None else list(fwd_hooks(batch))
         with adapter.model_lock(model), torch.inference_mode():
-            final = _final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
+            final = adapter.final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
             with final, attached_for(model, hooks), adapter.added_hooks(model, hooks, resolver):
                 out = model(tokens, attention_mask=mask, return_type="logits")
         yield dataclasses.replace(batch, logits=out[:, 0] if logits == "final" else out)

@@ -42,8 +42,11 @@ see what the coordinate's hooks did (a cache of ``hook_v`` inside ``bl.patched(m
 axis.removal())`` holds the patched values). The axis coordinate *feeds back*: a hook that changes it
 to c′ moves the value vector along u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the
 projection removal v ← v − (v·u)u (``axis.removal()`` is exactly that hook) and adding s·σ is
-``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. The entropy points
-are read-outs (changing them changes nothing downstream).
+``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. That feedback is
+:func:`move_along`, the one implementation of a change along a direction: the patches that act on
+``hook_v`` itself (keep-only, :func:`keep_along`; the random-direction controls) use the same functions.
+The entropy points are read-outs (changing them changes nothing downstream); the pattern entropy is
+:func:`bayes_lens.hooks.row_entropy_bits`.
 
 SAELens: an SAE spliced in at a point's source (``HookedSAETransformer.add_sae`` at
 ``blocks.{l}.hook_resid_post``, before or after ``bl.attach``) is followed: the coordinate is then
@@ -77,18 +80,11 @@ from torch import Tensor
 
 from . import adapter
 from .errors import InvalidInputError, MissingHookError
+from .hooks import HOOK_POINTS, row_entropy_bits
 from .metrics.stats import chunked_entropy_bits
 
 __all__ = ["HOOK_POINTS", "RENAMED", "attach", "detach", "Attachment", "axis_hook_name", "attached_axis_layers",
            "attached_for"]
-
-#: bayes_lens hook point name templates by short name (``{layer}`` is the layer index).
-HOOK_POINTS: Dict[str, str] = {
-    "v_axis": "blocks.{layer}.hook_v_axis",
-    "resid_post_axis": "blocks.{layer}.hook_resid_post_axis",
-    "pattern_entropy": "blocks.{layer}.hook_pattern_entropy",
-    "next_token_entropy": "hook_next_token_entropy",
-}
 
 #: names of bayes_lens 0.x before the TransformerLens-resolvable names (old template → new template).
 #: Not kept as aliases: the shapes changed with them, so old code fails loudly instead of misreading.
@@ -97,21 +93,69 @@ RENAMED: Dict[str, str] = {
     "blocks.{layer}.attn.hook_pattern_entropy": HOOK_POINTS["pattern_entropy"],
 }
 
-_AXIS_SOURCE = {"v": "v", "resid_post": "resid_post"}
-_ALL = torch.ones((), dtype=torch.bool)  # every key: a pattern row is renormalized over what it attends to
 _STATE = "_bayes_lens_points"  # plain attribute on the model: the list of live bindings (copied by deepcopy)
 
 
 def axis_hook_name(site: str, layer: int) -> str:
     """The coordinate hook point of an axis at ``site`` (``"v"`` or ``"resid_post"``) and ``layer``."""
-    if site not in _AXIS_SOURCE:
-        raise InvalidInputError(f"an axis site must be 'v' or 'resid_post', got {site!r}.")
-    return HOOK_POINTS[f"{site}_axis"].format(layer=int(layer))
+    return HOOK_POINTS[f"{adapter.check_site(site)}_axis"].format(layer=int(layer))
 
 
-def _is_hooked(hp) -> bool:
-    """Whether anything (a TL hook, a caching hook, a backward hook) is registered on ``hp``."""
-    return bool(hp._forward_hooks or hp._backward_hooks or hp._forward_pre_hooks)
+# --------------------------------------------------------------------------------------------
+# The projection: every intervention along a direction (the axis coordinate's feedback, the
+# patches' removal / shift / keep-only, their random controls) is computed by these two functions
+# --------------------------------------------------------------------------------------------
+
+
+def _site_rows(act: Tensor, dim: int, what: str) -> Tensor:
+    """``act`` as ``[..., dim]`` rows in float32/float64 (``hook_v``'s ``[batch, pos, head, d_head]``
+    flattened over heads), or InvalidInputError naming ``what`` when its width is not ``dim``."""
+    flat = act.flatten(-2) if act.ndim == 4 else act
+    if flat.shape[-1] != dim:
+        raise InvalidInputError(
+            f"{what} has dimension {dim} but the activation there is {list(act.shape)} ({flat.shape[-1]} per "
+            "position); the axis was fitted on another model or site.")
+    return flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+
+
+def _on_device(u: Tensor, like: Tensor, cache: Optional[dict]) -> Tensor:
+    key = (like.device, like.dtype)
+    out = None if cache is None else cache.get(key)
+    if out is None:
+        out = u.to(device=like.device, dtype=like.dtype)
+        if cache is not None:
+            cache[key] = out
+    return out
+
+
+def move_along(act: Tensor, u: Tensor, edit, *, what: str, cache: Optional[dict] = None) -> Optional[Tensor]:
+    """``act`` with its coordinate c = x·u (x: each position's row, u a unit vector) changed to ``edit(c)``.
+
+    x ← x + (edit(c) − c)·u at every position; ``c`` is ``[..., 1]``. Zeroing it is the projection
+    removal x − (x·u)u, c ↦ (1 − λ)c the partial removal, c ↦ c + s the shift by s·u. Returns None
+    when ``edit`` changed nothing (and no gradient flows through it): the activation runs on as it
+    was. The result has ``act``'s shape and dtype (the arithmetic is float32 for bf16/fp16).
+    """
+    work = _site_rows(act, u.shape[0], what)
+    u = _on_device(u, work, cache)
+    c = (work @ u).unsqueeze(-1)  # [..., 1]
+    c_new = edit(c)
+    if not (torch.is_grad_enabled() and c_new.requires_grad) and torch.equal(c_new, c):
+        return None  # read-only edits (caching hooks): the model runs exactly as without them
+    moved = work + (c_new.to(work.dtype) - c) * u  # identity edits give ∂moved/∂x = I
+    return moved.to(act.dtype).reshape(act.shape)
+
+
+def keep_along(act: Tensor, u: Tensor, mean: Optional[Tensor] = None, *, what: str) -> Tensor:
+    """``act`` with only its component along ``u`` kept: x ← (x·u)u, or μ + ((x − μ)·u)u with ``mean`` μ."""
+    work = _site_rows(act, u.shape[0], what)
+    u = _on_device(u, work, None)
+    if mean is None:
+        out = (work @ u).unsqueeze(-1) * u
+    else:
+        mu = _on_device(mean, work, None)
+        out = mu + ((work - mu) @ u).unsqueeze(-1) * u
+    return out.to(act.dtype).reshape(act.shape)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,39 +164,27 @@ def _is_hooked(hp) -> bool:
 
 
 class _AxisCoordinate:
-    """Forward hook on the source ``x``: c = flat(x)·u → hp(c) → x + (c′ − c)u."""
+    """Forward hook on the source ``x``: c = flat(x)·u → hp(c) → x + (c′ − c)u (:func:`move_along`)."""
 
     def __init__(self, hp, direction: Tensor):
         self.hp = hp
         self.direction = direction
         self._u: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
 
-    def __call__(self, module, inputs, out: Tensor):
-        hp = self.hp
-        if not _is_hooked(hp):
-            return None
-        shape = out.shape
-        flat = out.reshape(shape[0], shape[1], -1)
-        work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        key = (work.device, work.dtype)
-        u = self._u.get(key)
-        if u is None:
-            u = self._u[key] = self.direction.to(device=work.device, dtype=work.dtype)
-        if work.shape[-1] != u.shape[0]:
-            raise InvalidInputError(
-                f"the axis at {hp.name} has dimension {u.shape[0]} but the activation there is {list(shape)}; "
-                "the axis was fitted on another model or site.")
-        c = (work @ u).unsqueeze(-1)  # [batch, pos, 1]
+    def _through_point(self, c: Tensor) -> Tensor:
         # the hook point gets its own copy: an in-place edit (TL's patching setters) must not touch c
-        c_new = hp(c.clone())
+        c_new = self.hp(c.clone())
         if not isinstance(c_new, Tensor) or c_new.shape != c.shape:
             raise InvalidInputError(
-                f"a hook on {hp.name} returned {getattr(c_new, 'shape', type(c_new).__name__)}; it must return the "
-                f"coordinate's shape {list(c.shape)}.")
-        if not (torch.is_grad_enabled() and c_new.requires_grad) and torch.equal(c_new, c):
-            return None  # read-only hooks (caching): the model runs exactly as without them
-        moved = work + (c_new.to(work.dtype) - c) * u  # identity hooks give ∂moved/∂x = I
-        return moved.to(out.dtype).reshape(shape)
+                f"a hook on {self.hp.name} returned {getattr(c_new, 'shape', type(c_new).__name__)}; it must return "
+                f"the coordinate's shape {list(c.shape)}.")
+        return c_new
+
+    def __call__(self, module, inputs, out: Tensor):
+        if not adapter.has_hooks(self.hp):
+            return None
+        return move_along(out, self.direction, self._through_point, what=f"the axis at {self.hp.name}",
+                          cache=self._u)
 
 
 class _PatternEntropy:
@@ -162,9 +194,9 @@ class _PatternEntropy:
         self.hp = hp
 
     def __call__(self, module, inputs, out: Tensor):
-        if _is_hooked(self.hp):
+        if adapter.has_hooks(self.hp):
             # differentiable when grad is on (a backward hook on the entropy then fires), chunked either way
-            self.hp(chunked_entropy_bits(out, dim=2, keys=_ALL).transpose(1, 2).contiguous())
+            self.hp(row_entropy_bits(out).transpose(1, 2).contiguous())
         return None
 
 
@@ -177,7 +209,7 @@ def _hook_point_class():
 def _reposition_then(register):
     def method(self, hook, *args, **kwargs):
         binding = self.__dict__.get("_bl_binding")
-        if binding is not None and not _is_hooked(self):
+        if binding is not None and not adapter.has_hooks(self):
             binding.reposition()
         return register(self, hook, *args, **kwargs)
 
@@ -288,7 +320,7 @@ def _next_token_entropy_hook(module, args, out):
     """Forward hook: the entropy of the logits the model returns, into ``hook_next_token_entropy``."""
     model = _model_of_output_module(module)
     hp = model._modules.get(HOOK_POINTS["next_token_entropy"])
-    if hp is None or not getattr(hp, "_bl_point", False) or not _is_hooked(hp):
+    if hp is None or not getattr(hp, "_bl_point", False) or not adapter.has_hooks(hp):
         return None
     logits = out[0] if isinstance(out, tuple) and out else getattr(out, "logits", out)
     d_vocab = int(getattr(model.cfg, "d_vocab_out", 0) or getattr(model.cfg, "d_vocab", 0) or -1)
@@ -442,7 +474,7 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
                     direction = axis.axes_[layer].float().clone()
                     hp = att._add(axis_hook_name(axis.site_, layer), model.blocks[layer],
                                   derive_of=lambda hp, u=direction: _AxisCoordinate(hp, u),
-                                  source_name=adapter.hook_name(model, layer, _AXIS_SOURCE[axis.site_]))
+                                  source_name=adapter.hook_name(model, layer, axis.site_))
                     hp.axis_direction = direction  # which axis this hook point measures
                 att.axis = axis
             if entropies:

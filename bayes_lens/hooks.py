@@ -61,10 +61,23 @@ __all__ = [
     "final_rows",
     "last_index",
     "pattern_entropy_bits",
+    "row_entropy_bits",
     "check_finite",
+    "HOOK_POINTS",
 ]
 
 HookList = List[Tuple[str, Callable]]
+
+#: bayes_lens's own hook point name templates by short name (``{layer}`` is the layer index); the
+#: points are added by :func:`bayes_lens.attach` (:mod:`bayes_lens.hookpoints`, which re-exports this).
+HOOK_POINTS: Dict[str, str] = {
+    "v_axis": "blocks.{layer}.hook_v_axis",
+    "resid_post_axis": "blocks.{layer}.hook_resid_post_axis",
+    "pattern_entropy": "blocks.{layer}.hook_pattern_entropy",
+    "next_token_entropy": "hook_next_token_entropy",
+}
+
+_ALL_KEYS = torch.ones((), dtype=torch.bool)  # every key: each row is renormalized over what it attends to
 
 
 def _mask_for(act: Tensor, attention_mask: Optional[Tensor]) -> Tensor:
@@ -177,13 +190,35 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mas
     if positions == "last":
         return key_entropy_bits(final_query_rows(pattern, mask, what=what), mask[:, None, :], what=what,
                                 indices=indices).cpu()
-    # "all": only real query rows over real keys (a pad query row may be NaN on some backends), a few
-    # query rows at a time (no float64 [batch, head, q, k] copy); a NaN/inf on a valid key makes its
-    # row's entropy NaN, so checking the entropies names the same prompts as checking the pattern
-    h = chunked_entropy_bits(pattern, dim=2, keys=mask[:, None, None, :] & mask[:, None, :, None])
+    # "all": only real query rows over real keys (a pad query row may be NaN on some backends); a NaN/inf
+    # on a valid key makes its row's entropy NaN, so checking the entropies names the same prompts as
+    # checking the pattern
+    h = row_entropy_bits(pattern, mask)
     check_finite(h, what, indices)
     q_valid = mask[:, None, :].to(device=h.device, dtype=h.dtype)  # [b, 1, q]
     return ((h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)).cpu()
+
+
+def row_entropy_bits(pattern: Float[Tensor, "batch head q k"],
+                     attention_mask: Optional[Tensor] = None) -> Float[Tensor, "batch head q"]:
+    """Entropy in bits of every attention row (query position) over its keys (float64, pattern's device).
+
+    With ``attention_mask`` ``[batch, pos]`` only real keys count (pad keys removed, each row
+    renormalized over the rest) and a pad query row's entropy is computed over no keys (0; read only
+    the real ones); without it every key counts and each row is renormalized over what it attends
+    to (also when ``q != k``, e.g. one new query over a key-value cache). A few query rows at a time
+    (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`): no float64 ``[batch, head, q, k]`` copy of
+    the pattern is built, and the result is differentiable when the pattern is.
+    """
+    if pattern.ndim != 4:
+        raise InvalidInputError(f"hook_pattern: expected [batch, head, q, k], got shape {list(pattern.shape)}.")
+    if attention_mask is None:
+        keys = _ALL_KEYS
+    else:
+        _check_pattern(pattern, "hook_pattern")
+        mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask).bool()
+        keys = mask[:, None, None, :] & mask[:, None, :, None]
+    return chunked_entropy_bits(pattern, dim=2, keys=keys)
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,8 +327,6 @@ def hook_filter(model=None, *, layers: Union[int, Sequence[int], str] = "all",
     >>> hook_filter(sites=("v", "v_axis", "next_token_entropy"))("blocks.2.hook_v_axis")
     True
     """
-    from .hookpoints import HOOK_POINTS
-
     if isinstance(sites, str):
         raise InvalidInputError(f"sites must be a list of site names, not one string; wrap it: [{sites!r}].")
     known = {**adapter.SITES, **HOOK_POINTS}

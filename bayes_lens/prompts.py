@@ -71,6 +71,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import adapter
 from ._results import Result, fmt, plotly
 from ._validate import check_seed
 from .errors import InvalidInputError
@@ -203,7 +204,7 @@ def _weights_state(model) -> tuple:
 def _hooks_active(model) -> bool:
     """Whether any hook point of the model carries a hook (inside bl.patched, model.hooks, ...)."""
     try:
-        return any(hp._forward_hooks for hp in model.hook_dict.values())
+        return any(adapter.has_hooks(hp, "fwd") for hp in model.hook_dict.values())
     except AttributeError:  # pragma: no cover
         return False
 

@@ -257,6 +257,77 @@ def test_exception_inside_patched_leaves_no_hooks(tiny):
         assert torch.equal(tiny(toks, attention_mask=mask), clean)
 
 
+def _direct(part, axis):
+    """The same operation as the coordinate ``part`` of ``axis``, acting on the site itself (``hook_v``)."""
+    import dataclasses
+
+    mean = axis.means_[part.layer].float().clone() if part.offset != 0.0 else None
+    return dataclasses.replace(part, hook_name=axis.hook_names_[part.layer], on_coordinate=False, axis=None,
+                               offset=0.0, mean=mean)
+
+
+def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch):
+    """The removal on the coordinate hook point and its random control on hook_v both change the activation
+    with hookpoints.move_along and the part's one coordinate operation."""
+    from bayes_lens import hookpoints
+
+    toks, mask = tokenize(tiny, TEXTS[:3])
+    axis = _random_axis(tiny, layers=(0,))
+    calls = []
+    real_move, real_op = hookpoints.move_along, _Part.coordinate_op
+
+    def move(act, u, edit, **kw):
+        calls.append(("move_along", kw["what"], tuple(u.shape)))
+        return real_move(act, u, edit, **kw)
+
+    def op(self, c):
+        calls.append(("coordinate_op", self.hook_name, self.on_coordinate))
+        return real_op(self, c)
+
+    monkeypatch.setattr(hookpoints, "move_along", move)
+    monkeypatch.setattr(_Part, "coordinate_op", op)
+    for patch in (axis.removal(lam=0.5), axis.random_control(0, lam=0.5)):
+        calls.clear()
+        with bl.patched(tiny, patch), torch.inference_mode():
+            tiny(toks, attention_mask=mask)
+        (part,) = patch.parts
+        assert [c[0] for c in calls] == ["move_along", "coordinate_op"], (patch.label, calls)
+        assert calls[0][2] == (model_info(tiny).kv_dim,) and calls[1][1:] == (part.hook_name, part.on_coordinate)
+    assert axis.removal().parts[0].on_coordinate and not axis.random_control(0).parts[0].on_coordinate
+
+
+@pytest.mark.parametrize("op,kw", [("removal", {"lam": 1.0}), ("removal", {"lam": 0.5}),
+                                   ("removal", {"lam": 1.0, "center": True}), ("shift", {"sigmas": -1.5})])
+def test_hook_point_route_equals_the_direct_projection(tiny, op, kw):
+    """A removal / shift on the axis coordinate hook point gives the numbers of the same operation applied to
+    hook_v directly (and both equal v − λ((v − μ)·u)u / v + sσu computed here), logits included."""
+    toks, mask = tokenize(tiny, TEXTS[:5])
+    g = torch.Generator().manual_seed(3)
+    dim = model_info(tiny).kv_dim
+    axis = EntropyAxis.from_directions(tiny, {0: torch.randn(dim, generator=g), 1: torch.randn(dim, generator=g)},
+                                       sigma=0.4, means={0: torch.randn(dim, generator=g),
+                                                         1: torch.randn(dim, generator=g)})
+    patch = getattr(axis, op)(**kw)
+    assert all(p.on_coordinate for p in patch.parts)
+    direct = Patch([_direct(p, axis) for p in patch.parts], label="direct", kind=op)
+    assert not any(p.on_coordinate for p in direct.parts)
+    name = hook_name(tiny, 0, "v")
+    _, clean = _read(tiny, toks, mask, name)
+    via_point, act_point = _read(tiny, toks, mask, name, patch)
+    via_site, act_site = _read(tiny, toks, mask, name, direct)
+    assert torch.allclose(act_point, act_site, atol=1e-6, rtol=0)
+    assert torch.allclose(via_point, via_site, atol=1e-6, rtol=0)
+    u, mu = axis.axes_[0].double(), axis.means_[0].double()
+    v = _flat(clean).double()
+    if op == "shift":
+        expected = v + (-1.5 * 0.4) * u
+    else:
+        c = (v - mu) @ u if kw.get("center") else v @ u
+        expected = v - kw["lam"] * c[..., None] * u
+    assert torch.allclose(_flat(act_point).double(), expected, atol=1e-5)
+    assert not torch.allclose(_flat(act_point).double(), v, atol=1e-3)  # the patch does something
+
+
 # --------------------------------------------------------------------------------------------
 # fitting
 # --------------------------------------------------------------------------------------------

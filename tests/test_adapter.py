@@ -131,3 +131,63 @@ def test_tokenize_too_long(tiny):
 def test_not_a_model():
     with pytest.raises(bl.InvalidInputError, match="TransformerLens model"):
         model_info(object())
+
+
+def test_final_token_unembedding_gives_the_full_runs_final_logits(tiny):
+    """Inside the block the model returns [batch, 1, vocab]: the full run's logits at each row's final real token."""
+    from bayes_lens.adapter import final_token_unembedding, tokenize
+
+    toks, mask = tokenize(tiny, ["the cat is a dog", "moon", "a bird is"])
+    last = mask.sum(1) - 1  # right padding
+    with torch.inference_mode():
+        full = tiny(toks, attention_mask=mask)
+        with final_token_unembedding(tiny, last):
+            final = tiny(toks, attention_mask=mask)
+        after = tiny(toks, attention_mask=mask)
+    assert final.shape == (3, 1, full.shape[-1])
+    assert torch.allclose(final[:, 0], full[torch.arange(3), last], atol=1e-6, rtol=0)
+    assert torch.equal(after, full)  # slicing and the TL Unembed forward are undone on exit
+    assert "forward" not in vars(tiny.unembed)
+
+
+def test_final_token_unembedding_undoes_itself_on_error(tiny_kind):
+    from bayes_lens.adapter import final_token_unembedding
+
+    m = tiny_model(tiny_kind)
+    before = dict(m.unembed._forward_pre_hooks)
+    with pytest.raises(RuntimeError, match="boom"):
+        with final_token_unembedding(m, torch.tensor([0])):
+            raise RuntimeError("boom")
+    assert dict(m.unembed._forward_pre_hooks) == before and "forward" not in vars(m.unembed)
+
+
+def test_has_hooks_sees_tl_hooks_plain_torch_hooks_and_backward_hooks():
+    from transformer_lens.hook_points import HookPoint
+
+    from bayes_lens.adapter import has_hooks
+
+    hp = HookPoint()
+    assert not has_hooks(hp)
+    hp.add_hook(lambda a, hook: None)
+    assert has_hooks(hp) and has_hooks(hp, "fwd") and not has_hooks(hp, "bwd")
+    hp.remove_hooks("fwd")
+    assert not has_hooks(hp)
+    handle = hp.register_forward_hook(lambda m, i, o: None)  # a plain PyTorch hook: HookPoints run it too
+    assert has_hooks(hp, "fwd") and not has_hooks(hp, "bwd")
+    handle.remove()
+    hp.add_hook(lambda g, hook: None, dir="bwd")
+    assert has_hooks(hp, "bwd") and not has_hooks(hp, "fwd") and has_hooks(hp)
+
+
+@pytest.mark.parametrize("site,match", [("hook_v", "pass site='v'"), ("hook_resid_post", "pass site='resid_post'"),
+                                        (["v"], "a single string"), ("k", r"one of \['v', 'resid_post'\]"),
+                                        (3, "got 3")])
+def test_check_site_is_the_one_site_check(site, match):
+    from bayes_lens.adapter import VECTOR_SITES, check_site
+    from bayes_lens.errors import InvalidInputError
+
+    assert [check_site(s) for s in VECTOR_SITES] == list(VECTOR_SITES)
+    with pytest.raises(InvalidInputError, match=match):
+        check_site(site)
+    with pytest.raises(InvalidInputError, match=match):
+        bl.EntropyAxis(layer=0, site=site).fit({0: torch.zeros(4, 3)}, torch.arange(4.0))

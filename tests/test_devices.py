@@ -91,8 +91,6 @@ def test_the_embedding_wins_over_cfg_device_and_cfg_device_over_the_first_parame
 
 
 def test_final_logits_and_the_final_token_prehook_index_on_the_logits_device():
-    from bayes_lens.collect import _final_only_prehook
-
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # indices on the CPU, logits elsewhere
     last = torch.tensor([2, 3])
     batch = Batch(indices=torch.arange(2), tokens=mask, attention_mask=mask, last_index=last,
@@ -100,8 +98,17 @@ def test_final_logits_and_the_final_token_prehook_index_on_the_logits_device():
     fl = batch.final_logits()
     assert fl.device.type == "meta" and fl.shape == (2, 11) and fl.dtype == torch.float32
     resid = torch.empty(2, 4, 8, device="meta")
-    (rows,) = _final_only_prehook(last)(None, (resid,))
+
+    class Model(torch.nn.Module):  # an unembedding that is not TL's: only the final-token slicing applies
+        def __init__(self):
+            super().__init__()
+            self.unembed = torch.nn.Identity()
+
+    m = Model()
+    with adapter.final_token_unembedding(m, last):
+        rows = m.unembed(resid)
     assert rows.device.type == "meta" and rows.shape == (2, 1, 8)
+    assert m.unembed(resid).shape == (2, 4, 8)  # the slicing is gone after the block
 
 
 def test_attention_rows_and_key_masks_follow_the_pattern_device():

@@ -7,20 +7,17 @@ next-token entropies from one :class:`~bayes_lens.reduced.ReducedCache`, made at
 
 from __future__ import annotations
 
-
 import einops
 import numpy as np
 
 from .. import adapter
+from ..adapter import check_site
 from ..collect import check_prompts
 from ..reduced import ReducedCache
-from .._validate import check_choice, check_positive_int, check_seed
+from .._validate import check_positive_int, check_seed
 from ..errors import InvalidInputError
 
-__all__ = ["SITES", "check_site", "check_stats", "resolve_layer", "need_prompts", "expand_kv_heads"]
-
-#: accepted spellings of the value-manifold sites
-SITES = {"v": "v", "hook_v": "v", "resid_post": "resid_post"}
+__all__ = ["check_site", "check_stats", "resolve_layer", "need_prompts", "expand_kv_heads"]
 
 
 def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
@@ -29,11 +26,6 @@ def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
     for name, value in (("n_boot", n_boot), ("n_null", n_null), ("n_perm", n_perm)):
         if value is not None:
             check_positive_int(value, name)
-
-
-def check_site(site: str) -> str:
-    """``"v"`` (``hook_v``, the default) or ``"resid_post"``; also accepts ``"hook_v"``."""
-    return SITES[check_choice(site, "site", list(SITES))]
 
 
 def need_prompts(prompts, minimum: int = 3) -> list:

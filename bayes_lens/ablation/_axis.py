@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .. import adapter
+from ..adapter import VECTOR_SITES, check_site
 from .._files import sha256_json, write_atomic
 from .._inputs import as_reduced, is_layer_dict, source_model
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
@@ -35,8 +36,7 @@ from ..metrics.pca import pca
 from ..metrics.stats import pearson
 from ..reduced import ReducedCache
 from ._common import (
-    SIGN_BY, SITES, STANDARDIZE, check_site, finite_float, library_versions, model_meta, prompt_data, site_dim,
-    unit_vector,
+    SIGN_BY, STANDARDIZE, finite_float, library_versions, model_meta, prompt_data, site_dim, unit_vector,
 )
 from ._patch import Patch, PatchPart
 
@@ -672,7 +672,7 @@ class EntropyAxis:
         if (not isinstance(layers, list) or not layers
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in layers)):
             raise CheckpointError(f"{path}: the axis layers {layers!r} are not a list of non-negative integers.")
-        if meta.get("site") not in SITES:
+        if meta.get("site") not in VECTOR_SITES:
             raise CheckpointError(f"{path}: unknown site {meta.get('site')!r}.")
         try:
             axes = {k: tensors[f"axis.{k}"].float() for k in layers}

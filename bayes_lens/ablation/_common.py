@@ -13,13 +13,11 @@ import numpy as np
 from torch import Tensor
 
 from .. import adapter
-from .._validate import check_choice
 from ..errors import InvalidInputError, NonFiniteError
 
-__all__ = ["SITES", "STANDARDIZE", "SIGN_BY", "DEGENERATE_RATIO", "library_versions", "site_dim", "model_meta",
-           "check_site", "finite_float", "unit_vector", "is_sula_item", "prompt_data"]
+__all__ = ["STANDARDIZE", "SIGN_BY", "DEGENERATE_RATIO", "library_versions", "site_dim", "model_meta",
+           "finite_float", "unit_vector", "is_sula_item", "prompt_data"]
 
-SITES = ("v", "resid_post")
 STANDARDIZE = ("std", "raw")
 SIGN_BY = ("model", "bayes")
 #: a coordinate whose spread fell below this fraction of the clean spread is "removed"
@@ -57,11 +55,6 @@ def model_meta(model, site: str) -> dict:
         "basis": "processed" if info.processed else "raw",
         "value_bias_folded": adapter.value_biases_folded(model),
     }
-
-
-def check_site(site) -> str:
-    """``"v"`` (``hook_v`` flattened over KV heads, the paper's site) or ``"resid_post"``."""
-    return check_choice(site, "site", list(SITES))
 
 
 def finite_float(x, name: str) -> float:

@@ -9,7 +9,7 @@ difference from clean. Paper A: single-layer removal takes the axis–entropy co
 ≈0.27–0.32 to ≈0 while SULA MAE and correlation move by < 1%.
 
 :func:`compare_patched` runs the model (one forward pass per condition and seed, through the runner,
-patches attached by :func:`bayes_lens.patched`), or reads caches the user made:
+which applies each patch as :func:`bayes_lens.patched` does), or reads caches the user made:
 ``compare_patched(prompts, clean=(logits, cache), patched={"removed": (logits, cache)}, axis=axis)``.
 Both give the same :class:`PatchComparison`; read it with ``.corr(condition, layer)`` and
 ``.calibration_delta(condition)``.
@@ -28,10 +28,11 @@ from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import is_cache_like, source_model
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
+from ..metrics.calibration import mae_bits
 from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
 from ._axis import EntropyAxis, axis_cache, signing_entropy, value_arrays
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
-from ._patch import Patch, flatten_pairs, resolve_pairs
+from ._patch import Patch, check_patches, flatten_pairs
 
 __all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
 
@@ -525,10 +526,9 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     if int(axis.model_meta_["dim"]) != site_dim(info, site):
         raise InvalidInputError(f"the axis has dimension {axis.model_meta_['dim']} but this model's {site!r} site "
                                 f"has {site_dim(info, site)}; fit the axis on this model.")
-    for c in conds:  # validate every patch before any compute
+    for c in conds:  # validate every patch before any compute, as bl.patched does
         for p in c.patches:
-            if not any(getattr(part, "on_coordinate", False) for part in getattr(p, "parts", ())):
-                resolve_pairs(model, p)
+            check_patches(model, p)
     if readout_layers == "auto":
         patched_layers = [layer for c in conds for layer in c.layers] or list(axis.layers_)
         readouts = list(range(min(patched_layers), info.n_layers))
@@ -681,7 +681,7 @@ def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]],
                 r = np.zeros(idx.shape[0]) if degenerate else _corr_rows(x[idx], ee[idx], correlation)
                 out[("axis_entropy_corr", k, ename)] = (r, degenerate)
         if calibration:
-            out[("sula_mae_bits", None, None)] = (np.abs(h[idx] - bayes[idx]).mean(-1), False)
+            out[("sula_mae_bits", None, None)] = (mae_bits(h[idx], bayes[idx]), False)
             out[("sula_pearson", None, None)] = (_corr_rows(h[idx], bayes[idx], correlation), False)
         return out
 

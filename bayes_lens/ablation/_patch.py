@@ -4,7 +4,12 @@ Paper A §4.5–4.6 (METHODS.md §7): v ← v − λ(v·u)u (removal; λ = 1 ful
 the paper's public code had λ reversed), keep-only v ← (v·u)u, and shift v ← v + s·σ·u, applied at
 every position. A removal or shift along a fitted axis is an operation on the axis coordinate hook
 point of :mod:`bayes_lens.hookpoints` (zero-ablation of ``hook_v_axis`` *is* the removal); keep-only
-and the random-direction controls act on ``hook_v`` directly. See :mod:`bayes_lens.ablation`.
+and the random-direction controls act on ``hook_v`` directly. Both routes compute the change with the
+same two functions (:func:`bayes_lens.hookpoints.move_along`, :func:`~bayes_lens.hookpoints.keep_along`)
+and the same coordinate operation (:meth:`PatchPart.coordinate_op`), and every patch reaches a model
+one way: :func:`patched` and the runner (``fwd_hooks``) both attach the coordinate points
+(:func:`bayes_lens.hookpoints.attached_for`) and add the hooks with :func:`bayes_lens.adapter.added_hooks`.
+See :mod:`bayes_lens.ablation`.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .. import adapter
+from .. import adapter, hookpoints
 from ..errors import InvalidInputError, LayerIndexError
 from ._common import site_dim
 
-__all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "resolve_pairs"]
+__all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "check_patches"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,33 +62,28 @@ class PatchPart:
     offset: float = 0.0
     mean: Optional[Tensor] = None
 
-    def apply(self, act: Tensor) -> Tensor:
-        if self.on_coordinate:
-            if self.op == "shift":
-                return act + self.amount
-            return act * (1.0 - self.lam) if self.offset == 0.0 else act - self.lam * (act - self.offset)
-        shape = act.shape
-        dim = self.direction.shape[0]
-        if self.site == "v" and act.ndim == 4:
-            flat = act.reshape(*shape[:-2], shape[-2] * shape[-1])
-        else:
-            flat = act
-        if flat.shape[-1] != dim:
-            raise InvalidInputError(
-                f"the patch at {self.hook_name} has dimension {dim} but the activation there is "
-                f"{list(shape)} ({flat.shape[-1]} per position); the axis was fitted on another model.")
-        work = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        u = self.direction.to(device=work.device, dtype=work.dtype)
-        mu = None if self.mean is None else self.mean.to(device=work.device, dtype=work.dtype)
+    def coordinate_op(self, c: Tensor) -> Tensor:
+        """What the part does to the coordinate c = v·u: removal c ↦ (1 − λ)c (centred: c ↦ c − λ(c − μ·u)),
+        shift c ↦ c + s·σ. The one definition of both, on the axis coordinate hook point and off it."""
         if self.op == "shift":
-            out = work + self.amount * u
-        else:
-            coord = ((work if mu is None else work - mu) @ u).unsqueeze(-1)
-            if self.op == "removal":
-                out = work - self.lam * coord * u
-            else:
-                out = coord * u if mu is None else mu + coord * u
-        return out.to(act.dtype).reshape(shape)
+            return c + self.amount
+        offset = self.offset
+        if not self.on_coordinate and self.mean is not None:
+            offset = float(self.mean.double() @ self.direction.double())
+        return c * (1.0 - self.lam) if offset == 0.0 else c - self.lam * (c - offset)
+
+    def apply(self, act: Tensor) -> Tensor:
+        """The part's operation on its hook's activation: the coordinate ``[..., 1]`` (``on_coordinate``;
+        the hook point moves v along u), or the site's activation itself, moved along the direction by
+        the same coordinate operation (:func:`bayes_lens.hookpoints.move_along`) or, for keep-only,
+        projected onto it (:func:`bayes_lens.hookpoints.keep_along`)."""
+        if self.on_coordinate:
+            return self.coordinate_op(act)
+        what = f"the patch at {self.hook_name}"
+        if self.op == "keep_only":
+            return hookpoints.keep_along(act, self.direction, self.mean, what=what)
+        moved = hookpoints.move_along(act, self.direction, self.coordinate_op, what=what)
+        return act if moved is None else moved
 
     def hook_fn(self, act: Tensor, hook=None) -> Tensor:
         return self.apply(act)
@@ -251,18 +251,6 @@ def check_against_model(model, patch: Patch) -> None:
             "(METHODS.md §0 'Weights'). Refit the axis on this model.", UserWarning, stacklevel=3)
 
 
-def resolve_pairs(model, patches) -> List[Tuple[str, Callable]]:
-    adapter.check_model(model)
-    pairs = flatten_pairs(patches)
-    for name, fn in pairs:
-        if not isinstance(name, str) or not callable(fn):
-            raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got ({name!r}, {fn!r}).")
-    for p in patch_objects(patches):
-        check_against_model(model, p)
-    adapter.check_hooks(model, sorted({n for n, _ in pairs}))
-    return pairs
-
-
 def _check_attached_axis(model, part: PatchPart) -> None:
     hp = model.hook_dict.get(part.hook_name) if hasattr(model, "hook_dict") else None
     u = getattr(hp, "axis_direction", None)
@@ -270,6 +258,40 @@ def _check_attached_axis(model, part: PatchPart) -> None:
         raise InvalidInputError(
             f"{part.hook_name} is attached for a different axis than the one this patch came from; detach it "
             "(or attach this patch's axis) before patching.")
+
+
+def _coordinate_parts(patches) -> List[PatchPart]:
+    return [part for p in patch_objects(patches) for part in p.parts if part.on_coordinate]
+
+
+def check_patches(model, patches) -> List[Tuple[str, Callable]]:
+    """Every check :func:`patched` makes, before any compute; returns the ``[(hook_name, fn)]`` pairs.
+
+    The pairs' shape, each patch's fit to the model (layers, width, weight basis) and the hook names:
+    a hook on an axis coordinate point that is not attached is fine (:func:`patched` and the runner
+    attach it), one attached for another axis is refused, any other missing hook is an error.
+    """
+    adapter.check_model(model)
+    pairs = flatten_pairs(patches)
+    for name, fn in pairs:
+        if not isinstance(name, str) or not callable(fn):
+            raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got ({name!r}, {fn!r}).")
+    for p in patch_objects(patches):
+        check_against_model(model, p)
+    names = sorted({n for n, _ in pairs})
+    coords = _coordinate_parts(patches)
+    if not coords:
+        adapter.check_hooks(model, names)
+        return pairs
+    have = adapter.hook_names(model)  # a bridge's hook_dict is costly: read once
+    attachable = {part.hook_name for part in coords}
+    missing = [n for n in names if n not in have and n not in attachable]
+    if missing:
+        adapter.check_hooks(model, missing)  # raises, naming them
+    for part in coords:
+        if part.hook_name in have:
+            _check_attached_axis(model, part)
+    return pairs
 
 
 @contextlib.contextmanager
@@ -280,22 +302,15 @@ def patched(model, patches):
     list runs the clean model. A removal or shift of a fitted axis acts on the axis's coordinate hook
     point (zero-ablation of ``blocks.{l}.hook_v_axis`` is the removal): the hook points are
     attached for the block when they are not attached already, and detached on exit. Hook points
-    are checked first (a misspelt or out-of-range hook is an error, never a silent no-op), and a patch
-    whose axis has the wrong dimension for the model is refused. The model's lock is held for the
-    whole block (another thread's forward pass waits instead of running with these hooks).
+    are checked first (:func:`check_patches`: a misspelt or out-of-range hook is an error, never a
+    silent no-op), and a patch whose axis has the wrong dimension for the model is refused. The
+    hooks are added as the runner adds a run's ``fwd_hooks`` (:func:`bayes_lens.adapter.added_hooks`).
+    The model's lock is held for the whole block (another thread's forward pass waits instead of
+    running with these hooks).
 
     >>> with bl.patched(model, axis.removal()):          # doctest: +SKIP
     ...     logits = model(tokens)
     """
-    from ..hookpoints import attached_for
-
-    adapter.check_model(model)
-    raw = flatten_pairs(patches)
-    with adapter.model_lock(model), attached_for(model, [(n, f) for n, f in raw if isinstance(n, str)]):
-        pairs = resolve_pairs(model, patches)
-        for _, fn in pairs:
-            part = getattr(fn, "__self__", None)
-            if isinstance(part, PatchPart) and part.on_coordinate:
-                _check_attached_axis(model, part)
-        with model.hooks(fwd_hooks=pairs):
-            yield model
+    pairs = check_patches(model, patches)
+    with adapter.model_lock(model), hookpoints.attached_for(model, pairs), adapter.added_hooks(model, pairs):
+        yield model

@@ -36,6 +36,7 @@ from ..metrics.calibration import (
     brier_score,
     expected_calibration_error,
     kl_bernoulli_bits,
+    mae_bits,
     reliability_bins,
 )
 from ..metrics.pca import pca
@@ -106,7 +107,7 @@ def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins:
     def stats(idx):
         hm, hb = h_m[idx], h_b[idx]
         return {
-            "mae_bits": np.abs(hm - hb).mean(-1),
+            "mae_bits": mae_bits(hm, hb),
             "pearson": pearson_rows(hm, hb),
             "spearman": spearman_rows(hm, hb),
             "kl_bits": kl[idx].mean(-1),
@@ -414,7 +415,7 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
     for gi, (name, sel) in enumerate(groups):
         st = _group_stats(h_m[sel], h_b[sel], p_m[sel], p_b[sel], outcome[sel], mass[sel],
                           n_boot=n_boot, rng=streams[gi], n_bins=n_bins)
-        rows.append({"k": name, **st, "mae_ignore_evidence_bits": float(np.abs(h_prior[sel] - h_b[sel]).mean())})
+        rows.append({"k": name, **st, "mae_ignore_evidence_bits": float(mae_bits(h_prior[sel], h_b[sel]))})
     table = pd.DataFrame(rows)
     table["k"] = table["k"].astype(object)
     overall = rows[-1]
