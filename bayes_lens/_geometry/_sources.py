@@ -12,12 +12,11 @@ import numpy as np
 
 from .. import adapter
 from ..adapter import check_site
-from ..collect import check_prompts
 from ..reduced import ReducedCache
 from .._validate import check_positive_int, check_seed
 from ..errors import InvalidInputError
 
-__all__ = ["check_site", "check_stats", "resolve_layer", "need_prompts", "expand_kv_heads"]
+__all__ = ["check_site", "check_stats", "resolve_layer", "expand_kv_heads"]
 
 
 def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
@@ -26,14 +25,6 @@ def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
     for name, value in (("n_boot", n_boot), ("n_null", n_null), ("n_perm", n_perm)):
         if value is not None:
             check_positive_int(value, name)
-
-
-def need_prompts(prompts, minimum: int = 3) -> list:
-    prompts = check_prompts(prompts)
-    if len(prompts) < minimum:
-        raise InvalidInputError(f"PCA across prompts needs at least {minimum} prompts, got {len(prompts)}; "
-                                "pass more prompts.")
-    return prompts
 
 
 def resolve_layer(rc: ReducedCache, model, layer: int, site: str) -> int:
