@@ -16,8 +16,9 @@ Example
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 
+from ._namespace import import_submodule, package_dir
 from .errors import (
     BayesLensError,
     CheckpointError,
@@ -94,12 +95,11 @@ __all__ = [
 def __getattr__(name: str):
     if name in _LAZY:
         module_name, attr = _LAZY[name]
-        module = importlib.import_module(module_name)
+        module = _importlib.import_module(module_name)
         value = module if attr is None else getattr(module, attr)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'bayes_lens' has no attribute {name!r}")
+    return import_submodule(globals(), name)  # bl.cot, bl.domains ...: public modules not in __all__
 
 
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__dir__ = package_dir(globals())

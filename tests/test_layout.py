@@ -1,8 +1,11 @@
 """The package's shape: no private names imported across modules, no import cycles, one meaning per name."""
 
 import ast
+import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 import bayes_lens as bl
 
@@ -108,3 +111,43 @@ def test_results_holding_arrays_compare_without_raising():
         assert (a == b) in (True, False), cls  # identity comparison when eq=False: never an array truth error
         checked += 1
     assert checked >= 15
+
+
+PUBLIC_PACKAGES = ["bayes_lens", "bayes_lens.metrics", "bayes_lens.martingale", "bayes_lens.sula",
+                   "bayes_lens.ablation", "bayes_lens.shard", "bayes_lens.windtunnel", "bayes_lens.reporting",
+                   "bayes_lens.models"]
+
+
+def _public_submodules(package_dir: Path) -> set:
+    return {p.stem if p.is_file() else p.name for p in package_dir.iterdir()
+            if not p.name.startswith("_")
+            and ((p.is_file() and p.suffix == ".py") or (p.is_dir() and (p / "__init__.py").is_file()))}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=False, reason="bayes_lens/shard/* is being rewritten; its "
+                                            "__dir__ still lists its globals"))
+    if n == "bayes_lens.shard" else n for n in PUBLIC_PACKAGES])
+def test_dir_shows_only_the_public_names(name):
+    """``dir(pkg)`` is ``__all__`` plus the public submodules, sorted; every one of them resolves."""
+    pkg = importlib.import_module(name)
+    assert len(set(pkg.__all__)) == len(pkg.__all__), "a name listed twice in __all__"
+    expected = sorted(set(pkg.__all__) | _public_submodules(Path(pkg.__file__).parent))
+    assert dir(pkg) == expected
+    for attr in [*pkg.__all__, *expected]:
+        getattr(pkg, attr)  # AttributeError/ImportError here is a broken export
+    with pytest.raises(AttributeError):
+        getattr(pkg, "no_such_name")
+
+
+def test_windtunnel_does_not_export_its_command_line_wiring():
+    """The ``bayes-lens windtunnel`` argparse set-up and commands stay out of ``bl.windtunnel.__all__``."""
+    from bayes_lens import _windtunnel_args
+    from bayes_lens.windtunnel import cli
+
+    wiring = {n for n in vars(cli) if callable(getattr(cli, n)) and getattr(getattr(cli, n), "__module__", "")
+              == cli.__name__} | set(_windtunnel_args.__all__)
+    assert "run_command" in wiring
+    assert not wiring & set(bl.windtunnel.__all__)
+    for n in bl.windtunnel.__all__:
+        assert getattr(getattr(bl.windtunnel, n), "__module__", "") not in (cli.__name__, _windtunnel_args.__name__), n

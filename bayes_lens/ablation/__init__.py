@@ -70,3 +70,8 @@ from ._patch import Patch, PatchPart, patched
 
 __all__ = ["EntropyAxis", "AxisData", "collect_axis_data", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect"]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

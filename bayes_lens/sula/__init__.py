@@ -100,3 +100,8 @@ __all__ = [
     "as_prompts",
     "run_controls",
 ]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())
