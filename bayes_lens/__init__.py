@@ -1,9 +1,8 @@
 """bayes_lens: measure whether a TransformerLens model carries, and uses, Bayesian geometry.
 
-The public surface (see the README and docs/DESIGN.md "The public contract") is listed in
-``__all__``. Heavy submodules are imported lazily on first attribute access, so
-``import bayes_lens`` stays fast and a missing optional extra only matters when it is used. Every
-public name has one meaning: no function shares its name with a module (the geometry metrics live in
+The public surface (see the README, "Quickstart" and "Layout") is listed in ``__all__``. Heavy
+submodules are imported lazily on first attribute access, so ``import bayes_lens`` stays fast and a
+missing optional extra only matters when it is used. Every public name has one meaning: no function shares its name with a module (the geometry metrics live in
 the private package ``bayes_lens._geometry``, the report writer in ``bayes_lens.reporting``).
 
 Example

@@ -146,7 +146,7 @@ def check_model(model) -> None:
     if isinstance(n_devices, int) and n_devices > 1 and not is_bridge(model):
         raise UnsupportedModelError(
             f"this {type(model).__name__} is split over cfg.n_devices={n_devices} devices; TransformerLens 3.x "
-            "HookedTransformer does not place a split model consistently (TL issue #907), so bayes_lens refuses "
+            "HookedTransformer does not place a split model consistently (TransformerLens GitHub issue #907), so bayes_lens refuses "
             "it. Load the model as a TransformerBridge split by accelerate instead: "
             "TransformerBridge.boot_transformers(name, n_devices=N) (or device_map='auto' / a dict), or use one "
             "device (n_devices=1)."

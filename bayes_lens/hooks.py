@@ -24,7 +24,7 @@ The reductions are also exposed as plain functions (:func:`final_rows`,
 :func:`pattern_entropy_bits`) so that an ``ActivationCache`` gives the same numbers as the
 streaming path.
 
-Devices and dtypes (issue 13, point 3): every index and mask is moved to the device of the tensor it
+Devices and dtypes: every index and mask is moved to the device of the tensor it
 indexes (a model split across GPUs hands each layer's hook a tensor on that layer's device); entropies
 are computed in float64 from the activation's own dtype (bf16/fp16 models included), and an all-rows
 reduction walks the query rows in chunks (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`) instead

@@ -151,3 +151,24 @@ def test_windtunnel_does_not_export_its_command_line_wiring():
     assert not wiring & set(bl.windtunnel.__all__)
     for n in bl.windtunnel.__all__:
         assert getattr(getattr(bl.windtunnel, n), "__module__", "") not in (cli.__name__, _windtunnel_args.__name__), n
+
+
+# Files the data-path rewrite replaces; their remaining hits go with it (then drop this tuple).
+_BEING_REWRITTEN = ("bayes_lens/collect.py", "bayes_lens/_geometry/_sources.py", "bayes_lens/shard/_analysis.py")
+UNOPENABLE = re.compile(r"\bissues?[ -]\d+|DESIGN\.md", re.IGNORECASE)
+
+
+def test_no_citations_a_reader_cannot_open():
+    """Source, benchmarks and tools say the reason itself, not "issue 13" or a design file the repo lacks.
+
+    (An upstream project's numbered issue, written ``TransformerLens GitHub issue #907``, can be opened.)
+    """
+    root = PKG.parent
+    files = [p for d in ("bayes_lens", "benchmarks", "tools") for p in sorted((root / d).rglob("*"))
+             if p.suffix in (".py", ".md", ".txt", ".toml", ".json") and "__pycache__" not in p.parts]
+    assert any(p.name == "RESULTS.md" for p in files)
+    hits = [f"{p.relative_to(root).as_posix()}:{i}: {line.strip()}" for p in files
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if UNOPENABLE.search(line)]
+    assert not [h for h in hits if not h.startswith(_BEING_REWRITTEN)], "\n".join(hits)
+    if hits:
+        pytest.xfail("left to the data-path rewrite:\n" + "\n".join(hits))

@@ -1,6 +1,6 @@
 """Sharded runs beyond one process: shard files as the contract, local and torch.distributed engines.
 
-Issue 13 (docs/METHODS.md §0 for what the runner keeps): a job's prompts are split into shards on
+(docs/METHODS.md §0 says what the runner keeps.) A job's prompts are split into shards on
 batch boundaries (:func:`plan`); each worker runs the one runner, :func:`bayes_lens.collect.collect`,
 on its shard with global prompt indices and commits ``shard-XXXXX.safetensors`` + ``shard-XXXXX.json``
 (:func:`run_shard`); :func:`merge` checks coverage, settings, model fingerprints and file hashes and

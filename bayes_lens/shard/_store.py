@@ -13,7 +13,7 @@ tensors it reads and the metadata, so a flipped bit anywhere is a
 :class:`~bayes_lens.shard.ShardIntegrityError`, not silently different rows. (Shard files carry no
 such entry: :func:`~bayes_lens.shard.merge` checks each against the SHA-256 in its manifest.)
 
-Writes are atomic (issue 13, point 1): each file is written to a temporary name in the same folder,
+Writes are atomic, so a killed worker never leaves a half-written shard that passes for finished: each file is written to a temporary name in the same folder,
 flushed, ``fsync``-ed and moved into place with ``os.replace``. The manifest is written last and
 records the SHA-256 of the tensor file, so a manifest on disk is the commit mark of a finished shard;
 a worker killed before it leaves no manifest, and a rerun redoes that shard.
