@@ -219,13 +219,21 @@ class PatchComparison(Result):
             raise InvalidInputError(f"metric must be one of {sorted(_CAL_METRICS)}, got {metric!r}.")
         return metric
 
-    def random_condition(self, condition: str) -> Optional[str]:
-        """The random-control group of an axis patch's condition (same op, layers), or None."""
+    def _random_control(self, condition: str) -> Optional[str]:
+        """The random-control condition of an axis patch's ``condition`` (same op, same layers), or None.
+
+        Its default label is ``"random ⟂ " + <the patch's label>``; a patch passed under a label of
+        its own is matched by its op and layers in the table.
+        """
         for c in self.conditions:
             if c.startswith("random ⟂") and condition.split(" @")[-1] == c.split(" @")[-1] and \
                     condition.split(" @")[0] in c:
                 return c
-        return None
+        t = self.table
+        rows = t[t["condition"] == condition]
+        same = t[t["is_random"].astype(bool) & (t["kind"] == rows["kind"].iloc[0])
+                 & (t["patched_layers"] == rows["patched_layers"].iloc[0])]
+        return same["condition"].iloc[0] if len(same) else None
 
     def to_dataframe(self):
         return self.table.copy()
@@ -261,11 +269,7 @@ class PatchComparison(Result):
         elif downstream not in self.readout_layers:
             raise InvalidInputError(f"downstream must be a readout layer {list(self.readout_layers)}, got {downstream!r}.")
         last = self.readout_layers[-1]
-        rnd = self.random_condition(condition)
-        if rnd is None:  # a patch passed under a label of its own: its control has the same op and layers
-            kind, where = rows["kind"].iloc[0], rows["patched_layers"].iloc[0]
-            same = t[t["is_random"].astype(bool) & (t["kind"] == kind) & (t["patched_layers"] == where)]
-            rnd = same["condition"].iloc[0] if len(same) else None
+        rnd = self._random_control(condition)
         layers = sorted({downstream, last})
         corr = {(c, k): self.corr(c, k) for c in ("clean", condition) for k in layers}
         delta = {k: self.corr_delta(condition, k) for k in layers}
