@@ -172,3 +172,51 @@ def test_no_citations_a_reader_cannot_open():
     assert not [h for h in hits if not h.startswith(_BEING_REWRITTEN)], "\n".join(hits)
     if hits:
         pytest.xfail("left to the data-path rewrite:\n" + "\n".join(hits))
+
+
+def _imports_with_lines(name: str, path: Path, known: set):
+    """(line, imported module) for every import of a bayes_lens module in ``path``, lazy ones included;
+    ``from pkg import mod`` counts as importing ``pkg.mod`` when that is a module."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - (node.level - 1)] + (node.module.split(".") if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "bayes_lens":
+                continue
+            yield node.lineno, target
+            yield from ((node.lineno, f"{target}.{a.name}") for a in node.names if f"{target}.{a.name}" in known)
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "bayes_lens")
+
+
+def _private_owner(module: str):
+    """The package a private module belongs to: the parent of its last ``_``-named part (None if public)."""
+    parts = module.split(".")
+    private = [i for i, p in enumerate(parts) if p.startswith("_")]
+    return ".".join(parts[: private[-1]]) if private else None
+
+
+def test_private_modules_are_imported_only_inside_their_package():
+    """``a.b._c`` (and a private subpackage ``a._p``) is imported only by modules of package ``a.b`` (``a``).
+
+    Root-level private modules (``bayes_lens._validate``, ``bayes_lens._results``) serve the whole
+    package; ``bayes_lens.shard._analysis`` is shard's own, ``bayes_lens._geometry._sources`` the
+    geometry package's.
+    """
+    mods = dict(_modules())
+    assert _private_owner("bayes_lens._geometry._sources") == "bayes_lens._geometry"
+    assert _private_owner("bayes_lens._validate") == "bayes_lens" and _private_owner("bayes_lens.hooks") is None
+    hits = []
+    for name, path in mods.items():
+        for line, target in _imports_with_lines(name, path, set(mods)):
+            owner = _private_owner(target)
+            if owner is not None and name != owner and not name.startswith(owner + "."):
+                hits.append((target, f"{path.relative_to(PKG.parent).as_posix()}:{line}: {name} imports {target}"))
+    assert not [h for t, h in hits if not t.startswith("bayes_lens.shard.")], \
+        "make the name public in its package's __init__, or move the shared helper to a root-level private " \
+        "module:\n" + "\n".join(h for _, h in hits)
+    if hits:  # the analyses and the CLI reach into shard/ until the data-path rewrite moves scaling to the runner
+        pytest.xfail("left to the data-path rewrite:\n" + "\n".join(h for _, h in hits))
