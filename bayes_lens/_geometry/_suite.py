@@ -112,8 +112,13 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
 
     Example
     -------
-    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=75))          # doctest: +SKIP
-    >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
+    >>> geo = bl.geometry(model, prompts, n_boot=200, n_null=50, n_perm=200)
+    >>> geo.value_manifold.pc12 == bl.value_manifold(model, prompts, n_boot=200, n_null=50).pc12
+    True
+    >>> sorted(set(geo.to_dataframe()["metric"]))
+    [...]
+    >>> type(geo.plot()).__name__
+    'Figure'
     >>> geo = bl.geometry(model, prompts, engine="torchrun", shard_dir="shards/")  # under torchrun  # doctest: +SKIP
     """
     s = check_site(site)

@@ -500,14 +500,23 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
 
     Example
     -------
-    >>> cmp = bl.compare_patched(model, items, [axis.removal()])                      # doctest: +SKIP
-    >>> cmp.corr("clean", axis.layer_), cmp.corr_delta(cmp.conditions[1], axis.layer_)  # doctest: +SKIP
-    >>> f = bl.hook_filter(model, layers=range(axis.layer_, model.cfg.n_layers))       # doctest: +SKIP
-    >>> clean = model.run_with_cache(toks, attention_mask=mask, names_filter=f)       # doctest: +SKIP
-    >>> with bl.patched(model, axis.removal()):                                       # doctest: +SKIP
+    >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4, seed=0)
+    >>> axis = bl.EntropyAxis(layer=-1).fit(model, items)
+    >>> cmp = bl.compare_patched(model, items, [axis.removal()], n_boot=100, n_random_seeds=1)
+    >>> cmp.conditions
+    ('clean', 'removal λ=1 @L1', 'random ⟂ removal λ=1 @L1')
+    >>> clean, delta = cmp.corr("clean", axis.layer_), cmp.corr_delta(cmp.conditions[1], axis.layer_)
+    >>> bool(np.isclose(delta.value, -clean.value))        # the removed coordinate is 0 at the patched layer
+    True
+    >>> toks, mask = bl.adapter.tokenize(model, items.texts)
+    >>> f = bl.hook_filter(model, layers=range(axis.layer_, model.cfg.n_layers))
+    >>> clean = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
+    >>> with bl.patched(model, axis.removal()):
     ...     removed = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
-    >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
-    ...                    attention_mask=mask).calibration_delta("removed")
+    >>> d = bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,
+    ...                        attention_mask=mask, n_boot=100).calibration_delta("removed")
+    >>> bool(np.isclose(d.value, cmp.calibration_delta(cmp.conditions[1]).value))   # same numbers from caches
+    True
     >>> bl.compare_patched(model, items, [axis.removal()], engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
     """
     _check_common(correlation, n_random_seeds, n_boot, seed)
