@@ -22,11 +22,11 @@ bayes_lens accepts any "TransformerLens model": a TL 3.x ``HookedTransformer`` o
 Example
 -------
 >>> import bayes_lens as bl
->>> model = bl.load_model()                                   # doctest: +SKIP
->>> bl.adapter.model_info(model).n_kv_heads                   # doctest: +SKIP
-3
->>> bl.adapter.hook_name(model, -1, "v")                      # doctest: +SKIP
-'blocks.29.attn.hook_v'
+>>> model = bl.models.tiny.tiny_model("bridge")               # or bl.load_model(): SmolLM2-135M
+>>> bl.adapter.model_info(model).n_kv_heads
+2
+>>> bl.adapter.hook_name(model, -1, "v")                      # layer -1 is the last layer
+'blocks.1.attn.hook_v'
 """
 
 from __future__ import annotations
