@@ -11,6 +11,14 @@ Example
 >>> model = bl.load_model()                    # doctest: +SKIP
 >>> prompts = bl.prompts.mixed(model, n=75)    # doctest: +SKIP
 >>> bl.geometry(model, prompts).to_dataframe() # doctest: +SKIP
+
+The same calls on a tiny random model (no download, a second):
+
+>>> model = bl.models.tiny.tiny_model("bridge")
+>>> geo = bl.geometry(model, ["the cat is a dog", "a bird is the moon", "the tree is a house",
+...                           "a stone is the river", "the lamp is a cloud"], n_boot=100, n_null=20, n_perm=100)
+>>> geo.value_manifold.n_prompts, geo.value_manifold.hook_name
+(5, 'blocks.1.attn.hook_v')
 """
 
 from __future__ import annotations
