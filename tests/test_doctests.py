@@ -1,10 +1,10 @@
 """Every docstring example in the package runs, on a tiny random model, in the fast lane.
 
-Each module's examples see the module's own names (as under ``pytest --doctest-modules``) and ``bl`` (the package), ``np``, ``torch``, ``model``
-(a tiny random llama TransformerBridge: the one kind both TransformerLens majors have, fresh for each
-module) and ``prompts`` (a few short texts its tokenizer knows). Examples that need the real model, Ray,
-torchrun or files are marked ``# doctest: +SKIP`` in their docstring. Outputs compare under
-ELLIPSIS and NORMALIZE_WHITESPACE.
+Each module's examples see the module's own names (as under ``pytest --doctest-modules``) and
+``bl`` (the package), ``np``, ``torch``, ``model`` (a tiny random llama TransformerBridge: the one
+kind both TransformerLens majors have, fresh for each module) and ``prompts`` (eight short texts its
+tokenizer knows). Examples that need the real model, Ray, torchrun or a folder on disk are marked
+``# doctest: +SKIP`` in their docstring. Outputs compare under ELLIPSIS and NORMALIZE_WHITESPACE.
 """
 
 from __future__ import annotations
