@@ -1,9 +1,8 @@
 """bayes_lens: measure whether a TransformerLens model carries, and uses, Bayesian geometry.
 
-The public surface (see the README and docs/DESIGN.md "The public contract") is listed in
-``__all__``. Heavy submodules are imported lazily on first attribute access, so
-``import bayes_lens`` stays fast and a missing optional extra only matters when it is used. Every
-public name has one meaning: no function shares its name with a module (the geometry metrics live in
+The public surface (see the README, "Quickstart" and "Layout") is listed in ``__all__``. Heavy
+submodules are imported lazily on first attribute access, so ``import bayes_lens`` stays fast and a
+missing optional extra only matters when it is used. Every public name has one meaning: no function shares its name with a module (the geometry metrics live in
 the private package ``bayes_lens._geometry``, the report writer in ``bayes_lens.reporting``).
 
 Example
@@ -12,12 +11,21 @@ Example
 >>> model = bl.load_model()                    # doctest: +SKIP
 >>> prompts = bl.prompts.mixed(model, n=75)    # doctest: +SKIP
 >>> bl.geometry(model, prompts).to_dataframe() # doctest: +SKIP
+
+The same calls on a tiny random model (no download, a second):
+
+>>> model = bl.models.tiny.tiny_model("bridge")
+>>> geo = bl.geometry(model, ["the cat is a dog", "a bird is the moon", "the tree is a house",
+...                           "a stone is the river", "the lamp is a cloud"], n_boot=100, n_null=20, n_perm=100)
+>>> geo.value_manifold.n_prompts, geo.value_manifold.hook_name
+(5, 'blocks.1.attn.hook_v')
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 
+from ._namespace import import_submodule, package_dir
 from .errors import (
     BayesLensError,
     CheckpointError,
@@ -95,12 +103,11 @@ __all__ = [
 def __getattr__(name: str):
     if name in _LAZY:
         module_name, attr = _LAZY[name]
-        module = importlib.import_module(module_name)
+        module = _importlib.import_module(module_name)
         value = module if attr is None else getattr(module, attr)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'bayes_lens' has no attribute {name!r}")
+    return import_submodule(globals(), name)  # bl.cot, bl.domains ...: public modules not in __all__
 
 
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__dir__ = package_dir(globals())

@@ -22,11 +22,11 @@ bayes_lens accepts any "TransformerLens model": a TL 3.x ``HookedTransformer`` o
 Example
 -------
 >>> import bayes_lens as bl
->>> model = bl.load_model()                                   # doctest: +SKIP
->>> bl.adapter.model_info(model).n_kv_heads                   # doctest: +SKIP
-3
->>> bl.adapter.hook_name(model, -1, "v")                      # doctest: +SKIP
-'blocks.29.attn.hook_v'
+>>> model = bl.models.tiny.tiny_model("bridge")               # or bl.load_model(): SmolLM2-135M
+>>> bl.adapter.model_info(model).n_kv_heads
+2
+>>> bl.adapter.hook_name(model, -1, "v")                      # layer -1 is the last layer
+'blocks.1.attn.hook_v'
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def check_model(model) -> None:
     if isinstance(n_devices, int) and n_devices > 1 and not is_bridge(model):
         raise UnsupportedModelError(
             f"this {type(model).__name__} is split over cfg.n_devices={n_devices} devices; TransformerLens 3.x "
-            "HookedTransformer does not place a split model consistently (TL issue #907), so bayes_lens refuses "
+            "HookedTransformer does not place a split model consistently (TransformerLens GitHub issue #907), so bayes_lens refuses "
             "it. Load the model as a TransformerBridge split by accelerate instead: "
             "TransformerBridge.boot_transformers(name, n_devices=N) (or device_map='auto' / a dict), or use one "
             "device (n_devices=1)."

@@ -37,7 +37,7 @@ from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
 from ._validate import check_device
 from ._windtunnel_args import add_windtunnel_parser
 from .errors import BayesLensError, InvalidInputError
-from .shard._cli import add_subparsers as add_shard
+from .shard.cli import add_subparsers as add_shard
 
 __all__ = ["main", "build_parser", "package_version"]
 

@@ -63,11 +63,20 @@ tree and ``hook_dict`` exactly; the ``with`` block detaches also when its body r
 
 Example
 -------
->>> import bayes_lens as bl                                                        # doctest: +SKIP
->>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model))        # doctest: +SKIP
->>> with bl.attach(model, axis=axis):                                              # doctest: +SKIP
+>>> import bayes_lens as bl
+>>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
+>>> tokens = model.to_tokens(prompts)
+>>> with bl.attach(model, axis=axis):
 ...     logits, cache = model.run_with_cache(tokens, names_filter=lambda n: "axis" in n)
 ...     ablated = model.run_with_hooks(tokens, fwd_hooks=[(axis.coord_hook_name_, lambda c, hook: 0 * c)])
+>>> list(cache.keys()), cache[axis.coord_hook_name_].shape[-1]
+(['blocks.1.hook_v_axis'], 1)
+>>> torch.allclose(logits, model(tokens))           # attached and unhooked: the bare model's logits
+True
+>>> with bl.patched(model, axis.removal()):         # zero-ablating the coordinate is the removal
+...     removed = model(tokens)
+>>> torch.allclose(ablated, removed, atol=1e-5)
+True
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ The reductions are also exposed as plain functions (:func:`final_rows`,
 :func:`pattern_entropy_bits`) so that an ``ActivationCache`` gives the same numbers as the
 streaming path.
 
-Devices and dtypes (issue 13, point 3): every index and mask is moved to the device of the tensor it
+Devices and dtypes: every index and mask is moved to the device of the tensor it
 indexes (a model split across GPUs hands each layer's hook a tensor on that layer's device); entropies
 are computed in float64 from the activation's own dtype (bf16/fp16 models included), and an all-rows
 reduction walks the query rows in chunks (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`) instead
@@ -32,13 +32,18 @@ of building a float64 ``[batch, head, q, k]`` copy of the pattern.
 
 Example
 -------
->>> import bayes_lens as bl                                              # doctest: +SKIP
->>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat", "Hi"])     # doctest: +SKIP
+>>> import bayes_lens as bl
+>>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat", "Hi"])
 >>> store = {}
->>> hooks = bl.hooks.final_token_hooks(model, [-1], out=store, attention_mask=mask)  # doctest: +SKIP
->>> with model.hooks(fwd_hooks=hooks):                                   # doctest: +SKIP
-...     model(tokens, attention_mask=mask)
->>> store[model.cfg.n_layers - 1][0].shape  # [batch, n_kv_heads * d_head]  # doctest: +SKIP
+>>> hooks = bl.hooks.final_token_hooks(model, [-1], out=store, attention_mask=mask)
+>>> with model.hooks(fwd_hooks=hooks):
+...     _ = model(tokens, attention_mask=mask)
+>>> store[model.cfg.n_layers - 1][0].shape  # [batch, n_kv_heads * d_head]
+torch.Size([2, 32])
+>>> _, cache = model.run_with_cache(tokens, attention_mask=mask)   # "Hi" ends at position 1, not 6
+>>> v = cache["blocks.1.attn.hook_v"]
+>>> torch.allclose(store[1][0][1], v[1, int(mask[1].sum()) - 1].flatten())
+True
 """
 
 from __future__ import annotations

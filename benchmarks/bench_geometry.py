@@ -17,17 +17,18 @@ after loading the model and a warm-up pass the peak-RSS counter is reset (``/pro
 "5"), and the extra peak is ``VmHWM`` after the run minus ``VmRSS`` before it. The memory target
 compares what each variant adds *above the bare forward pass's own peak* (logits, activations).
 
-Targets: geometry time ≤ 0.9 × bare (issue 17: the runner computes the unembedding at the final token
-only, so it does less than a plain forward); geometry extra peak ≤ 10% of naive's extra peak (issue 3).
+Targets: geometry time ≤ 0.9 × bare (the runner computes the unembedding at the final token
+only, so it does less than a plain forward); geometry extra peak ≤ 10% of naive's extra peak (the runner keeps
+only the final-position reductions, a naive ``run_with_cache`` keeps every activation).
 
-Kinds (issue 24): ``--kind all`` (the default) runs every kind available, each in a subprocess: the
+Kinds: ``--kind all`` (the default) runs every kind available, each in a subprocess: the
 TL 3 ``HookedTransformer`` and ``TransformerBridge`` of the TL 3 venv and the TL 4 bridge of the TL 4
 venv (``.venv`` / ``.venv-tl4`` of the repository or next to this interpreter's venv, or the
 interpreters given with ``--python``), then prints one summary table. ``--seq-len N`` replaces the 64
 templated prompts by ``--n-prompts`` prompts of exactly ``N`` random tokens (space-led word tokens that
 re-tokenize to themselves; seeded), batched by ``--batch``.
 
-Long-prompt memory (issue 24): ``--memory-seq-len 4096`` measures, on one prompt of that many tokens,
+Long-prompt memory: ``--memory-seq-len 4096`` measures, on one prompt of that many tokens,
 ``bl.geometry``'s peak above the bare forward's peak, against what a ``run_with_cache`` of the hooks
 geometry needs (``names_filter=bl.hook_filter(model)``: ``hook_v`` and ``hook_pattern`` of every layer)
 keeps: the bytes of those activations, summed in a forward pass that keeps none of them (a real

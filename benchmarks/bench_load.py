@@ -5,7 +5,7 @@ the cache before timing starts).
 
 Each variant runs in a fresh subprocess (so peak memory, read from VmHWM in /proc/self/status, is
 its own), after the imports it needs (import time is reported separately and excluded from the
-load time). Targets (issue 2): load time <= 0.6x transformers' route; peak memory <= 1.5x the
+load time). Targets: load time <= 0.6x transformers' route; peak memory <= 1.5x the
 final model's size (parameter + buffer bytes; we report the peak both as an absolute and as the
 increase over the post-import baseline).
 

@@ -1,6 +1,6 @@
 """Benchmark: bl.martingale.predictive (one pass per sequence) vs one pass per prefix.
 
-The target workload (issue 7) is 100 balanced sequences of length 198 (Paper B's largest n). The
+The target workload is 100 balanced sequences of length 198 (Paper B's largest n). The
 one-pass predictive is timed on ``--n-seqs`` sequences; the per-prefix approach (a forward pass over
 the tokens up to each reading position, the logits read at its last token) is timed on a sample of
 ``--prefix-sample`` prefix lengths of ``--prefix-seqs`` sequences, a linear cost model

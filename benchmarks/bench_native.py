@@ -1,4 +1,4 @@
-"""Benchmark: the TransformerLens-native layer (issue 17) against the user's plain forward passes.
+"""Benchmark: the TransformerLens-native layer (``bl.attach``, ``bl.hook_filter``) against the user's plain forward passes.
 
 On SmolLM2-135M (``bl.load_model()``), the same SULA prompts (``--n-prompts``, batch 16, right
 padding), "bare" is the user's plain ``model(tokens, attention_mask=mask)`` with full logits:

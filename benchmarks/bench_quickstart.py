@@ -1,4 +1,4 @@
-"""Time the README's quickstart end to end, statement by statement, on the default model (issue 16.2).
+"""Time the README's quickstart end to end, statement by statement, on the default model.
 
 The Python code blocks of README.md's "## Quickstart" section (up to the next "## " heading) are run
 in order, in one namespace, as written, inside a temporary folder (so ``out="report/"`` lands there).

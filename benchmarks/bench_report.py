@@ -1,4 +1,4 @@
-"""Benchmark: wall time of ``bayes-lens report --quick`` and of the full report (issue 8 targets).
+"""Benchmark: wall time of ``bayes-lens report --quick`` and of the full report, against their targets.
 
 Targets on a 2-core CPU with the default model (SmolLM2-135M): ``--quick`` ≤ 3 minutes, the full
 report (``make demo``) ≤ 15 minutes. The command is run exactly as a user runs it (the console

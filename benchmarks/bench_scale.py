@@ -1,4 +1,4 @@
-"""Benchmark: sharded runs (issue 13) - 2 local workers vs 1 process, and the merge's memory bound.
+"""Benchmark: sharded runs - 2 local workers vs 1 process, and the merge's memory bound.
 
 Part 1 (``workers``): SmolLM2-135M (``bl.load_model()``), the same prompts, ``collect`` with every
 layer's final-token values and the attention entropies (batch 8). "1 process" runs all shards in one

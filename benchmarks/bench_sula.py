@@ -1,6 +1,6 @@
 """Benchmark: bl.sula.evaluate on the 250 default SULA prompts vs bare batched forward passes.
 
-Target (issue 5): evaluating the 250 prompts (forward passes with metric hooks, label
+Target: evaluating the 250 prompts (forward passes with metric hooks, label
 log-probabilities, all bootstrap CIs, the shared PCA and permutation nulls) takes at most 1.2x the
 time of bare batched forward passes over the same prompts (same batch size, same padding, no hooks,
 no statistics). The two are run alternately ``--repeats`` times after a warm-up, so that load from

@@ -1,4 +1,6 @@
-"""The GPU check of issue 13 (point 3, "Must show"): run on a machine with one NVIDIA GPU, < 8 minutes.
+"""The GPU check (devices and dtypes of the runner, the hooks and the shards).
+
+Run on a machine with one NVIDIA GPU, < 8 minutes.
 
 Checks, each printed as a row of one table (the script exits 1 if any check fails, 2 if no GPU):
 

@@ -4,7 +4,7 @@ Each script prints a markdown table and its targets; copy the figures into bench
 the machine, the load and the command. Run on a quiet machine: the timings are wall-clock.
 ``bench_geometry.py`` and ``bench_native.py`` run every kind of both venvs (``.venv``: TL 3
 HookedTransformer and bridge; ``.venv-tl4``: TL 4 bridge), at the short prompts and at long ones
-(issue 24's sizes); the long-prompt memory case (``--memory-seq-len 4096``) is slow on a CPU and
+(``--seq-len 64`` and ``1024``); the long-prompt memory case (``--memory-seq-len 4096``) is slow on a CPU and
 is run by hand.
 """
 

@@ -481,8 +481,8 @@ def test_public_validators_are_documented():
 
 def test_report_single_section_string_runs_that_section_only(tmp_path, monkeypatch):
     from bayes_lens.models.tiny import tiny_model
-    from bayes_lens.reporting import _sections
-    from bayes_lens.reporting._core import Section, SectionOutput
+    from bayes_lens.reporting import SectionOutput, _sections
+    from bayes_lens.reporting._core import Section
 
     ran = []
     fake = {n: Section(n, n, n, lambda ctx, n=n: ran.append(n) or SectionOutput()) for n in _sections.SECTIONS}
@@ -493,8 +493,8 @@ def test_report_single_section_string_runs_that_section_only(tmp_path, monkeypat
 
 def test_report_override_values_are_used(tmp_path, monkeypatch):
     from bayes_lens.models.tiny import tiny_model
-    from bayes_lens.reporting import _sections
-    from bayes_lens.reporting._core import Section, SectionOutput
+    from bayes_lens.reporting import SectionOutput, _sections
+    from bayes_lens.reporting._core import Section
 
     seen = {}
     fake = {"geometry": Section("geometry", "g", "g", lambda ctx: seen.update(ctx.sizes) or SectionOutput())}

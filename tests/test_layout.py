@@ -1,8 +1,11 @@
 """The package's shape: no private names imported across modules, no import cycles, one meaning per name."""
 
 import ast
+import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 import bayes_lens as bl
 
@@ -108,3 +111,102 @@ def test_results_holding_arrays_compare_without_raising():
         assert (a == b) in (True, False), cls  # identity comparison when eq=False: never an array truth error
         checked += 1
     assert checked >= 15
+
+
+PUBLIC_PACKAGES = ["bayes_lens", "bayes_lens.metrics", "bayes_lens.martingale", "bayes_lens.sula",
+                   "bayes_lens.ablation", "bayes_lens.shard", "bayes_lens.windtunnel", "bayes_lens.reporting",
+                   "bayes_lens.models"]
+
+
+def _public_submodules(package_dir: Path) -> set:
+    return {p.stem if p.is_file() else p.name for p in package_dir.iterdir()
+            if not p.name.startswith("_")
+            and ((p.is_file() and p.suffix == ".py") or (p.is_dir() and (p / "__init__.py").is_file()))}
+
+
+@pytest.mark.parametrize("name", PUBLIC_PACKAGES)
+def test_dir_shows_only_the_public_names(name):
+    """``dir(pkg)`` is ``__all__`` plus the public submodules, sorted; every one of them resolves."""
+    pkg = importlib.import_module(name)
+    assert len(set(pkg.__all__)) == len(pkg.__all__), "a name listed twice in __all__"
+    expected = sorted(set(pkg.__all__) | _public_submodules(Path(pkg.__file__).parent))
+    assert dir(pkg) == expected
+    for attr in [*pkg.__all__, *expected]:
+        getattr(pkg, attr)  # AttributeError/ImportError here is a broken export
+    with pytest.raises(AttributeError):
+        getattr(pkg, "no_such_name")
+
+
+def test_windtunnel_does_not_export_its_command_line_wiring():
+    """The ``bayes-lens windtunnel`` argparse set-up and commands stay out of ``bl.windtunnel.__all__``."""
+    from bayes_lens import _windtunnel_args
+    from bayes_lens.windtunnel import cli
+
+    wiring = {n for n in vars(cli) if callable(getattr(cli, n)) and getattr(getattr(cli, n), "__module__", "")
+              == cli.__name__} | set(_windtunnel_args.__all__)
+    assert "run_command" in wiring
+    assert not wiring & set(bl.windtunnel.__all__)
+    for n in bl.windtunnel.__all__:
+        assert getattr(getattr(bl.windtunnel, n), "__module__", "") not in (cli.__name__, _windtunnel_args.__name__), n
+
+
+UNOPENABLE = re.compile(r"\bissues?[ -]\d+|DESIGN\.md", re.IGNORECASE)
+
+
+def test_no_citations_a_reader_cannot_open():
+    """Source, benchmarks and tools say the reason itself, not "issue 13" or a design file the repo lacks.
+
+    (An upstream project's numbered issue, written ``TransformerLens GitHub issue #907``, can be opened.)
+    """
+    root = PKG.parent
+    files = [p for d in ("bayes_lens", "benchmarks", "tools") for p in sorted((root / d).rglob("*"))
+             if p.suffix in (".py", ".md", ".txt", ".toml", ".json") and "__pycache__" not in p.parts]
+    assert any(p.name == "RESULTS.md" for p in files)
+    hits = [f"{p.relative_to(root).as_posix()}:{i}: {line.strip()}" for p in files
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if UNOPENABLE.search(line)]
+    assert not hits, "\n".join(hits)
+
+
+def _imports_with_lines(name: str, path: Path, known: set):
+    """(line, imported module) for every import of a bayes_lens module in ``path``, lazy ones included;
+    ``from pkg import mod`` counts as importing ``pkg.mod`` when that is a module."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - (node.level - 1)] + (node.module.split(".") if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "bayes_lens":
+                continue
+            yield node.lineno, target
+            yield from ((node.lineno, f"{target}.{a.name}") for a in node.names if f"{target}.{a.name}" in known)
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "bayes_lens")
+
+
+def _private_owner(module: str):
+    """The package a private module belongs to: the parent of its last ``_``-named part (None if public)."""
+    parts = module.split(".")
+    private = [i for i, p in enumerate(parts) if p.startswith("_")]
+    return ".".join(parts[: private[-1]]) if private else None
+
+
+def test_private_modules_are_imported_only_inside_their_package():
+    """``a.b._c`` (and a private subpackage ``a._p``) is imported only by modules of package ``a.b`` (``a``).
+
+    Root-level private modules (``bayes_lens._validate``, ``bayes_lens._results``) serve the whole
+    package; ``bayes_lens.shard._sharded`` is shard's own, ``bayes_lens._geometry._sources`` the
+    geometry package's.
+    """
+    mods = dict(_modules())
+    assert _private_owner("bayes_lens._geometry._sources") == "bayes_lens._geometry"
+    assert _private_owner("bayes_lens._validate") == "bayes_lens" and _private_owner("bayes_lens.hooks") is None
+    hits = []
+    for name, path in mods.items():
+        for line, target in _imports_with_lines(name, path, set(mods)):
+            owner = _private_owner(target)
+            if owner is not None and name != owner and not name.startswith(owner + "."):
+                hits.append((target, f"{path.relative_to(PKG.parent).as_posix()}:{line}: {name} imports {target}"))
+    assert not hits, "make the name public in its package's __init__, or move the shared helper to a root-level " \
+        "private module:\n" + "\n".join(h for _, h in hits)

@@ -108,8 +108,12 @@ def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: st
 
     Example
     -------
-    >>> ea = bl.entropy_alignment(model, prompts)                       # doctest: +SKIP
-    >>> ea.spearman, ea.spearman_ci, ea.spearman_pvalue                 # doctest: +SKIP
+    >>> ea = bl.entropy_alignment(model, prompts, n_boot=200, n_perm=200)
+    >>> from scipy.stats import spearmanr
+    >>> bool(np.isclose(ea.spearman, spearmanr(np.asarray(ea.pc1_coords), np.asarray(ea.entropy_bits))[0]))
+    True
+    >>> bool(0 < ea.spearman_pvalue <= 1)
+    True
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_perm=n_perm)

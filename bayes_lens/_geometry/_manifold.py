@@ -162,8 +162,13 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
 
     Example
     -------
-    >>> vm = bl.value_manifold(model, prompts)                          # doctest: +SKIP
-    >>> vm.pc12, vm.pc12_ci, vm.null_pc12                               # doctest: +SKIP
+    >>> vm = bl.value_manifold(model, prompts, n_boot=200, n_null=50)
+    >>> vm.hook_name, vm.n_prompts
+    ('blocks.1.attn.hook_v', 8)
+    >>> bool(0 < vm.pc1 < vm.pc12 < 1 and vm.pc12_ci[0] <= vm.pc12 <= vm.pc12_ci[1])
+    True
+    >>> bool(np.isclose(vm.pc12, vm.explained_variance_ratio[:2].sum()))
+    True
     """
     if ci_method not in CI_METHODS:
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")

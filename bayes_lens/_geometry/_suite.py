@@ -108,9 +108,13 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
 
     Example
     -------
-    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=12), n_boot=20, n_null=5, n_perm=20)
-    >>> geo.value_manifold.n_prompts, geo.attention_focusing.head_entropy_bits.shape
-    (12, torch.Size([2, 4]))
+    >>> geo = bl.geometry(model, prompts, n_boot=200, n_null=50, n_perm=200)
+    >>> geo.value_manifold.pc12 == bl.value_manifold(model, prompts, n_boot=200, n_null=50).pc12
+    True
+    >>> sorted(set(geo.to_dataframe()["metric"]))
+    [...]
+    >>> type(geo.plot()).__name__
+    'Figure'
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm)

@@ -54,14 +54,17 @@ entropy-ordered direction of its value space. This module answers with three pub
 
 Example
 -------
->>> import bayes_lens as bl                                                        # doctest: +SKIP
->>> model = bl.load_model()                                                        # doctest: +SKIP
->>> prompts = bl.sula.make_prompts(model, n_per_k=20)                              # doctest: +SKIP
->>> axis = bl.EntropyAxis(layer=-1).fit(model, prompts)                            # doctest: +SKIP
->>> with bl.patched(model, axis.removal()):                                        # doctest: +SKIP
+>>> import bayes_lens as bl
+>>> model = bl.models.tiny.tiny_model("bridge")                # or bl.load_model()
+>>> prompts = bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4)
+>>> axis = bl.EntropyAxis(layer=-1).fit(model, prompts)
+>>> with bl.patched(model, axis.removal()):
 ...     logits = model("w1: dax, w2: dax. query:")
->>> cmp = bl.compare_patched(model, prompts, [axis.removal(), axis.keep_only()])  # doctest: +SKIP
->>> cmp.table; cmp.plot()                                                          # doctest: +SKIP
+>>> logits.shape[-1] == model.cfg.d_vocab
+True
+>>> cmp = bl.compare_patched(model, prompts, [axis.removal(), axis.keep_only()], n_boot=100, n_random_seeds=1)
+>>> len(cmp.conditions), type(cmp.plot()).__name__            # clean, 2 patches, 2 random controls
+(5, 'Figure')
 """
 
 from ._axis import EntropyAxis
@@ -70,3 +73,8 @@ from ._patch import Patch, PatchPart, patched
 
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect"]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

@@ -218,13 +218,21 @@ class PatchComparison(Result):
             raise InvalidInputError(f"metric must be one of {sorted(_CAL_METRICS)}, got {metric!r}.")
         return metric
 
-    def random_condition(self, condition: str) -> Optional[str]:
-        """The random-control group of an axis patch's condition (same op, layers), or None."""
+    def _random_control(self, condition: str) -> Optional[str]:
+        """The random-control condition of an axis patch's ``condition`` (same op, same layers), or None.
+
+        Its default label is ``"random ⟂ " + <the patch's label>``; a patch passed under a label of
+        its own is matched by its op and layers in the table.
+        """
         for c in self.conditions:
             if c.startswith("random ⟂") and condition.split(" @")[-1] == c.split(" @")[-1] and \
                     condition.split(" @")[0] in c:
                 return c
-        return None
+        t = self.table
+        rows = t[t["condition"] == condition]
+        same = t[t["is_random"].astype(bool) & (t["kind"] == rows["kind"].iloc[0])
+                 & (t["patched_layers"] == rows["patched_layers"].iloc[0])]
+        return same["condition"].iloc[0] if len(same) else None
 
     def to_dataframe(self):
         return self.table.copy()
@@ -260,11 +268,7 @@ class PatchComparison(Result):
         elif downstream not in self.readout_layers:
             raise InvalidInputError(f"downstream must be a readout layer {list(self.readout_layers)}, got {downstream!r}.")
         last = self.readout_layers[-1]
-        rnd = self.random_condition(condition)
-        if rnd is None:  # a patch passed under a label of its own: its control has the same op and layers
-            kind, where = rows["kind"].iloc[0], rows["patched_layers"].iloc[0]
-            same = t[t["is_random"].astype(bool) & (t["kind"] == kind) & (t["patched_layers"] == where)]
-            rnd = same["condition"].iloc[0] if len(same) else None
+        rnd = self._random_control(condition)
         layers = sorted({downstream, last})
         corr = {(c, k): self.corr(c, k) for c in ("clean", condition) for k in layers}
         delta = {k: self.corr_delta(condition, k) for k in layers}
@@ -491,14 +495,23 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
 
     Example
     -------
-    >>> cmp = bl.compare_patched(model, items, [axis.removal()])                      # doctest: +SKIP
-    >>> cmp.corr("clean", axis.layer_), cmp.corr_delta(cmp.conditions[1], axis.layer_)  # doctest: +SKIP
-    >>> f = bl.hook_filter(model, layers=range(axis.layer_, model.cfg.n_layers))       # doctest: +SKIP
-    >>> clean = model.run_with_cache(toks, attention_mask=mask, names_filter=f)       # doctest: +SKIP
-    >>> with bl.patched(model, axis.removal()):                                       # doctest: +SKIP
+    >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4, seed=0)
+    >>> axis = bl.EntropyAxis(layer=-1).fit(model, items)
+    >>> cmp = bl.compare_patched(model, items, [axis.removal()], n_boot=100, n_random_seeds=1)
+    >>> cmp.conditions
+    ('clean', 'removal λ=1 @L1', 'random ⟂ removal λ=1 @L1')
+    >>> clean, delta = cmp.corr("clean", axis.layer_), cmp.corr_delta(cmp.conditions[1], axis.layer_)
+    >>> bool(np.isclose(delta.value, -clean.value))        # the removed coordinate is 0 at the patched layer
+    True
+    >>> toks, mask = bl.adapter.tokenize(model, items.texts)
+    >>> f = bl.hook_filter(model, layers=range(axis.layer_, model.cfg.n_layers))
+    >>> clean = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
+    >>> with bl.patched(model, axis.removal()):
     ...     removed = model.run_with_cache(toks, attention_mask=mask, names_filter=f)
-    >>> bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,  # doctest: +SKIP
-    ...                    attention_mask=mask).calibration_delta("removed")
+    >>> d = bl.compare_patched(items, clean=clean, patched={"removed": removed}, axis=axis,
+    ...                        attention_mask=mask, n_boot=100).calibration_delta("removed")
+    >>> bool(np.isclose(d.value, cmp.calibration_delta(cmp.conditions[1]).value))   # same numbers from caches
+    True
     """
     _check_common(correlation, n_random_seeds, n_boot, seed)
     if clean is not None or patched is not None:

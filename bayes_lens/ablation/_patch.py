@@ -185,7 +185,8 @@ class Patch:
         """SHA-256 (hex) of what the patch does (its parts' digests, in order): equal digests, equal
         changes to the model. A sharded run's settings hash covers it (through the task label).
 
-        >>> axis.removal().digest() == axis.removal(lam=1.0).digest() != axis.removal(0.5).digest()  # doctest: +SKIP
+        >>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
+        >>> axis.removal().digest() == axis.removal(lam=1.0).digest() != axis.removal(0.5).digest()
         True
         """
         h = hashlib.sha256()
@@ -308,8 +309,12 @@ def patched(model, patches):
     The model's lock is held for the whole block (another thread's forward pass waits instead of
     running with these hooks).
 
-    >>> with bl.patched(model, axis.removal()):          # doctest: +SKIP
+    >>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
+    >>> tokens = model.to_tokens(prompts)
+    >>> with bl.patched(model, axis.removal()):
     ...     logits = model(tokens)
+    >>> torch.equal(logits, model(tokens)), axis.coord_hook_name_ in model.hook_dict   # restored on exit
+    (False, False)
     """
     pairs = check_patches(model, patches)
     with adapter.model_lock(model), hookpoints.attached_for(model, pairs), adapter.added_hooks(model, pairs):

@@ -77,3 +77,8 @@ __all__ = [
     "mixture_codelength_bits",
     "expected_ce_bits",
 ]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

@@ -83,11 +83,6 @@ class GapFit:
     weights: str = "fitted"
     n_iter: int = 1
 
-    @property
-    def adjusted_r2(self) -> float:
-        """Alias of ``adj_r2``."""
-        return self.adj_r2
-
     def predict(self, n) -> np.ndarray:
         """The fitted curve at ``n``."""
         return self.A * SHAPES[self.shape](np.asarray(n, dtype=np.float64)) + self.B

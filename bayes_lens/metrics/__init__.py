@@ -37,3 +37,8 @@ from .pca import PCAFit, bootstrap_pca_stats, gaussian_null_pca_stats, participa
 __all__ += ["gaussian_abs_cosine", "mean_abs_offdiag_cosine", "paper_abs_cosine_baseline",
             "simulate_gaussian_abs_cosine", "PCAFit", "participation_ratio", "bootstrap_pca_stats",
             "gaussian_null_pca_stats"]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

@@ -359,3 +359,8 @@ def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, devic
         f"unknown model {str(name)!r}: pass 'default', {GEMMA_NAME!r}, a .gguf file or a local Hugging Face folder "
         "(no hub downloads happen here; see `bayes-lens models`)."
     )
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

@@ -24,9 +24,9 @@ list of words: " 0"/" 1" (Bernoulli prompts), SULA's nonsense labels and carrier
 Example
 -------
 >>> from bayes_lens.models.tiny import tiny_model
->>> model = tiny_model("hooked", gqa=True, rotary=True)     # doctest: +SKIP
->>> model.cfg.n_key_value_heads                            # doctest: +SKIP
-2
+>>> model = tiny_model("bridge", gqa=True, rotary=True)     # "hooked" too on TransformerLens 3.x
+>>> model.cfg.n_key_value_heads, model.cfg.n_layers
+(2, 2)
 """
 
 from __future__ import annotations

@@ -244,3 +244,8 @@ def run_model_report(model, out, *, quick, seed, progress, sections, strict, ove
                      sizes=the_sizes, strict=strict, source=source, extra_timings=extra,
                      on_section=on_section)
     return ReportDocument(doc, out)
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

@@ -1,8 +1,8 @@
 """Sharded runs beyond one process: shard files as the contract, local and torch.distributed engines.
 
-(docs/METHODS.md §0 for what the runner keeps.) A job's prompts are split into shards on batch
-boundaries (:func:`plan`); each worker runs the one runner, :func:`bayes_lens.collect.collect`, on its
-shard with global prompt indices and commits ``shard-XXXXX.safetensors`` + ``shard-XXXXX.json``
+(docs/METHODS.md §0 says what the runner keeps.) A job's prompts are split into shards on
+batch boundaries (:func:`plan`); each worker runs the one runner, :func:`bayes_lens.collect.collect`,
+on its shard with global prompt indices and commits ``shard-XXXXX.safetensors`` + ``shard-XXXXX.json``
 (:func:`run_shard`); :func:`merge` checks coverage, settings, model fingerprints and file hashes and
 returns a :class:`~bayes_lens.reduced.ReducedCache` equal to one process. Workers build their model
 from a :class:`ModelSpec`. :func:`collect_sharded` does all three with an engine (``"local"``,
@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import importlib
 
+from .._namespace import package_dir
+
 # public name -> submodule. Loaded on first use: importing bayes_lens.shard (e.g. for the command
-# line's parser, bayes_lens.shard._cli) must not import torch.
+# line's parser, bayes_lens.shard.cli) must not import torch.
 _LAZY = {
     "LocalEngine": "_engines",
     "TorchrunEngine": "_engines",
@@ -79,5 +81,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'bayes_lens.shard' has no attribute {name!r}")
 
 
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__dir__ = package_dir(globals())

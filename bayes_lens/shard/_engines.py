@@ -1,7 +1,7 @@
 """Engines that run the shards of a job, and :func:`collect_sharded`, the sharded ``collect``.
 
-No home-made scheduler or RPC (issue 13, point 2): an engine only decides which process runs which
-shard and who merges.
+No home-made scheduler or RPC: torchrun, Ray or a batch system already start and place processes, so
+an engine only decides which process runs which shard and who merges.
 
 * :class:`LocalEngine` (``engine="local"``) - every shard in this process, one after another
   (resumable: finished shards are skipped on a rerun).

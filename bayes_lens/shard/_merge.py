@@ -3,7 +3,7 @@
 :func:`open_shards` reads every ``shard-*.json`` manifest in a folder (in any order) and refuses,
 with a :class:`~bayes_lens.shard.ShardError` naming what differs, unless
 
-* the shards' ranges cover ``[0, n_prompts)`` exactly once (no gap, no overlap; issue 13, point 1),
+* the shards' ranges cover ``[0, n_prompts)`` exactly once (no gap, no overlap),
 * every shard has the same settings hash, model fingerprint, prompt count and stored fields,
 * each tensor file's size and SHA-256 match its manifest, and its ``indices`` are its range,
 * (with ``prompts=``) each prompt's SHA-256 matches the prompt list given now.

@@ -2,8 +2,8 @@
 
 A shard is a half-open range ``[start, stop)`` of global prompt indices. When every boundary is a
 multiple of ``batch_size``, each shard's batches are exactly the batches one process would run
-(same prompts, same padding width), so a sharded run equals one run bit for bit (issue 13, point 1;
-the runner is :func:`bayes_lens.collect.collect` with ``start_index=shard.start``). Work is spread by
+(same prompts, same padding width), so a sharded run equals one run bit for bit (padding depends on
+the batch, so a boundary inside one would change the rows; the runner is :func:`bayes_lens.collect.collect` with ``start_index=shard.start``). Work is spread by
 whole batches: shard sizes differ by at most one batch.
 
 Example

@@ -1,6 +1,6 @@
 """The optional Ray engine (``pip install 'bayes-lens[ray]'``): one Ray actor per model replica.
 
-Issue 13, point 2: each actor builds the model from the job's :class:`~bayes_lens.shard.ModelSpec`
+Each actor builds the model from the job's :class:`~bayes_lens.shard.ModelSpec`
 once (with ``num_cpus`` / ``num_gpus`` reserved for it), runs the shards ``r, r+R, ...`` of its
 replica number ``r`` through :func:`~bayes_lens.shard.run_shards` (the same shard files, the same
 resume), and the driver merges. Ray only moves the call arguments (the spec, prompts and settings);

@@ -173,10 +173,15 @@ def sharded(model, *, engine="local", shard_dir):
     object such as ``bl.shard.RayEngine(...)``. ``shard_dir``: the folder of the shard files (created
     if missing; every worker must reach it); a rerun of the same analysis resumes from it.
 
+    >>> import tempfile
+    >>> tmp = tempfile.mkdtemp()
     >>> with bl.shard.sharded(model, shard_dir=tmp) as m:
     ...     rc = bl.collect.collect(m, ["a b c", "d e", "f"], value_layers=[-1])
     >>> rc.n_prompts, sorted(p.name.split("-")[0] for p in Path(tmp).iterdir())
     (3, ['collect'])
+    >>> torch.equal(rc["blocks.1.attn.hook_v"], bl.collect.collect(model, ["a b c", "d e", "f"],
+    ...             value_layers=[-1])["blocks.1.attn.hook_v"])
+    True
     """
     if shard_dir is None or isinstance(shard_dir, bool) or not isinstance(shard_dir, (str, os.PathLike)):
         raise InvalidInputError(f"shard_dir must be a folder path (str or Path) every worker can reach, got "

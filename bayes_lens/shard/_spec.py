@@ -5,7 +5,8 @@ it gets a JSON-serializable :class:`ModelSpec` - ``"default"`` or a ``.gguf`` / 
 path (built with :func:`bayes_lens.load_model`), or ``"package.module:function"`` (an import path of a
 loader function) - plus keyword arguments, and calls :meth:`ModelSpec.load`.
 
-:func:`model_fingerprint` says whether two workers built the same model (issue 13, point 1): a
+:func:`model_fingerprint` says whether two workers built the same model (a merge of shards from
+different models would be silently wrong): a
 SHA-256 over the model's shape facts (:func:`bayes_lens.adapter.model_info`), its tokenizer (size and
 the ids of a probe string), every parameter's name and shape, and 16 evenly spaced weight samples per
 parameter. Samples are rounded to bfloat16 before hashing and parameter dtypes are left out, so the

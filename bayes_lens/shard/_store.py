@@ -9,7 +9,7 @@ pickle on disk). The merged file of ``bayes-lens shard merge`` is written by
 the metadata; shard files are checked by :func:`~bayes_lens.shard.merge` against the SHA-256 in
 their manifest.
 
-Writes are atomic (so a crash never leaves a half-written file in place): each file is written to a temporary name in the same folder,
+Writes are atomic, so a killed worker never leaves a half-written shard that passes for finished: each file is written to a temporary name in the same folder,
 flushed, ``fsync``-ed and moved into place with ``os.replace``. The manifest is written last and
 records the SHA-256 of the tensor file, so a manifest on disk is the commit mark of a finished shard;
 a worker killed before it leaves no manifest, and a rerun redoes that shard.

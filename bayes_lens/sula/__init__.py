@@ -53,8 +53,10 @@ Example
 ('query:', 1.0)
 >>> round(bl.sula.bayes_posterior([0, 0, 1], p=0.9), 4)        # one net vote for the first label
 0.9
->>> res = bl.sula.evaluate(model)                                # doctest: +SKIP
->>> res.table[["k", "mae_bits", "ece", "label_mass"]]            # doctest: +SKIP
+>>> model = bl.models.tiny.tiny_model("bridge")                 # any TransformerLens model
+>>> res = bl.sula.evaluate(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4), n_boot=100)
+>>> res.table[["k", "mae_bits", "ece", "label_mass"]].shape      # a row per k, and one for all
+(3, 4)
 """
 
 from ._evaluate import (
@@ -100,3 +102,8 @@ __all__ = [
     "as_prompts",
     "run_controls",
 ]
+
+from .._namespace import package_dir, submodule_getattr  # noqa: E402
+
+__dir__ = package_dir(globals())
+__getattr__ = submodule_getattr(globals())

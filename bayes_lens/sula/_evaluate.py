@@ -492,11 +492,16 @@ def evaluate(
 
     Example
     -------
-    >>> res = bl.sula.evaluate(model)                                          # doctest: +SKIP
-    >>> res.mae_bits, res.mae_bits_ci, res.ece, res.bayes_ece                  # doctest: +SKIP
-    >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)             # doctest: +SKIP
-    >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())  # doctest: +SKIP
-    >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask).mae_bits      # doctest: +SKIP
+    >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4, seed=0)
+    >>> res = bl.sula.evaluate(model, items, n_boot=200)
+    >>> bool(res.mae_bits_ci[0] <= res.mae_bits <= res.mae_bits_ci[1])
+    True
+    >>> bool(np.isclose(res.mae_bits, np.abs(res.model_entropy_bits - res.bayes_entropy_bits).mean()))
+    True
+    >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)
+    >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
+    >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask, n_boot=200).mae_bits == res.mae_bits
+    True
     """
     _check_n_boot(n_boot)
     check_seed(seed)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._namespace import import_submodule, package_dir
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .evaluate import WindTunnelEval, evaluate
 from .model import ModelConfig, to_tl
@@ -106,4 +107,7 @@ def __getattr__(name):  # compare needs the geometry suite; import it on first u
         from . import comparison
 
         return getattr(comparison, name)
-    raise AttributeError(f"module 'bayes_lens.windtunnel' has no attribute {name!r}")
+    return import_submodule(globals(), name)  # cli, model, tasks ...: public modules imported on first use
+
+
+__dir__ = package_dir(globals())

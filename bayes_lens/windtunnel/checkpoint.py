@@ -28,8 +28,9 @@ and what to do.
 Example
 -------
 >>> import bayes_lens as bl
->>> ckpt = bl.windtunnel.read_checkpoint(bl.windtunnel.shipped_path("bijection"))   # doctest: +SKIP
->>> ckpt.step, ckpt.task                                                            # doctest: +SKIP
+>>> ckpt = bl.windtunnel.read_checkpoint(bl.windtunnel.shipped_path("bijection"))
+>>> ckpt.step, ckpt.task, ckpt.model_config.n_layers
+(4000, BijectionTask(V=10), 3)
 """
 
 from __future__ import annotations

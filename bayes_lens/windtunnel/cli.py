@@ -17,7 +17,6 @@ Example
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys

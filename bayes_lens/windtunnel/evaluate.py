@@ -19,8 +19,10 @@ the posterior allows.
 Example
 -------
 >>> import bayes_lens as bl
->>> model, task = bl.windtunnel.load("bijection")              # doctest: +SKIP
->>> bl.windtunnel.evaluate(model, task, n=500, seed=0).mae_bits  # doctest: +SKIP
+>>> model, task = bl.windtunnel.load("bijection")              # the shipped checkpoint (V = 10)
+>>> ev = bl.windtunnel.evaluate(model, task, n=20, seed=0, n_boot=50)
+>>> bool(ev.mae_bits < 0.1)                                     # within a tenth of a bit of Bayes
+True
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import pytest
 
 import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError
-from bayes_lens.reporting import _sections, validate
-from bayes_lens.reporting._core import Metric, Section, SectionOutput
+from bayes_lens.reporting import Metric, SectionOutput, _sections, validate
+from bayes_lens.reporting._core import Section
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pytest
 
 import bayes_lens as bl
 from bayes_lens.errors import MissingExtraError
-from bayes_lens.reporting import PAPERS, ReportDocument, _sections, methods_path, validate
-from bayes_lens.reporting._core import Metric, Section, SectionOutput
+from bayes_lens.reporting import PAPERS, Metric, ReportDocument, SectionOutput, _sections, methods_path, validate
+from bayes_lens.reporting._core import Section
 from bayes_lens.reporting._verdicts import verdict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from bayes_lens.reporting import _sections
-from bayes_lens.reporting._core import Context, Metric
+from bayes_lens.reporting import Metric, _sections
+from bayes_lens.reporting._core import Context
 from bayes_lens.reporting._verdicts import fit_verdict, key_orthogonality_verdict, wide_limit
 
 

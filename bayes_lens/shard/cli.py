@@ -1,4 +1,4 @@
-"""``bayes-lens shard plan|run|merge|status``: sharded runs from the command line (issue 13, point 2).
+"""``bayes-lens shard plan|run|merge|status``: sharded runs from the command line.
 
 * ``plan DIR --prompts FILE`` writes the job (``plan.json``, ``prompts.jsonl``) into ``DIR``;
 * ``run DIR`` runs shards of it: ``--shard I`` (e.g. ``$SLURM_ARRAY_TASK_ID``), or the shards of
