@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .. import adapter
 from ..collect import check_prompts, use_runner
 from ..errors import InvalidInputError
 from ..reduced import ReducedCache
@@ -146,6 +147,14 @@ class ShardedRunner:
         prompts = check_prompts(prompts)
         analysis = _label(desc)
         hooks = self.check_hooks(fwd_hooks, desc)
+        attached = adapter.hooked_points(model)
+        if attached:  # their effect is in no folder name: a patched run would silently read the clean shards
+            raise ShardEngineError(
+                f"{analysis} in bl.shard.sharded found hooks attached to the model at {attached[:3]} (bl.patched, "
+                "model.hooks or add_hook around the call); the shard folder is named by the collect settings and "
+                "the fwd_hooks passed, not by hooks already on the model, so a rerun would reuse shards made "
+                "without them. Pass the patch as fwd_hooks (bl.compare_patched, bl.sula.evaluate(fwd_hooks=...)) "
+                "or run it outside bl.shard.sharded.")
         runs_here = getattr(self.engine, "runs_here", False)
         if self.spec is not None and not runs_here and model is not self.model:
             raise ShardEngineError(

@@ -196,3 +196,22 @@ def test_damaged_merged_file_and_damaged_shard_raise_their_errors(model, tmp_pat
     assert shard.read_bytes() != bytes(raw)
     assert_same(vm.to_dict(), bl.value_manifold(ref, **kw).to_dict())
     assert sh.status(folder)["damaged"] == [] and len(sh.merge(folder, PROMPTS)["blocks.1.attn.hook_v"]) == 14
+
+
+def test_hooks_already_on_the_model_are_refused_not_silently_ignored(model, tmp_path):
+    """A patch attached around the call (bl.patched) is in no shard folder's name: inside ``sharded`` it would
+    silently read the clean run's shards. It is refused; the same patch as ``fwd_hooks`` runs and differs."""
+    items = bl.sula.make_prompts(model, ks=(0, 2, 8), n_per_k=4, seed=1)
+    axis = bl.EntropyAxis(layer=1, batch_size=4, progress=False).fit(model, items)
+    kw = dict(layer=1, n_boot=20, batch_size=4, progress=False)
+    with bl.patched(model, axis.removal()):
+        ref_patched = bl.sula.evaluate(model, items, **kw)  # outside sharded: the patch applies
+    with sh.sharded(model, shard_dir=tmp_path, **ENG) as m:
+        clean = bl.sula.evaluate(m, items, **kw)
+        with pytest.raises(sh.ShardEngineError, match=r"hooks attached to the model at \['blocks.1.hook_v_axis'\]"):
+            with bl.patched(m, axis.removal()):
+                bl.sula.evaluate(m, items, **kw)
+        patched = bl.sula.evaluate(m, items, fwd_hooks=list(axis.removal()), **kw)
+    assert not torch.equal(patched.model_p_first, clean.model_p_first)
+    assert torch.equal(patched.model_p_first, ref_patched.model_p_first)
+    assert len(folders(tmp_path)["sula.evaluate"]) == 2
