@@ -626,6 +626,7 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     """
     prompts = check_prompts(prompts)
     # the arguments are checked before a runner gets them: a sharded run must not write its plan first
+    info = adapter.model_info(model)
     v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
     if attention_positions not in ("last", "all"):
         raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
@@ -637,7 +638,6 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
                               attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                               batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
                               progress=progress, desc=desc, tail_positions=tail_positions)
-    info = adapter.model_info(model)
 
     v_store: Dict[int, List[Tensor]] = {}
     r_store: Dict[int, List[Tensor]] = {}
