@@ -54,6 +54,7 @@ __all__ = [
     "resolve_layers",
     "hook_name",
     "check_hooks",
+    "hooked_points",
     "hook_module_path",
     "register_hook_points",
     "output_module",
@@ -271,6 +272,21 @@ def hook_names(model) -> set:
         except Exception:  # noqa: BLE001 - private API, best effort
             pass
     return names
+
+
+def hooked_points(model) -> List[str]:
+    """Names of the model's hook points that carry a hook now (``bl.patched``, ``model.hooks(...)``,
+    ``add_hook``), by TransformerLens's own ``HookPoint.has_hooks()``."""
+    try:
+        points = model.hook_dict.items()
+    except AttributeError:  # pragma: no cover - not a TransformerLens model
+        return []
+    seen, out = set(), []
+    for name, hp in points:
+        if id(hp) not in seen and hasattr(hp, "has_hooks") and hp.has_hooks(dir="fwd"):
+            seen.add(id(hp))
+            out.append(str(name))
+    return out
 
 
 def check_hooks(model, names: Iterable[str]) -> None:

@@ -80,7 +80,7 @@ from .metrics.stats import entropy_bits
 from .reduced import (ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, ReducedCache,
                       row_name)
 
-__all__ = ["Batch", "forward_batches", "collect", "reduce_cache", "check_prompts", "use_runner"]
+__all__ = ["Batch", "forward_batches", "collect", "reduce_cache", "check_prompts", "use_runner", "check_runnable"]
 
 #: the runner of ``bl.shard.sharded(...)`` (an object with ``collect(model, prompts, **kw)``), or None
 _RUNNER: ContextVar = ContextVar("bayes_lens_runner", default=None)
@@ -96,6 +96,16 @@ def use_runner(runner):
         yield runner
     finally:
         _RUNNER.reset(token)
+
+
+def check_runnable(fwd_hooks, desc: str = "collect") -> None:
+    """Refuse now, before any forward pass, ``fwd_hooks`` that the current runner cannot run (inside
+    :func:`bayes_lens.shard.sharded`: patches on an engine whose workers are other processes, plain
+    functions). An analysis that collects several conditions calls it for each before the first."""
+    runner = _RUNNER.get()
+    if runner is not None and hasattr(runner, "check_hooks"):
+        runner.check_hooks(fwd_hooks, desc)
+
 
 HookSource = Union[Sequence, Callable[["Batch"], Sequence]]
 
@@ -570,18 +580,19 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     torch.Size([2, 2, 4])
     """
     prompts = check_prompts(prompts)
-    runner = _RUNNER.get()
-    if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
-        return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
-                              attention=attention, attention_positions=attention_positions, token_ids=token_ids,
-                              batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
-                              progress=progress, desc=desc, tail_positions=tail_positions)
+    # the arguments are checked before a runner gets them: a sharded run must not write its plan first
     info = adapter.model_info(model)
     v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
     if attention_positions not in ("last", "all"):
         raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
     tok_ids = _token_ids(model, token_ids)
     tail = _check_tail(tail_positions, tok_ids)
+    runner = _RUNNER.get()
+    if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
+        return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
+                              attention=attention, attention_positions=attention_positions, token_ids=token_ids,
+                              batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
+                              progress=progress, desc=desc, tail_positions=tail_positions)
 
     v_store: Dict[int, List[Tensor]] = {}
     r_store: Dict[int, List[Tensor]] = {}

@@ -84,7 +84,7 @@ def worker(out: str, n_prompts: int, n_shards: int, engine: str) -> None:
     rec = {"rank": rank, "wall_s": wall, "collect_s": collect_s, "peak_rss_mib": rss_peak_mib()}
     Path(out, f"timing-{engine}-{rank}.json").write_text(json.dumps(rec))
     if col is not None:
-        sh.save_collection(col, Path(out, "merged.safetensors"))
+        col.save(Path(out, "merged.safetensors"))
 
 
 def part_workers(n_prompts: int, n_shards: int, tmp: Path) -> dict:
@@ -114,11 +114,11 @@ def part_workers(n_prompts: int, n_shards: int, tmp: Path) -> dict:
         res[f"ratio_total_wall vs {base}"] = two["total_wall_s"] / one["total_wall_s"]
         res[f"ratio_collect vs {base}"] = (max(w["collect_s"] for w in two["workers"]) /
                                            one["workers"][0]["collect_s"])
-    a = sh.load_collection(tmp / "one" / "merged.safetensors")
-    b = sh.load_collection(tmp / "two" / "merged.safetensors")
-    from bayes_lens.shard._store import collection_tensors
+    from bayes_lens.reduced import ReducedCache
 
-    ta, tb = collection_tensors(a), collection_tensors(b)
+    a = ReducedCache.load(tmp / "one" / "merged.safetensors")
+    b = ReducedCache.load(tmp / "two" / "merged.safetensors")
+    ta, tb = a.file_tensors(), b.file_tensors()
     res["equal"] = sorted(ta) == sorted(tb) and all(torch.equal(ta[k], tb[k]) for k in ta)
     return res
 
@@ -130,15 +130,15 @@ def write_fake(out: Path, n: int, layers: int, dim: int, n_shards: int) -> None:
     import torch
 
     import bayes_lens.shard as sh
-    from bayes_lens.collect import Collection
+    from bayes_lens.reduced import NEXT_TOKEN_ENTROPY, ReducedCache, row_name
 
     g = torch.Generator().manual_seed(0)
     settings = sh.collect_settings({"value_layers": "all", "batch_size": 16})
     for s in sh.plan(n, 16, n_shards):
         m = len(s)
-        col = Collection(final_values={k: torch.randn(m, dim, generator=g) for k in range(layers)}, final_resid={},
-                         attn_entropy_bits=None, next_token_entropy_bits=torch.rand(m, dtype=torch.float64),
-                         token_logprobs=None, n_tokens=torch.full((m,), 20), indices=torch.arange(s.start, s.stop))
+        rows = {row_name(k): torch.randn(m, dim, generator=g) for k in range(layers)}
+        col = ReducedCache({**rows, NEXT_TOKEN_ENTROPY: torch.rand(m, dtype=torch.float64)},
+                           n_tokens=torch.full((m,), 20), indices=torch.arange(s.start, s.stop))
         sh.commit_shard(out, s, col, n_prompts=n, prompt_sha256=[f"{i:064x}" for i in range(s.start, s.stop)],
                         settings=settings, model_fingerprint="synthetic")
         del col
@@ -169,9 +169,9 @@ def merge_child(out: str, mode: str) -> None:
                 pc1.append(pca1(rows))
             del rows
     else:
-        col = shards.collection()
-        for layer, rows in col.final_values.items():
-            total += float(rows.sum())
+        rc = shards.reduced()
+        for layer in rc.layers("v"):
+            total += float(rc.value_rows(layer).sum())
     pc1 = pc1 or [float("nan")]
     peak = rss_now_mib("VmHWM") if reset else rss_peak_mib()
     print(json.dumps({"mode": mode, "base_rss_mib": base, "peak_before_mib": peak_before, "peak_reset": reset,

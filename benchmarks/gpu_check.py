@@ -24,7 +24,7 @@ Checks, each printed as a row of one table (the script exits 1 if any check fail
    alongside: what a pass of that length needs, eager attention's patterns included).
 5. ``torchrun 2 ranks``: ``torchrun --nproc_per_node 2`` (gloo for the ranks' messages, both ranks'
    models on the one GPU) running ``bl.shard.collect_sharded`` on the default model gives the same
-   Collection as one process (every array equal to 1e-6; whether bit-identical is printed).
+   reduced cache as one process (every array equal to 1e-6; whether bit-identical is printed).
 
 ``--cpu-dry-run`` runs the same code on the CPU with tiny shapes (the tiny random llama instead of
 SmolLM2 and of the 8B shape) so the script can be smoke-tested without a GPU; its time and memory
@@ -85,14 +85,16 @@ def max_abs(a, b) -> float:
 
 
 def compare(a, b):
-    """(largest |Δ| of the statistics, largest |Δ| of value rows / largest |value|, bit-identical)."""
-    stats = max(max_abs(a.next_token_entropy_bits, b.next_token_entropy_bits),
-                max_abs(a.attn_entropy_bits, b.attn_entropy_bits), max_abs(a.token_logprobs, b.token_logprobs))
-    rel = max(max_abs(a.final_values[k], b.final_values[k]) / max(float(b.final_values[k].abs().max()), 1e-12)
-              for k in b.final_values)
-    same = all(torch.equal(getattr(a, f), getattr(b, f)) for f in
-               ("next_token_entropy_bits", "attn_entropy_bits", "token_logprobs", "n_tokens")) and \
-        all(torch.equal(a.final_values[k], b.final_values[k]) for k in b.final_values)
+    """(largest |Δ| of the statistics, largest |Δ| of value rows / largest |value|, bit-identical) of two
+    reduced caches (hook name -> [n, ...])."""
+    if sorted(a) != sorted(b):
+        raise ValueError(f"the reduced caches hold different hooks: {sorted(a)} vs {sorted(b)}")
+    stats = max(max_abs(a.next_token_entropy_bits(), b.next_token_entropy_bits()),
+                max_abs(a.attention_entropy_bits(), b.attention_entropy_bits()),
+                max_abs(a.token_logprobs(), b.token_logprobs()))
+    rel = max(max_abs(a.value_rows(k), b.value_rows(k)) / max(float(b.value_rows(k).abs().max()), 1e-12)
+              for k in b.layers("v"))
+    same = all(torch.equal(a[k], b[k]) for k in b) and torch.equal(a.n_tokens, b.n_tokens)
     return stats, rel, same
 
 
@@ -135,11 +137,13 @@ def check_bf16(dry, device, refs):
     model = refs["model"].to(torch.bfloat16)
     got = collect(model, PROMPTS, token_ids=refs["ids"], **KW)
     ref = refs["fp32"]
-    d_next = (got.next_token_entropy_bits - ref.next_token_entropy_bits).abs()
-    d_layer = (got.attn_entropy_bits.mean((0, 2)) - ref.attn_entropy_bits.mean((0, 2))).abs()
-    d_attn_max = (got.attn_entropy_bits - ref.attn_entropy_bits).abs().max()
-    finite = bool(torch.isfinite(got.next_token_entropy_bits).all() and torch.isfinite(got.attn_entropy_bits).all())
-    ok = finite and got.attn_entropy_bits.dtype == torch.float64 and float(d_next.mean()) <= 1e-2 \
+    g_next, r_next = got.next_token_entropy_bits(), ref.next_token_entropy_bits()
+    g_attn, r_attn = got.attention_entropy_bits(), ref.attention_entropy_bits()  # [n, layers, heads]
+    d_next = (g_next - r_next).abs()
+    d_layer = (g_attn.mean((0, 2)) - r_attn.mean((0, 2))).abs()
+    d_attn_max = (g_attn - r_attn).abs().max()
+    finite = bool(torch.isfinite(g_next).all() and torch.isfinite(g_attn).all())
+    ok = finite and g_attn.dtype == torch.float64 and float(d_next.mean()) <= 1e-2 \
         and float(d_layer.max()) <= 1e-2
     row("bf16 entropies vs fp32", f"next-token mean |Δ| {float(d_next.mean()):.2e} (max {float(d_next.max()):.2e}); "
         f"layer-mean attention |Δ| {float(d_layer.max()):.2e} (per head/prompt max {float(d_attn_max):.2e}) bits",
@@ -294,7 +298,7 @@ def check_torchrun(dry, device, refs):
             col = sh.collect_sharded(spec, {PROMPTS!r}, sys.argv[1] + "/shards", engine=engine, n_shards=2,
                                      token_ids={refs['ids']!r}, **{KW!r})
             if col is not None:
-                sh.save_collection(col, sys.argv[1] + "/merged.safetensors")
+                col.save(sys.argv[1] + "/merged.safetensors")
         """))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                    OMP_NUM_THREADS="1", BAYES_LENS_PROGRESS="0")
@@ -305,11 +309,9 @@ def check_torchrun(dry, device, refs):
             print("torchrun output (tail):\n" + "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-30:]),
                   file=sys.stderr)
             row("torchrun 2 ranks == 1 process", f"torchrun failed (rc {proc.returncode}): "
-                f"{(lines or ['see stderr'])[-1][:200]}", "same Collection", False, time.perf_counter() - t0)
+                f"{(lines or ['see stderr'])[-1][:200]}", "same reduced cache", False, time.perf_counter() - t0)
             return
-        from bayes_lens.shard import load_collection
-
-        got = load_collection(Path(tmp) / "merged.safetensors")
+        got = bl.ReducedCache.load(Path(tmp) / "merged.safetensors")
         workers = sorted({json.loads(p.read_text())["worker"]["rank"] for p in (Path(tmp) / "shards").glob("shard-*.json")})
     ref = refs["fp32"]
     stats, rel, same = compare(got, ref)

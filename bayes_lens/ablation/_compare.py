@@ -26,6 +26,7 @@ import numpy as np
 from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import is_cache_like, source_model
+from ..collect import check_runnable
 from .._validate import check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.calibration import mae_bits
@@ -555,6 +556,9 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
                            desc=f"compare_patched: {label}", fwd_hooks=[] if p is None else flatten_pairs(p))
         return _run_arrays(rc, prompts, readouts, site)
 
+    for c in conds:  # a runner that cannot run a patch (bl.shard.sharded on Ray) refuses it before the clean run
+        for p in c.patches:
+            check_runnable(flatten_pairs(p), desc=f"compare_patched: {c.label}")
     runs = {"clean": [collect_condition(None, "clean")]}
     for c in conds:
         runs[c.label] = [collect_condition(p, c.label) for p in c.patches]

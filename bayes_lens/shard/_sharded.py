@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .. import adapter
 from ..collect import check_prompts, use_runner
 from ..errors import InvalidInputError
 from ..reduced import ReducedCache
@@ -129,16 +130,31 @@ class ShardedRunner:
         same = sorted(self.shard_dir.glob(f"*-{digest}")) if self.shard_dir.is_dir() else []
         return same[0] if same else self.shard_dir / f"{analysis}-{digest}"
 
-    def collect(self, model, prompts: Sequence[str], *, desc: str = "collect", fwd_hooks=(),
-                **collect_kwargs) -> ReducedCache:
-        """The reduced cache of ``prompts``: the sharded, merged equal of :func:`bayes_lens.collect.collect`."""
-        prompts = check_prompts(prompts)
+    def check_hooks(self, fwd_hooks, desc: str = "collect") -> list:
+        """``fwd_hooks`` as a list, or the ShardEngineError a collection with them would raise
+        (:func:`bayes_lens.collect.check_runnable` asks it before an analysis's first forward pass)."""
         analysis = _label(desc)
         if callable(fwd_hooks) and not isinstance(fwd_hooks, (list, tuple)):
             raise ShardEngineError(f"{analysis}: a per-batch hook factory cannot run in bl.shard.sharded; pass a "
                                    "[(hook_name, fn)] list of bl.ablation patches.")
         hooks = list(fwd_hooks)
         self._check_hooks(hooks, analysis)
+        return hooks
+
+    def collect(self, model, prompts: Sequence[str], *, desc: str = "collect", fwd_hooks=(),
+                **collect_kwargs) -> ReducedCache:
+        """The reduced cache of ``prompts``: the sharded, merged equal of :func:`bayes_lens.collect.collect`."""
+        prompts = check_prompts(prompts)
+        analysis = _label(desc)
+        hooks = self.check_hooks(fwd_hooks, desc)
+        attached = adapter.hooked_points(model)
+        if attached:  # their effect is in no folder name: a patched run would silently read the clean shards
+            raise ShardEngineError(
+                f"{analysis} in bl.shard.sharded found hooks attached to the model at {attached[:3]} (bl.patched, "
+                "model.hooks or add_hook around the call); the shard folder is named by the collect settings and "
+                "the fwd_hooks passed, not by hooks already on the model, so a rerun would reuse shards made "
+                "without them. Pass the patch as fwd_hooks (bl.compare_patched, bl.sula.evaluate(fwd_hooks=...)) "
+                "or run it outside bl.shard.sharded.")
         runs_here = getattr(self.engine, "runs_here", False)
         if self.spec is not None and not runs_here and model is not self.model:
             raise ShardEngineError(

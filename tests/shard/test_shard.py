@@ -1,4 +1,4 @@
-"""Sharded runs (issue 13): shard files merge to exactly one process's Collection, or are refused.
+"""Sharded runs (issue 13): shard files merge to exactly one process's reduced cache, or are refused.
 
 One-process reference: :func:`bayes_lens.collect.collect` on all prompts. Batch-aligned shards must
 give every tensor ``torch.equal`` and the geometry results built on them equal to 1e-6; unaligned
@@ -36,10 +36,8 @@ TINY = "bayes_lens.models.tiny:tiny_model"
 KINDS = (["hooked"] if has_hooked_transformer() else []) + ["bridge"]  # as tests/conftest.py
 
 
-def tensors(col):
-    from bayes_lens.shard._store import collection_tensors
-
-    return collection_tensors(col)
+def tensors(rc):
+    return rc.file_tensors()
 
 
 def assert_equal_collections(a, b, atol=None):
@@ -122,10 +120,12 @@ def test_batch_aligned_shards_equal_one_process(tiny_kind, tmp_path):
     assert_same_result(bl.attention_focusing(merged, **kw).to_dict(), bl.attention_focusing(ref, **kw).to_dict())
     # layer-at-a-time: only the asked layer's rows are read, and they are the same
     one = sh.merge(tmp_path, PROMPTS, layers=[0])
-    assert sorted(one.final_values) == [0] and one.final_resid == {}
-    assert torch.equal(one.final_values[0], ref.final_values[0])
+    assert one.layers("v") == [0] and one.layers("resid_post") == []
+    assert torch.equal(one.value_rows(0), ref.value_rows(0))
+    assert torch.equal(one["hook_token_logprobs"], ref["hook_token_logprobs"])  # per-prompt fields always read
     rows = dict(sh.open_shards(tmp_path).iter_layers("v"))
-    assert all(torch.equal(rows[k], ref.final_values[k]) for k in ref.final_values)
+    assert sorted(rows) == ref.layers("v") == [0, 1]
+    assert all(torch.equal(rows[k], ref.value_rows(k)) for k in ref.layers("v"))
     # a rerun resumes: every shard is skipped and no file changes
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     assert sh.run_shards(model, PROMPTS, sh.plan(23, 4, 3), tmp_path, **KW) == {0: "skipped", 1: "skipped",
@@ -212,13 +212,14 @@ def test_corrupt_files_are_refused(shards):
 def _merged_file(d):
     out = d / "merged.safetensors"
     ms = sh.open_shards(d, PROMPTS)
-    sh.save_collection(ms.collection(), out, {"settings_sha256": ms.manifests[0]["settings_sha256"],
-                                              "model_fingerprint": ms.model_fingerprint})
+    ms.reduced().save(out, {"settings_sha256": ms.manifests[0]["settings_sha256"],
+                            "model_fingerprint": ms.model_fingerprint})
     return out
 
 
 def test_merged_file_verifies_its_bytes(shards):
-    """Issue 25: a bit flipped in the merged file (tensor bytes or metadata) is refused on load."""
+    """Issue 25: a bit flipped in the merged file (tensor bytes or metadata) is refused on load, with the
+    documented error: ``bl.ReducedCache.load`` raises ``bl.CheckpointError`` (or the ``error=`` class)."""
     import struct
 
     from safetensors import safe_open
@@ -227,32 +228,38 @@ def test_merged_file_verifies_its_bytes(shards):
     d, _ = shards
     out = _merged_file(d)
     good = out.read_bytes()
-    assert_equal_collections(sh.load_collection(out), sh.merge(d, PROMPTS))
+    assert_equal_collections(bl.ReducedCache.load(out), sh.merge(d, PROMPTS))
     header_len = struct.unpack("<Q", good[:8])[0]
     header = json.loads(good[8:8 + header_len])
-    begin, end = header["final_values.0"]["data_offsets"]
+    begin, end = header["blocks.0.attn.hook_v"]["data_offsets"]
     for pos in (begin, (begin + end) // 2, end - 1):  # first, middle and last byte of one layer's rows
         flipped = bytearray(good)
         flipped[8 + header_len + pos] ^= 0x10
         out.write_bytes(bytes(flipped))
-        with pytest.raises(sh.ShardIntegrityError, match="'final_values.0' does not match its SHA-256"):
-            sh.load_collection(out)
-        with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):
-            sh.load_collection(out, layers=[0])
-        sh.load_collection(out, layers=[1])  # the rows read are intact: layer 1 alone loads
+        with pytest.raises(bl.CheckpointError, match="'blocks.0.attn.hook_v' does not match its SHA-256"):
+            bl.ReducedCache.load(out)
+        with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):  # error= picks the class
+            bl.ReducedCache.load(out, names=["blocks.0.attn.hook_v"], error=sh.ShardIntegrityError)
+        one = bl.ReducedCache.load(out, names=["blocks.1.attn.hook_v"])  # the rows read are intact: they load
+        assert list(one) == ["blocks.1.attn.hook_v"] and one.n_prompts == len(PROMPTS)
     out.write_bytes(good[:-100])  # truncation: still refused
-    with pytest.raises(sh.ShardIntegrityError, match="cannot read"):
-        sh.load_collection(out)
+    with pytest.raises(bl.CheckpointError, match="cannot read"):
+        bl.ReducedCache.load(out)
     # the metadata (model fingerprint, settings hash) is under the checksum too
     out.write_bytes(good)
     with safe_open(str(out), framework="pt") as f:
         meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    assert meta["model_fingerprint"] == sh.open_shards(d).model_fingerprint
     save_file(tensors, str(out), metadata={**meta, "model_fingerprint": "0" * 64})
-    with pytest.raises(sh.ShardIntegrityError, match="metadata .* does not match its SHA-256"):
-        sh.load_collection(out)
+    with pytest.raises(bl.CheckpointError, match="metadata .* does not match its SHA-256"):
+        bl.ReducedCache.load(out)
     save_file(tensors, str(out), metadata={k: v for k, v in meta.items() if k != "tensors_sha256"})
-    with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):
-        sh.load_collection(out)
+    with pytest.raises(bl.CheckpointError, match="SHA-256"):
+        bl.ReducedCache.load(out)
+    # a file that is no reduced cache (no n_tokens) is refused by name, not read as an empty cache
+    save_file({"x": torch.zeros(2)}, str(out))
+    with pytest.raises(bl.CheckpointError, match="no 'n_tokens'"):
+        bl.ReducedCache.load(out)
 
 
 def test_changed_or_reordered_prompts_are_refused(shards):
@@ -381,7 +388,7 @@ def test_full_or_read_only_file_system_is_a_write_error(tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors.torch, "save_file", real_save)
     assert_equal_collections(sh.collect_sharded(model, PROMPTS, d, n_shards=2, **KW), collect(model, PROMPTS, **KW))
 
-    # a read-only file system: the shard folder cannot be created (geometry(shard_dir=) goes through the same code)
+    # a read-only file system: the shard folder cannot be created (an analysis in bl.shard.sharded goes through the same code)
     def read_only(self, *a, **k):
         raise OSError(errno.EROFS, "Read-only file system", str(self))
 
@@ -389,7 +396,8 @@ def test_full_or_read_only_file_system_is_a_write_error(tmp_path, monkeypatch):
     with pytest.raises(bl.WriteError, match="Read-only file system; the file system is read-only"):
         sh.collect_sharded(model, PROMPTS, tmp_path / "ro" / "job", **KW)
     with pytest.raises(bl.WriteError, match="read-only"):
-        bl.geometry(model, PROMPTS[:6], layer=0, n_boot=10, n_null=5, n_perm=10, shard_dir=tmp_path / "ro2")
+        with sh.sharded(model, shard_dir=tmp_path / "ro2") as m:
+            bl.geometry(m, PROMPTS[:6], layer=0, n_boot=10, n_null=5, n_perm=10)
     monkeypatch.undo()
 
     # an existing folder that turned read-only: the temporary file cannot be made
@@ -491,8 +499,9 @@ def test_bad_layers_are_refused_before_the_plan_is_written(tmp_path):
     with pytest.raises(bl.LayerIndexError, match="resid_layers"):
         sh.collect_sharded(model, PROMPTS, d, resid_layers=[-3], batch_size=4)
     assert not (d / "plan.json").exists()
-    with pytest.raises(bl.LayerIndexError):  # an analysis with shard_dir= (its workers could get a spec)
-        bl.EntropyAxis(layer=7, progress=False).fit(model, PROMPTS[:8], shard_dir=tmp_path / "axis")
+    with pytest.raises(bl.LayerIndexError):  # an analysis in bl.shard.sharded (its workers could get a spec)
+        with sh.sharded(model, shard_dir=tmp_path / "axis") as m:
+            bl.EntropyAxis(layer=7, progress=False).fit(m, PROMPTS[:8])
     assert not list((tmp_path / "axis").rglob("plan.json"))
     col = sh.collect_sharded(model, PROMPTS, d, value_layers=[1], batch_size=4)  # the corrected call just runs
     assert_equal_collections(col, collect(model, PROMPTS, value_layers=[1], batch_size=4))
@@ -520,7 +529,7 @@ def test_torchrun_two_ranks_gloo_equal_one_process(tmp_path):
             spec = sh.ModelSpec({TINY!r}, {{"kind": kind}})
             col = sh.collect_sharded(spec, prompts, f"{{out}}/{{kind}}", engine="torchrun", n_shards=4, **kw)
             if col is not None:
-                sh.save_collection(col, f"{{out}}/{{kind}}.safetensors")
+                col.save(f"{{out}}/{{kind}}.safetensors")
     """))
     proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(tmp_path)],
                           capture_output=True, text=True, timeout=240, env=_env(), cwd=tmp_path)
@@ -531,7 +540,7 @@ def test_torchrun_two_ranks_gloo_equal_one_process(tmp_path):
         assert {i: (w["rank"], w["world_size"]) for i, w in workers.items()} == {0: (0, 2), 1: (1, 2), 2: (0, 2),
                                                                                 3: (1, 2)}
         ref = collect(tiny_model(kind), PROMPTS, **KW)
-        assert_equal_collections(sh.load_collection(tmp_path / f"{kind}.safetensors"), ref)
+        assert_equal_collections(bl.ReducedCache.load(tmp_path / f"{kind}.safetensors"), ref)
 
 
 def test_ray_two_actors_equal_one_process(tmp_path):
@@ -603,4 +612,4 @@ def test_killed_worker_resumes_to_the_same_result(tiny_kind, tmp_path, monkeypat
     assert main(["shard", "status", str(d)]) == 0 and "pending:  0 of 3" in capsys.readouterr().out
     assert main(["shard", "merge", str(d)]) == 0
     ref = collect(tiny_model(tiny_kind), PROMPTS, **KW)
-    assert_equal_collections(sh.load_collection(d / "merged.safetensors"), ref)
+    assert_equal_collections(bl.ReducedCache.load(d / "merged.safetensors"), ref)
