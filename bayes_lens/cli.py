@@ -28,6 +28,7 @@ $ bayes-lens sula --model path/to/model.gguf --seed 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -216,15 +217,24 @@ def _cmd_analysis(args) -> int:
     out = args.out or _ANALYSES[args.command][1]
     # cheap checks first: a bad --out or --seed must not cost a model load
     prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
+    if args.engine != "local" and args.shard_dir is None:
+        raise InvalidInputError(f"--engine {args.engine} runs shards: pass --shard-dir DIR, a folder every rank "
+                                "reaches.")
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)
     names = sections or ["geometry", "sula", "ablation", "martingale"]
     on_section = SectionPrinter(names)
 
-    doc = run_model_report(model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress,
-                           sections=sections, strict=args.strict, overrides=None, source=args.model,
-                           extra_timings={"model_load": load_s}, on_section=on_section)
+    scaled = contextlib.nullcontext(model)
+    if args.shard_dir is not None:  # the same runner-level scaling the library offers: bl.shard.sharded
+        from .shard import sharded
+
+        scaled = sharded(model, engine=args.engine, shard_dir=args.shard_dir)
+    with scaled as run_model:
+        doc = run_model_report(run_model, out, quick=args.quick, seed=args.seed, progress=not args.no_progress,
+                               sections=sections, strict=args.strict, overrides=None, source=args.model,
+                               extra_timings={"model_load": load_s}, on_section=on_section)
     print(summary_table(doc))
     print(f"\nreport: {os.path.join(out, 'report.html')}  (data: {os.path.join(out, 'report.json')}, "
           f"tables: {os.path.join(out, 'tables')}/)  total {doc['timings_s']['total']:.0f} s")
@@ -261,6 +271,12 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="stop at the first failing analysis instead of recording it in the report "
                        "(default: off)")
+        p.add_argument("--shard-dir", default=None,
+                       help="run every forward pass in checked, resumable shards in this folder (bl.shard.sharded; "
+                       "a rerun resumes) (default: none, in this process without files)")
+        p.add_argument("--engine", default="local", choices=["local", "torchrun"],
+                       help="who runs the shards with --shard-dir: this process, or the ranks of "
+                       "`torchrun ... -m bayes_lens.cli` (default: local)")
         if name == "report":
             p.add_argument("--sections", default=None,
                            help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")

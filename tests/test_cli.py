@@ -71,6 +71,7 @@ def test_unknown_model_subprocess():
     (["report", "--sections", "geometry,bogus"], "unknown report section"),
     (["martingale", "--device", "not-a-device"], "--device"),
     (["ablate", "--device", "cuda:7"], "--device"),
+    (["geometry", "--engine", "torchrun"], "--shard-dir"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_input_one_line_exit_2(argv, pattern, tmp_path, capsys):
@@ -280,3 +281,27 @@ def test_info_parameter_counts_agree_across_kinds(tiny_pair):
                   if not (n.split(".")[-1].lstrip("_").startswith("b_") and not torch.count_nonzero(p)))
     tied = hooked.W_U.numel() if torch.equal(hooked.W_U, hooked.W_E.T) else 0
     assert h_weights == nonzero - tied == b_weights
+
+
+def test_shard_dir_runs_the_report_through_the_sharded_runner(tiny_kind, tmp_path, monkeypatch, capsys):
+    """``--shard-dir`` is ``bl.shard.sharded`` around the report: every forward pass leaves checked shard
+    folders (named by analysis), and the numbers equal the report run in this process."""
+    import json
+
+    import bayes_lens.cli as cli
+    from bayes_lens.models.tiny import tiny_model
+
+    monkeypatch.setattr(cli, "_load", lambda args: (tiny_model(tiny_kind), 0.0))
+    base = ["geometry", "--quick", "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "plain")]) == 0
+    assert main(base + ["--shard-dir", str(tmp_path / "shards"), "--out", str(tmp_path / "sharded")]) == 0
+    folders = sorted((tmp_path / "shards").iterdir())
+    assert {p.name.rsplit("-", 1)[0] for p in folders} == {"prompts", "compare_domains"}
+    assert all(list(p.glob("shard-*.json")) and (p / "plan.json").is_file() for p in folders)
+
+    def numbers(folder):
+        doc = json.loads((tmp_path / folder / "report.json").read_text())
+        return [(m.get("name"), m.get("value")) for s in doc["sections"].values() for m in s.get("metrics", [])]
+
+    assert numbers("plain") == numbers("sharded") and numbers("plain")
+    capsys.readouterr()
