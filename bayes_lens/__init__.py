@@ -58,6 +58,7 @@ _LAZY = {
     "AttentionFocusing": ("bayes_lens._geometry", "AttentionFocusing"),
     "EntropyAlignment": ("bayes_lens._geometry", "EntropyAlignment"),
     "Geometry": ("bayes_lens._geometry", "Geometry"),
+    "Estimate": ("bayes_lens._results", "Estimate"),
     "Collection": ("bayes_lens.collect", "Collection"),
     "prompts": ("bayes_lens.prompts", None),
     "compare_domains": ("bayes_lens.domains", "compare_domains"),
