@@ -75,14 +75,14 @@ def tiny_module():
 def test_geometry_reprs(geometry):
     vm, ko, af, ea = (geometry.value_manifold, geometry.key_orthogonality, geometry.attention_focusing,
                       geometry.entropy_alignment)
-    text = _check_short(vm, f"n = {vm.n_prompts} prompts", fmt_pct(vm.pc1), fmt_ci(vm.pc1_ci, pct=True),
-                        fmt_pct(vm.null_pc12), fmt(vm.participation_ratio),
+    text = _check_short(vm, f"n = {vm.n_prompts} prompts", fmt_pct(vm.pc1), fmt_ci(vm.pc1.ci, pct=True),
+                        fmt_pct(vm.pc12.null), fmt(vm.participation_ratio),
                         f"coords ({vm.coords.shape[0]}, {vm.coords.shape[1]})")
     assert str(vm.coords[0, 0].item())[:6] not in text  # the coordinates themselves are not printed
     _check_short(ko, fmt(float(ko.layer_mean.double().mean())), fmt(ko.gaussian_baseline),
                  f"per_head ({ko.per_head.shape[0]}, {ko.per_head.shape[1]})")
-    _check_short(af, f"n = {af.n_prompts} prompts", fmt_pct(af.reduction), fmt_ci(af.reduction_ci, pct=True))
-    _check_short(ea, f"n = {ea.n_prompts} prompts", fmt(ea.spearman), fmt_ci(ea.spearman_ci), fmt(ea.pearson))
+    _check_short(af, f"n = {af.n_prompts} prompts", fmt_pct(af.reduction), fmt_ci(af.reduction.ci, pct=True))
+    _check_short(ea, f"n = {ea.n_prompts} prompts", fmt(ea.spearman), fmt_ci(ea.spearman.ci), fmt(ea.pearson))
     _check_short(geometry, f"n = {vm.n_prompts} prompts", fmt_pct(vm.pc12), fmt(ea.spearman))
 
 
@@ -147,7 +147,7 @@ def test_martingale_cot_and_windtunnel_reprs():
 
     model, task = bl.windtunnel.load("bijection")
     ev = bl.windtunnel.evaluate(model, task, n=40, seed=0)
-    _check_short(ev, f"n = {ev.n} sequences", fmt(ev.mae_bits), fmt_ci(ev.mae_ci),
+    _check_short(ev, f"n = {ev.n} sequences", fmt(ev.mae_bits), fmt_ci(ev.mae_bits),
                  f"model_entropy_bits ({ev.n}, ")
 
 
@@ -158,7 +158,7 @@ def test_domain_controls_and_training_reprs(tiny_module):
     pools = {"math": [r.text for r in P.pool("math")[:20]], "code": [r.text for r in P.pool("code")[:20]]}
     d = bl.compare_domains(tiny_module, pools, n=10, seed=0, n_boot=50, n_null=20, n_perm=50)
     _check_short(d, "n = 10 prompts each", fmt_pct(d.value_manifold["code"].pc12),
-                 fmt_ci(d.pc12_diff_ci["code"], pct=True))
+                 fmt_ci(d.pc12_diff["code"], pct=True))
     sel = d.selections["math"]
     _check_short(sel, "10 prompts", fmt(float(np.mean(sel.entropy_bits))), "entropy_bits (10,)")
     c = sula.run_controls(tiny_module, ks=(0, 1, 2), n_per_k=3, n_boot=20)

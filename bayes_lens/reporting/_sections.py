@@ -131,29 +131,28 @@ def _geometry(ctx: Context) -> SectionOutput:
         tag = f" [{d}, n = {vm.n_prompts}]"
         out.metrics += [
             Metric(f"geometry.{d}.pc1", "value manifold: PC1 explained variance" + tag, vm.pc1, "fraction",
-                   vm.pc1_ci, (vm.null_pc1, "i.i.d. Gaussian null, same n × d"),
-                   note=f"layer {vm.layer}, {vm.hook_name}, d = {vm.dim}", ci_method=vm.pc1_ci_label),
+                   baseline=(vm.pc1.null, "i.i.d. Gaussian null, same n × d"),
+                   note=f"layer {vm.layer}, {vm.hook_name}, d = {vm.dim}"),
             Metric(f"geometry.{d}.pc12", "value manifold: PC1+PC2 explained variance" + tag, vm.pc12, "fraction",
-                   vm.pc12_ci, (vm.null_pc12, "i.i.d. Gaussian null, same n × d"), ci_method=vm.pc12_ci_label),
+                   baseline=(vm.pc12.null, "i.i.d. Gaussian null, same n × d")),
             Metric(f"geometry.{d}.participation_ratio", "participation ratio (Σλ)²/Σλ²" + tag,
-                   vm.participation_ratio, "dimensions", vm.participation_ratio_ci,
-                   (vm.null_participation_ratio, "i.i.d. Gaussian null"),
-                   ci_method=vm.participation_ratio_ci_label),
+                   vm.participation_ratio, "dimensions",
+                   baseline=(vm.participation_ratio.null, "i.i.d. Gaussian null")),
             Metric(f"geometry.{d}.alignment_spearman", "entropy alignment: Spearman ρ(PC1, next-token entropy)" + tag,
-                   ea.spearman, "correlation", ea.spearman_ci, (0.0, "no relation"),
+                   ea.spearman, "correlation", baseline=(0.0, "no relation"),
                    note=f"sign of PC1 arbitrary, compare |ρ|; permutation p = {float(ea.spearman_pvalue):.3g}"),
         ]
         if d == "mixed":
             out.metrics.append(Metric(
                 "geometry.focusing_reduction", "attention focusing: entropy reduction, first → last layer" + tag,
-                af.reduction, "fraction", af.reduction_ci, None,
+                af.reduction, "fraction",
                 note=f"(H_first − H_last)/H_first of the final query row, per head then averaged; depth Spearman "
                      f"{af.depth_spearman:.2f}; {af.n_rises} layers rise; uniform attention = "
                      f"{af.uniform_entropy_bits:.2f} bits"))
         else:
             out.metrics.append(Metric(
                 f"geometry.{d}.pc12_diff", f"PC1+PC2 {d} − mixed (manifold collapse if > 0)", cmp.pc12_diff[d],
-                "fraction", cmp.pc12_diff_ci[d], (0.0, "no difference")))
+                "fraction", baseline=(0.0, "no difference")))
     import pandas as pd
 
     out.tables["domains"] = cmp.to_dataframe()
@@ -173,7 +172,8 @@ def _geometry(ctx: Context) -> SectionOutput:
     out.figure("Entropy alignment: PC1 vs next-token entropy (mixed prompts)", cmp.entropy_alignment["mixed"].plot)
     out.figure("Key orthogonality per layer and KV head", ko.plot)
     out.details = {"key_orthogonality": {k: v for k, v in ko.to_dict().items()},
-                   "pc12_diff": cmp.pc12_diff, "pc12_diff_ci": cmp.pc12_diff_ci,
+                   "pc12_diff": {d: e.value for d, e in cmp.pc12_diff.items()},
+                   "pc12_diff_ci": {d: e.ci for d, e in cmp.pc12_diff.items()},
                    "collapses": {d: cmp.collapses(d) for d in domains}}
     return out
 
