@@ -106,7 +106,7 @@ def test_sula_and_ablation_reprs(tiny_module):
 
     prompts = sula.make_prompts(tiny_module, ks=(0, 1, 2, 4), n_per_k=4, seed=5)
     res = sula.evaluate(tiny_module, prompts, layer=-1, n_boot=50, seed=3)
-    _check_short(res, f"n = {int(res.k.shape[0])} prompts", fmt(res.mae_bits), fmt_ci(res.mae_bits_ci),
+    _check_short(res, f"n = {int(res.k.shape[0])} prompts", fmt(res.mae_bits), fmt_ci(res.mae_bits.ci),
                  fmt(res.pearson), fmt(res.bayes_ece))
     texts = ["the cat is a dog", "moon", "the tree is a house", "a bird", "river stone apple", "the lamp",
              "cloud chair", "the moon is a cloud", "dog cat bird tree", "apple", "a house is the river",

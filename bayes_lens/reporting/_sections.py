@@ -208,24 +208,22 @@ def _sula(ctx: Context) -> SectionOutput:
     L1, L2 = main.labels
     n = len(main.prompts)
     out.metrics += [
-        Metric("sula.mae_bits", "MAE of model vs Bayes label entropy", main.mae_bits, "bits", main.mae_bits_ci,
-               (allrow["mae_ignore_evidence_bits"], "evidence-blind predictor (always the prior)"),
+        Metric("sula.mae_bits", "MAE of model vs Bayes label entropy", main.mae_bits, "bits",
+               baseline=(main.mae_bits.null, "evidence-blind predictor (always the prior)"),
                note=f"{n} prompts, labels {L1!r}/{L2!r}, p = 0.9"),
-        Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation", main.pearson_ci,
-               (0.0, "no relation"),
-               verdict=_relation_verdict(main.pearson_ci, "the model's entropy follows the Bayes entropy",
+        Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation",
+               baseline=(0.0, "no relation"),
+               verdict=_relation_verdict(main.pearson.ci, "the model's entropy follows the Bayes entropy",
                                          "no evidence that the model's entropy follows the Bayes entropy",
                                          "METHODS.md §6")),
-        Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits",
-               (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"])),
+        Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits"),
         Metric("sula.ece", "expected calibration error of P(first label) (that fixed class, not top-label)",
-               main.ece, "fraction", (allrow["ece_ci_low"], allrow["ece_ci_high"]),
-               (main.bayes_ece, "the exact posterior's own ECE on these prompts (the Bayes floor)")),
+               main.ece, "fraction",
+               baseline=(main.bayes_ece.value, "the exact posterior's own ECE on these prompts (the Bayes floor)")),
         Metric("sula.brier", "Brier score of P(first label)", main.brier, "dimensionless",
-               (allrow["brier_ci_low"], allrow["brier_ci_high"]),
-               (main.bayes_brier, "the exact posterior's own Brier score (the Bayes floor; 0.25 = always ½)")),
+               baseline=(main.bayes_brier.value,
+                         "the exact posterior's own Brier score (the Bayes floor; 0.25 = always ½)")),
         Metric("sula.label_mass", "next-token probability mass on the two labels", main.label_mass, "fraction",
-               (allrow["label_mass_ci_low"], allrow["label_mass_ci_high"]),
                note="low mass means the model mostly predicts something else than a label"),
     ]
     for key, pair, label in (("sula.rho_pc1_bayes", "pc1_vs_bayes_entropy", "ρ(PC1 of values, Bayes entropy)"),
@@ -243,8 +241,7 @@ def _sula(ctx: Context) -> SectionOutput:
         row = _row(r.table)
         out.metrics.append(Metric(
             f"sula.control.{cond}.mae_bits", f"control '{_CTRL_LABEL.get(cond, cond)}': MAE vs its Bayes entropy",
-            r.mae_bits, "bits", r.mae_bits_ci,
-            (row["mae_ignore_evidence_bits"], "prior-only predictor"),
+            r.mae_bits, "bits", baseline=(r.mae_bits.null, "prior-only predictor"),
             note=f"mean model entropy {row['h_model_mean_bits']:.3f} bits vs Bayes {row['h_bayes_mean_bits']:.3f} bits"))
     out.tables["by_k"] = res.table
     out.tables["geometry"] = res.geometry
