@@ -360,13 +360,13 @@ def _martingale(ctx: Context) -> SectionOutput:
                progress=ctx.progress)
     f, fi = g.fit, g.fit_inv
     out.metrics += [
-        Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats", f.A_ci,
-               (g.laplace_fit.A, "Laplace's rule (exact Bayes), same sequences"),
+        Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats",
+               baseline=(g.laplace_fit.A.value, "Laplace's rule (exact Bayes), same sequences"),
                note=f"± {f.A_se:.3g} (s.e.); {len(g.per_n)} lengths × {g.n_seqs} balanced sequences; "
                     f"IRLS with weights N/fitted² ({f.n_iter} iterations); adjusted R² {f.adj_r2:.3f}",
                ci_method=_GAP_CI, verdict=fit_verdict(f.adj_r2)),
-        Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats", f.B_ci,
-               (g.laplace_fit.B, "Laplace's rule"), ci_method=_GAP_CI),
+        Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats",
+               baseline=(g.laplace_fit.B.value, "Laplace's rule"), ci_method=_GAP_CI),
         Metric("martingale.adj_r2", "adjusted R² of A·log(n)/n + B", f.adj_r2, "dimensionless", None,
                (fi.adj_r2, "adjusted R² of the A/n + B fit"), note=_SHAPE_CAVEAT),
         Metric("martingale.symbol_mass", "probability mass on the '0'/'1' tokens", g.mean_symbol_mass, "fraction",
@@ -376,8 +376,8 @@ def _martingale(ctx: Context) -> SectionOutput:
     perm = mg.permutation_average(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **p)
     out.metrics += [
         Metric("martingale.permutation_sd_k1", "order sensitivity: SD of P(next = 1) across orderings of the same "
-               "prefix (k = 1)", perm.sd_k1, "dimensionless", perm.sd_k1_ci,
-               (perm.exchangeable_sd_k1, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
+               "prefix (k = 1)", perm.sd_k1, "dimensionless",
+               baseline=(perm.sd_k1.null, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
                note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings; "
                     f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; numerical floor "
                     f"(rounding in {perm.working_dtype}) {perm.numerical_floor_sd:.2g}"
@@ -386,14 +386,14 @@ def _martingale(ctx: Context) -> SectionOutput:
                     f"rule; not 0 for a Bayesian with another prior): mean |Δ| = "
                     f"{perm.mean_abs_dev_from_uniform_bayes:.3g}", ci_method=_SEQ_CI),
         Metric("martingale.permutation_slope", "log-log slope of SD vs number of orderings k (design check)",
-               perm.slope, "dimensionless", perm.slope_ci,
-               (-0.5, "any predictor with independently drawn orderings"),
+               perm.slope, "dimensionless",
+               baseline=(-0.5, "any predictor with independently drawn orderings"),
                note="−0.5 by construction for every order-sensitive predictor (SD(k) = SD(1)/√k): it checks the "
                     "design, not exchangeability; undefined (NaN) for an exchangeable predictor"
                     + (f"; suppressed: the SD at k = 1 is at the numerical floor ({perm.numerical_floor_sd:.2g}), "
                        f"the fitted {perm.slope_raw:.2f} would be a slope of rounding noise"
                        if perm.at_numerical_floor else ""), ci_method=_SEQ_CI,
-               verdict=_slope_verdict(perm.slope, perm.slope_ci)),
+               verdict=_slope_verdict(perm.slope.value, perm.slope.ci)),
     ]
     c = dict(z["martingale_compression"])
     comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)
@@ -416,10 +416,10 @@ def _martingale(ctx: Context) -> SectionOutput:
     out.figure("Permutation averaging: SD across orderings vs k (k = 1 is the headline; exchangeable = 0)", perm.plot)
     out.figure("Compression efficiency H(θ)/CE_n", comp.plot)
     out.details["gap_comparison"] = g.comparison
-    out.details["permutation"] = {"sd_k1": perm.sd_k1, "sd_k1_ci": perm.sd_k1_ci,
+    out.details["permutation"] = {"sd_k1": perm.sd_k1.value, "sd_k1_ci": perm.sd_k1.ci,
                                   "exchangeable_sd_k1": perm.exchangeable_sd_k1,
                                   "sd_k1_over_posterior_sd": perm.sd_k1_over_posterior_sd,
-                                  "slope": perm.slope, "slope_ci": perm.slope_ci,
+                                  "slope": perm.slope.value, "slope_ci": perm.slope.ci,
                                   "numerical_floor_sd": perm.numerical_floor_sd,
                                   "at_numerical_floor": perm.at_numerical_floor, "slope_raw": perm.slope_raw,
                                   "mean_abs_dev_from_uniform_bayes": perm.mean_abs_dev_from_uniform_bayes,
