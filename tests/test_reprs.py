@@ -143,7 +143,7 @@ def test_martingale_cot_and_windtunnel_reprs():
     k = np.arange(0, 30, 1.0)
     fit = estimate_cot_params(k, 0.8 + 6.0 / (k + 1.5) + 0.01 * np.random.default_rng(0).standard_normal(30),
                               n_boot=50, seed=0)
-    _check_short(fit, fmt(fit.alpha), fmt_ci(fit.alpha_ci), f"{len(k)} points")
+    _check_short(fit, fmt(fit.alpha), fmt_ci(fit.alpha.ci), f"{len(k)} points")
 
     model, task = bl.windtunnel.load("bijection")
     ev = bl.windtunnel.evaluate(model, task, n=40, seed=0)
