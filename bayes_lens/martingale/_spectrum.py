@@ -21,7 +21,7 @@ M/(j+1) … M/(j−1), and P is the period with the smallest residual sum of squ
 the three grid points around the minimum places it between grid points). The grid step is reported
 as ``period_resolution_symbols`` (the FFT's own spacing at the peak as ``period_fft_spacing_symbols``),
 the raw FFT peak as ``period_fft_symbols``, and a bootstrap interval of the refined period over
-sequences as ``period_ci_symbols``. ``refine=False`` gives the FFT-bin period as before.
+sequences as ``period_symbols.ci``. ``refine=False`` gives the FFT-bin period as before.
 
 Harmonics (``harmonic_scan=True``, default). At low signal-to-noise the largest FFT peak can be the
 second (or third) harmonic of the true period, e.g. P = 30 found as 15, and a scan around the peak
