@@ -68,6 +68,7 @@ _LAZY = {
     "Geometry": ("bayes_lens._geometry", "Geometry"),
     "ReducedCache": ("bayes_lens.reduced", "ReducedCache"),
     "reduce_cache": ("bayes_lens.collect", "reduce_cache"),
+    "Estimate": ("bayes_lens._results", "Estimate"),
     "prompts": ("bayes_lens.prompts", None),
     "compare_domains": ("bayes_lens.domains", "compare_domains"),
     "sula": ("bayes_lens.sula", None),

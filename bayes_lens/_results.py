@@ -37,7 +37,9 @@ def fmt(x: Any, digits: int = 4) -> str:
 
 
 def fmt_ci(ci: Any, digits: int = 4, pct: bool = False) -> str:
-    """``[lo, hi]`` (or ``""`` when there is no interval)."""
+    """``[lo, hi]`` of a ``(lo, hi)`` pair or of an :class:`Estimate`'s ``ci`` (``""`` when there is no interval)."""
+    if isinstance(ci, Estimate):
+        ci = ci.ci
     try:
         lo, hi = (float(v) for v in ci)
     except (TypeError, ValueError):
@@ -80,7 +82,7 @@ def jsonable(value: Any) -> Any:
     import pandas as pd
     import torch
 
-    if isinstance(value, Result):
+    if isinstance(value, (Result, Estimate)):
         return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
@@ -185,10 +187,29 @@ class Result:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A typed headline number: its value, interval (and the method that made it), and a null.
+    """A headline number with its interval: ``value``, ``ci`` (and ``ci_method``, what made it), a null, ``n``.
 
-    Returned by the accessors of results (e.g. ``PatchComparison.corr(condition, layer)``) so that a
-    number is looked up by meaning, not by a string query on a table; ``float(est)`` is the value.
+    Every result field that carries a headline number with an interval is an ``Estimate``
+    (``ValueManifold.pc12``, ``SULAResult.mae_bits``, ``GapFit.A`` ...), as are the accessors of
+    :class:`~bayes_lens.ablation.PatchComparison`, so that a number is looked up by meaning and
+    its interval travels with it.
+
+    - ``ci``: the ``(low, high)`` interval (``(nan, nan)`` when none could be computed, e.g. one
+      prompt); ``ci_low`` / ``ci_high`` name its ends. ``ci_method`` says how it was made
+      (``"percentile bootstrap over prompts (95%)"``, ``"t interval ..."``, ``"Fisher z ..."``).
+    - ``null`` / ``null_interval``: the value expected without the effect, where the result has one
+      (a simulated random baseline with its 95% range, or a reference value such as 0 with no range).
+    - ``n``: the number of independent units the interval is over (prompts, sequences, heads ...).
+
+    It behaves like its value where that is unambiguous: ``float(est)``, ``f"{est:.3f}"`` (any
+    format spec is the value's; ``f"{est}"`` is ``str(est.value)``) and ``math.isfinite(est)``.
+    Arithmetic and comparisons are not defined: write ``est.value`` (an interval does not survive
+    arithmetic). ``to_dict()`` is flat and JSON-safe (``value, ci_low, ci_high, ci_method, null,
+    null_low, null_high, n``), the columns result tables use.
+
+    >>> e = Estimate(0.25, (0.2, 0.31), "percentile bootstrap over prompts (95%)", n=40)
+    >>> f"{e:.1%}", e.ci_high, e.excludes(0.0)
+    ('25.0%', 0.31, True)
     """
 
     value: float
@@ -201,14 +222,41 @@ class Estimate:
     def __float__(self) -> float:
         return float(self.value)
 
+    def __format__(self, spec: str) -> str:
+        return format(float(self.value), spec)
+
+    @property
+    def ci_low(self) -> float:
+        """The interval's lower end (``nan`` when there is none)."""
+        return float(self.ci[0])
+
+    @property
+    def ci_high(self) -> float:
+        """The interval's upper end (``nan`` when there is none)."""
+        return float(self.ci[1])
+
     def excludes(self, x: float = 0.0) -> bool:
         """Whether the interval lies entirely on one side of ``x`` (the difference is resolved)."""
         lo, hi = self.ci
         return bool(math.isfinite(lo) and math.isfinite(hi) and (lo > x or hi < x))
 
+    def to_dict(self, prefix: str = "") -> dict:
+        """Flat JSON-safe fields (non-finite numbers become ``None``), each name prefixed by ``prefix``."""
+        nlo, nhi = self.null_interval if self.null_interval is not None else (None, None)
+        out = {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high, "ci_method": self.ci_method,
+               "null": self.null, "null_low": nlo, "null_high": nhi, "n": self.n}
+        return {prefix + k: jsonable(v) for k, v in out.items()}
+
     def __repr__(self) -> str:
         lo, hi = self.ci
-        return f"Estimate({self.value:.4g}, CI [{lo:.4g}, {hi:.4g}], {self.ci_method})"
+        text = f"Estimate({self.value:.4g}, CI [{lo:.4g}, {hi:.4g}], {self.ci_method}"
+        if self.null is not None:
+            text += f", null {self.null:.4g}"
+            if self.null_interval is not None:
+                text += f" [{self.null_interval[0]:.4g}, {self.null_interval[1]:.4g}]"
+        if self.n is not None:
+            text += f", n = {self.n}"
+        return text + ")"
 
 
 def plotly():

@@ -44,7 +44,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from ._results import Result, fmt, fmt_ci, plotly
+from ._results import Estimate, Result, fmt, fmt_ci, plotly
 from .errors import InvalidInputError
 from .metrics.stats import percentile_interval
 
@@ -174,40 +174,42 @@ def _model(k, b_opt, alpha, k0):
 
 @dataclass(frozen=True, eq=False)
 class CotFit(Result):
-    """α, k₀, B_opt of B(k) = B_opt + α/(k + k₀) with bootstrap CIs; ``gap`` = B(0) − B_opt = α/k₀."""
+    """α, k₀, B_opt of B(k) = B_opt + α/(k + k₀); ``gap`` = B(0) − B_opt = α/k₀.
 
-    alpha: float
-    k0: float
-    b_opt: float
+    ``alpha``, ``k0``, ``b_opt`` and ``gap`` are :class:`~bayes_lens.Estimate` values with 95%
+    residual-bootstrap intervals (the fit refitted on fitted values plus resampled residuals; ``n``
+    is the number of points), ``(nan, nan)`` when fewer than half the refits converged or
+    ``n_boot=0``.
+    """
+
+    alpha: Estimate
+    k0: Estimate
+    b_opt: Estimate
     b0: float
-    gap: float
-    alpha_ci: Tuple[float, float]
-    k0_ci: Tuple[float, float]
-    b_opt_ci: Tuple[float, float]
-    gap_ci: Tuple[float, float]
+    gap: Estimate
     rmse: float
     points: pd.DataFrame
 
     def _summary(self):
         return f"fit of B(k) on {len(self.points)} points, RMSE {fmt(self.rmse)}", [
-            ("alpha", fmt(self.alpha), fmt_ci(self.alpha_ci), ""),
-            ("k0", fmt(self.k0), fmt_ci(self.k0_ci), ""),
-            ("B_opt", fmt(self.b_opt), fmt_ci(self.b_opt_ci), f"B0 {fmt(self.b0)}"),
-            ("gap", fmt(self.gap), fmt_ci(self.gap_ci), ""),
+            ("alpha", fmt(self.alpha), fmt_ci(self.alpha), ""),
+            ("k0", fmt(self.k0), fmt_ci(self.k0), ""),
+            ("B_opt", fmt(self.b_opt), fmt_ci(self.b_opt), f"B0 {fmt(self.b0)}"),
+            ("gap", fmt(self.gap), fmt_ci(self.gap), ""),
         ]
 
     def predict(self, k) -> np.ndarray:
-        return _model(np.asarray(k, dtype=np.float64), self.b_opt, self.alpha, self.k0)
+        return _model(np.asarray(k, dtype=np.float64), self.b_opt.value, self.alpha.value, self.k0.value)
 
     def k_star(self, n, eps, h_cot, *, log_base: Union[str, float] = "e", **kw) -> CotLength:
         """:func:`cot_length` with the fitted α and gap."""
-        return cot_length(n, eps, h_cot, self.alpha, self.gap, log_base=log_base, **kw)
+        return cot_length(n, eps, h_cot, self.alpha.value, self.gap.value, log_base=log_base, **kw)
 
     def to_dataframe(self) -> pd.DataFrame:
         rows = []
         for name in ("alpha", "k0", "b_opt", "gap"):
-            lo, hi = getattr(self, f"{name}_ci")
-            rows.append({"parameter": name, "value": getattr(self, name), "ci_low": lo, "ci_high": hi})
+            e = getattr(self, name)
+            rows.append({"parameter": name, "value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high})
         return pd.DataFrame(rows)
 
     def plot(self):
@@ -264,6 +266,10 @@ def estimate_cot_params(k, B, *, n_boot: int = 1000, seed: int = 0) -> CotFit:
         if reps.shape[0] >= n_boot / 2:
             for j, name in enumerate(("alpha", "k0", "b_opt", "gap")):
                 cis[name] = percentile_interval(reps[:, j], min_finite=0.0)
-    return CotFit(alpha=float(alpha), k0=float(k0), b_opt=float(b_opt), b0=float(b_opt + alpha / k0),
-                  gap=float(alpha / k0), alpha_ci=cis["alpha"], k0_ci=cis["k0"], b_opt_ci=cis["b_opt"],
-                  gap_ci=cis["gap"], rmse=rmse, points=pd.DataFrame({"k": k, "B": B}))
+    method = "95% residual bootstrap (refit on fitted values + resampled residuals)" if n_boot else "no interval (n_boot=0)"
+
+    def est(name, value):
+        return Estimate(float(value), cis[name], method, n=int(k.size))
+
+    return CotFit(alpha=est("alpha", alpha), k0=est("k0", k0), b_opt=est("b_opt", b_opt),
+                  b0=float(b_opt + alpha / k0), gap=est("gap", alpha / k0), rmse=rmse, points=pd.DataFrame({"k": k, "B": B}))

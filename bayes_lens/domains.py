@@ -29,6 +29,7 @@ Example
 >>> model = bl.load_model()                                              # doctest: +SKIP
 >>> cmp = bl.compare_domains(model, ("mixed", "math", "code", "philosophy"), n=75, seed=0)  # doctest: +SKIP
 >>> cmp.to_dataframe()[["domain", "pc12_fraction", "pc12_ci_low", "pc12_ci_high"]]  # doctest: +SKIP
+>>> cmp.pc12_diff["math"].value, cmp.pc12_diff["math"].ci                 # doctest: +SKIP
 >>> cmp.plot()                                                          # doctest: +SKIP
 """
 
@@ -41,7 +42,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import adapter
-from ._results import Result, fmt, fmt_ci, fmt_pct, plotly
+from ._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
 from .errors import InvalidInputError
 
 __all__ = ["DomainComparison", "compare_domains", "PAPER_A_PC12", "DEFAULT_POOL_SIZE"]
@@ -60,7 +61,12 @@ CI = Tuple[float, float]
 
 @dataclass(frozen=True, eq=False)
 class DomainComparison(Result):
-    """The geometry of one model on several prompt domains (METHODS.md §5)."""
+    """The geometry of one model on several prompt domains (METHODS.md §5).
+
+    ``pc1_diff``, ``pc12_diff`` and ``pr_diff`` map each domain to an :class:`~bayes_lens.Estimate`
+    of its difference to the reference domain (``ci`` from independent bootstraps of both domains'
+    prompts, ``null`` 0; the reference's own entry is 0 with interval ``(0, 0)``).
+    """
 
     domains: Tuple[str, ...]
     reference: str
@@ -74,21 +80,18 @@ class DomainComparison(Result):
     attention_focusing: Dict[str, object]  # domain -> AttentionFocusing
     entropy_alignment: Dict[str, object]   # domain -> EntropyAlignment
     key_orthogonality: object              # KeyOrthogonality (weights only: the same for every domain)
-    # domain -> difference to the reference domain (value, CI) of PC1, PC1+PC2, participation ratio
-    pc1_diff: Dict[str, float]
-    pc1_diff_ci: Dict[str, CI]
-    pc12_diff: Dict[str, float]
-    pc12_diff_ci: Dict[str, CI]
-    pr_diff: Dict[str, float]
-    pr_diff_ci: Dict[str, CI]
+    # domain -> difference to the reference domain of PC1, PC1+PC2, participation ratio (dims)
+    pc1_diff: Dict[str, Estimate]
+    pc12_diff: Dict[str, Estimate]
+    pr_diff: Dict[str, Estimate]
     ci_method: str = "recentered"
     n_boot: int = 1000
 
     def collapses(self, domain: str) -> bool:
         """True when ``domain``'s PC1+PC2 is above the reference's with a CI that excludes 0."""
-        if domain not in self.pc12_diff_ci:
+        if domain not in self.pc12_diff:
             raise InvalidInputError(f"unknown domain {domain!r}; this comparison has {list(self.domains)}.")
-        lo, _ = self.pc12_diff_ci[domain]
+        lo = self.pc12_diff[domain].ci_low
         return bool(np.isfinite(lo) and lo > 0)
 
     def _summary(self):
@@ -98,11 +101,11 @@ class DomainComparison(Result):
         for d in self.domains:
             vm = self.value_manifold[d]
             if d == self.reference:
-                rows.append((f"{d} (reference) PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
+                rows.append((f"{d} (reference) PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12, pct=True),
                              f"PR {fmt(vm.participation_ratio)}"))
             else:
-                rows.append((f"{d} PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
-                             f"minus reference {fmt_pct(self.pc12_diff[d])} {fmt_ci(self.pc12_diff_ci[d], pct=True)}"))
+                rows.append((f"{d} PC1+PC2", fmt_pct(vm.pc12), fmt_ci(vm.pc12, pct=True),
+                             f"minus reference {fmt_pct(self.pc12_diff[d])} {fmt_ci(self.pc12_diff[d], pct=True)}"))
         return title, rows
 
     def to_dataframe(self):
@@ -120,26 +123,26 @@ class DomainComparison(Result):
                 "layer": vm.layer,
                 "site": vm.site,
                 "mean_entropy_bits": float(np.mean(sel.entropy_bits)),
-                "pc1_fraction": vm.pc1, "pc1_ci_low": vm.pc1_ci[0], "pc1_ci_high": vm.pc1_ci[1],
-                "null_pc1_fraction": vm.null_pc1,
-                "pc12_fraction": vm.pc12, "pc12_ci_low": vm.pc12_ci[0], "pc12_ci_high": vm.pc12_ci[1],
-                "null_pc12_fraction": vm.null_pc12, "null_pc12_high": vm.null_pc12_interval[1],
-                "participation_ratio_dims": vm.participation_ratio,
-                "participation_ratio_ci_low": vm.participation_ratio_ci[0],
-                "participation_ratio_ci_high": vm.participation_ratio_ci[1],
-                "null_participation_ratio_dims": vm.null_participation_ratio,
-                "alignment_spearman_rho": ea.spearman, "alignment_ci_low": ea.spearman_ci[0],
-                "alignment_ci_high": ea.spearman_ci[1], "alignment_abs_rho": abs(ea.spearman),
+                "pc1_fraction": vm.pc1.value, "pc1_ci_low": vm.pc1.ci_low, "pc1_ci_high": vm.pc1.ci_high,
+                "null_pc1_fraction": vm.pc1.null,
+                "pc12_fraction": vm.pc12.value, "pc12_ci_low": vm.pc12.ci_low, "pc12_ci_high": vm.pc12.ci_high,
+                "null_pc12_fraction": vm.pc12.null, "null_pc12_high": vm.pc12.null_interval[1],
+                "participation_ratio_dims": vm.participation_ratio.value,
+                "participation_ratio_ci_low": vm.participation_ratio.ci_low,
+                "participation_ratio_ci_high": vm.participation_ratio.ci_high,
+                "null_participation_ratio_dims": vm.participation_ratio.null,
+                "alignment_spearman_rho": ea.spearman.value, "alignment_ci_low": ea.spearman.ci_low,
+                "alignment_ci_high": ea.spearman.ci_high, "alignment_abs_rho": ea.abs_spearman,
                 "alignment_pvalue": ea.spearman_pvalue,
-                "focusing_reduction_fraction": af.reduction, "focusing_ci_low": af.reduction_ci[0],
-                "focusing_ci_high": af.reduction_ci[1],
-                "pc1_diff_vs_reference": self.pc1_diff[d],
-                "pc1_diff_ci_low": self.pc1_diff_ci[d][0], "pc1_diff_ci_high": self.pc1_diff_ci[d][1],
-                "pc12_diff_vs_reference": self.pc12_diff[d],
-                "pc12_diff_ci_low": self.pc12_diff_ci[d][0], "pc12_diff_ci_high": self.pc12_diff_ci[d][1],
-                "participation_ratio_diff_vs_reference": self.pr_diff[d],
-                "participation_ratio_diff_ci_low": self.pr_diff_ci[d][0],
-                "participation_ratio_diff_ci_high": self.pr_diff_ci[d][1],
+                "focusing_reduction_fraction": af.reduction.value, "focusing_ci_low": af.reduction.ci_low,
+                "focusing_ci_high": af.reduction.ci_high,
+                "pc1_diff_vs_reference": self.pc1_diff[d].value,
+                "pc1_diff_ci_low": self.pc1_diff[d].ci_low, "pc1_diff_ci_high": self.pc1_diff[d].ci_high,
+                "pc12_diff_vs_reference": self.pc12_diff[d].value,
+                "pc12_diff_ci_low": self.pc12_diff[d].ci_low, "pc12_diff_ci_high": self.pc12_diff[d].ci_high,
+                "participation_ratio_diff_vs_reference": self.pr_diff[d].value,
+                "participation_ratio_diff_ci_low": self.pr_diff[d].ci_low,
+                "participation_ratio_diff_ci_high": self.pr_diff[d].ci_high,
                 "reference": self.reference,
             })
         return pd.DataFrame(rows)
@@ -238,7 +241,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
     """
     from .collect import collect
     from ._geometry import CI_METHODS, attention_focusing, entropy_alignment, key_orthogonality, value_manifold
-    from .metrics.pca import bootstrap_pca_stats
+    from .metrics.pca import CI_METHOD_LABELS, bootstrap_pca_stats
     from .metrics.stats import as_numpy
     from .prompts import select
 
@@ -274,17 +277,19 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
     # (each domain's resampling seed depends on its label, not on its position in ``domains``)
     boots = {label: bootstrap_pca_stats(x, n_boot=n_boot, seed=seed + 1 + zlib.crc32(label.encode()))
              for label, x in xs.items()}
-    diffs = {k: {} for k in ("pc1", "pc1_ci", "pc12", "pc12_ci", "pr", "pr_ci")}
+    method = (f"95% {CI_METHOD_LABELS[ci_method]} of the difference; independent bootstraps of each domain's "
+              "prompts")
+    diffs = {k: {} for k in ("pc1", "pc12", "pr")}
     for label in specs:
         for j, (key, attr) in enumerate((("pc1", "pc1"), ("pc12", "pc12"), ("pr", "participation_ratio"))):
-            est = float(getattr(vms[label], attr) - getattr(vms[reference], attr))
-            diffs[key][label] = est
-            diffs[key + "_ci"][label] = ((0.0, 0.0) if label == reference else
-                                         _diff_ci(boots[label][:, j], boots[reference][:, j], est, ci_method))
+            est = float(getattr(vms[label], attr).value - getattr(vms[reference], attr).value)
+            ci = ((0.0, 0.0) if label == reference else
+                  _diff_ci(boots[label][:, j], boots[reference][:, j], est, ci_method))
+            diffs[key][label] = Estimate(est, ci, method, null=0.0, n=vms[label].n_prompts)
     return DomainComparison(
         domains=tuple(specs), reference=reference, layer=layer, site=site, n=int(n), seed=int(seed),
         model_name=info.name, selections=sels, value_manifold=vms, attention_focusing=afs, entropy_alignment=eas,
-        key_orthogonality=keys, pc1_diff=diffs["pc1"], pc1_diff_ci=diffs["pc1_ci"], pc12_diff=diffs["pc12"],
-        pc12_diff_ci=diffs["pc12_ci"], pr_diff=diffs["pr"], pr_diff_ci=diffs["pr_ci"], ci_method=ci_method,
+        key_orthogonality=keys, pc1_diff=diffs["pc1"], pc12_diff=diffs["pc12"], pr_diff=diffs["pr"],
+        ci_method=ci_method,
         n_boot=n_boot,
     )

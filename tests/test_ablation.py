@@ -734,10 +734,10 @@ def test_sula_fit_and_compare_match_sula_evaluate(tiny):
     ev_patch = bl.sula.evaluate(tiny, prompts, layer=1, fwd_hooks=list(patch), n_boot=20, progress=False)
     t = cmp.table.set_index(["condition", "metric"])
     for cond, ev in (("clean", ev_clean), (patch.label, ev_patch)):
-        assert t.loc[(cond, "sula_mae_bits"), "value"] == pytest.approx(ev.mae_bits, abs=1e-9)
-        assert t.loc[(cond, "sula_pearson"), "value"] == pytest.approx(ev.pearson, abs=1e-9)
+        assert t.loc[(cond, "sula_mae_bits"), "value"] == pytest.approx(ev.mae_bits.value, abs=1e-9)
+        assert t.loc[(cond, "sula_pearson"), "value"] == pytest.approx(ev.pearson.value, abs=1e-9)
     assert t.loc[(patch.label, "sula_mae_bits"), "diff_from_clean"] == pytest.approx(
-        ev_patch.mae_bits - ev_clean.mae_bits, abs=1e-9)
+        ev_patch.mae_bits.value - ev_clean.mae_bits.value, abs=1e-9)
     bayes_rows = cmp.table[(cmp.table["metric"] == "axis_entropy_corr") & (cmp.table["entropy"] == "bayes")]
     assert len(bayes_rows) == 3 * len(cmp.readout_layers)  # clean, the patch, its random control
     assert set(cmp.summary()["metric"]) == {"axis_entropy_corr", "sula_mae_bits", "sula_pearson"}

@@ -44,15 +44,15 @@ def test_geometry_metrics_from_full_and_filtered_caches(tiny, filtered):
         ea = bl.entropy_alignment(pair, n_perm=100, **kw, **FAST)
         geo = bl.geometry(pair, n_null=20, n_perm=100, **kw, **FAST)
         for got in (vm, geo.value_manifold):
-            _close(got.pc1, stream.value_manifold.pc1)
-            _close(got.pc12_ci, stream.value_manifold.pc12_ci)
-            _close(got.participation_ratio, stream.value_manifold.participation_ratio, 1e-5)
+            _close(got.pc1.value, stream.value_manifold.pc1.value)
+            _close(got.pc12.ci, stream.value_manifold.pc12.ci)
+            _close(got.participation_ratio.value, stream.value_manifold.participation_ratio.value, 1e-5)
         for got in (af, geo.attention_focusing):
             _close(got.layer_entropy_bits, stream.attention_focusing.layer_entropy_bits)
-            _close(got.reduction, stream.attention_focusing.reduction)
+            _close(got.reduction.value, stream.attention_focusing.reduction.value)
         for got in (ea, geo.entropy_alignment):
-            _close(got.spearman, stream.entropy_alignment.spearman)
-            _close(got.pearson_ci, stream.entropy_alignment.pearson_ci)
+            _close(got.spearman.value, stream.entropy_alignment.spearman.value)
+            _close(got.pearson.ci, stream.entropy_alignment.pearson.ci)
             _close(got.entropy_bits, stream.entropy_alignment.entropy_bits)
 
 
@@ -161,11 +161,11 @@ def test_cache_forms_dict_grad_logits_and_errors(tiny):
     stream = bl.value_manifold(tiny, TEXTS, batch_size=len(TEXTS), n_null=20, progress=False, **FAST)
     (logits, cache), toks, mask = _pair(tiny, TEXTS, bl.hook_filter())
     # a plain dict of tensors with model=, and an ActivationCache with logits=
-    _close(bl.value_manifold(dict(cache.items()), model=tiny, attention_mask=mask, n_null=20, **FAST).pc1,
-           stream.pc1)
+    _close(bl.value_manifold(dict(cache.items()), model=tiny, attention_mask=mask, n_null=20, **FAST).pc1.value,
+           stream.pc1.value)
     ea = bl.entropy_alignment(cache, logits=logits.clone().requires_grad_(True), attention_mask=mask, n_perm=50,
                               **FAST)
-    assert np.isfinite(ea.spearman)
+    assert np.isfinite(ea.spearman.value)
     with pytest.raises(bl.InvalidInputError, match="model="):
         bl.value_manifold(dict(cache.items()), attention_mask=mask, **FAST)
     # a padded batch without mask or tokens is refused (reading pads as tokens changes every number)

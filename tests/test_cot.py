@@ -59,14 +59,14 @@ def test_estimate_recovers_known_constants():
     rng = np.random.default_rng(0)
     B = b_opt + alpha / (k + k0) + 0.01 * rng.standard_normal(k.size)
     fit = estimate_cot_params(k, B, n_boot=300, seed=0)
-    assert fit.alpha == pytest.approx(alpha, rel=0.1)
-    assert fit.k0 == pytest.approx(k0, rel=0.1)
-    assert fit.b_opt == pytest.approx(b_opt, abs=0.05)
-    assert fit.gap == pytest.approx(alpha / k0, rel=0.1)
-    assert fit.alpha_ci[0] <= alpha <= fit.alpha_ci[1]
-    assert fit.b_opt_ci[0] <= b_opt <= fit.b_opt_ci[1]
+    assert fit.alpha.value == pytest.approx(alpha, rel=0.1)
+    assert fit.k0.value == pytest.approx(k0, rel=0.1)
+    assert fit.b_opt.value == pytest.approx(b_opt, abs=0.05)
+    assert fit.gap.value == pytest.approx(alpha / k0, rel=0.1)
+    assert fit.alpha.ci[0] <= alpha <= fit.alpha.ci[1]
+    assert fit.b_opt.ci[0] <= b_opt <= fit.b_opt.ci[1]
     ks = fit.k_star(100, 0.1, 3)
-    assert ks.k_star == pytest.approx(bl.cot_length(100, 0.1, 3, fit.alpha, fit.gap).k_star)
+    assert ks.k_star == pytest.approx(bl.cot_length(100, 0.1, 3, fit.alpha.value, fit.gap.value).k_star)
     json.dumps(fit.to_dict())
 
 

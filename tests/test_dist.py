@@ -142,7 +142,7 @@ from bayes_lens.adapter import has_hooked_transformer
 m = tiny_model("hooked" if has_hooked_transformer() else "bridge", gqa=True, rotary=True)
 prompts = [f"The number {i} is followed by" for i in range(24)]
 vm = bl.value_manifold(m, prompts, layer=1, n_boot=50, n_null=20, seed=0)
-print(json.dumps({"file": bl.__file__, "pc1": vm.pc1, "pc12": vm.pc12, "pc1_ci": list(vm.pc1_ci),
+print(json.dumps({"file": bl.__file__, "pc1": vm.pc1.value, "pc12": vm.pc12.value, "pc1_ci": list(vm.pc1.ci),
                   "n_mixed": len(bl.prompts.pool("mixed")), "repr": repr(vm)}))
 """
 
@@ -161,7 +161,7 @@ def test_installed_wheel_runs_the_cli_and_an_analysis_from_its_own_copy(venv):
 
     model, task = bl.windtunnel.load("bijection")
     here = bl.windtunnel.evaluate(model, task, n=50, seed=0)
-    assert res["n"] == 50 and res["mae_bits"] == pytest.approx(here.mae_bits, rel=1e-9, abs=1e-12)
+    assert res["n"] == 50 and res["mae_bits"]["value"] == pytest.approx(here.mae_bits.value, rel=1e-9, abs=1e-12)
 
     got = json.loads(_run(venv, str(root / "bin" / "python"), "-c", _ANALYSIS).strip().splitlines()[-1])
     assert Path(got["file"]).resolve().is_relative_to(site.resolve()), got["file"]  # the installed copy
@@ -173,7 +173,7 @@ def test_installed_wheel_runs_the_cli_and_an_analysis_from_its_own_copy(venv):
     m = tiny_model("hooked" if has_hooked_transformer() else "bridge", gqa=True, rotary=True)
     vm = bl.value_manifold(m, [f"The number {i} is followed by" for i in range(24)], layer=1, n_boot=50,
                            n_null=20, seed=0)
-    assert got["pc1"] == pytest.approx(vm.pc1, rel=1e-6) and got["pc12"] == pytest.approx(vm.pc12, rel=1e-6)
-    assert got["pc1_ci"] == pytest.approx(list(vm.pc1_ci), rel=1e-6)
+    assert got["pc1"] == pytest.approx(vm.pc1.value, rel=1e-6) and got["pc12"] == pytest.approx(vm.pc12.value, rel=1e-6)
+    assert got["pc1_ci"] == pytest.approx(list(vm.pc1.ci), rel=1e-6)
     assert got["n_mixed"] == sum(1 for ln in (PKG / "data/prompts/mixed.jsonl").read_text().splitlines() if ln.strip())
     assert "n = 24 prompts" in got["repr"]

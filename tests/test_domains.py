@@ -87,17 +87,20 @@ def test_same_numbers_as_geometry(comparison):
     sel = cmp.selections["philosophy"]
     geo = bl.geometry(model, list(sel.prompts), seed=0, progress=False, **FAST)
     vm = cmp.value_manifold["philosophy"]
-    assert vm.pc12 == pytest.approx(geo.value_manifold.pc12)
-    assert vm.pc12_ci == pytest.approx(geo.value_manifold.pc12_ci)
-    assert vm.null_pc12 == pytest.approx(geo.value_manifold.null_pc12)
-    assert cmp.attention_focusing["philosophy"].reduction == pytest.approx(geo.attention_focusing.reduction)
-    assert abs(cmp.entropy_alignment["philosophy"].spearman) == pytest.approx(abs(geo.entropy_alignment.spearman))
+    assert vm.pc12.value == pytest.approx(geo.value_manifold.pc12.value)
+    assert vm.pc12.ci == pytest.approx(geo.value_manifold.pc12.ci)
+    assert vm.pc12.null == pytest.approx(geo.value_manifold.pc12.null)
+    assert cmp.attention_focusing["philosophy"].reduction.value == pytest.approx(geo.attention_focusing.reduction.value)
+    assert abs(cmp.entropy_alignment["philosophy"].spearman.value) == pytest.approx(abs(geo.entropy_alignment.spearman.value))
 
 
 def test_collapses_dict_plot(comparison):
     _, cmp = comparison
     for d in cmp.domains:
-        assert cmp.collapses(d) == (cmp.pc12_diff_ci[d][0] > 0)
+        assert cmp.collapses(d) == (cmp.pc12_diff[d].ci_low > 0)
+        e, vm, ref = cmp.pc12_diff[d], cmp.value_manifold[d], cmp.value_manifold[cmp.reference]
+        assert e.value == pytest.approx(vm.pc12.value - ref.pc12.value, abs=1e-12)
+        assert e.null == 0.0 and e.n == vm.n_prompts and "of the difference" in e.ci_method
     assert not cmp.collapses("math")  # the reference never differs from itself
     with pytest.raises(InvalidInputError, match="unknown domain"):
         cmp.collapses("law")

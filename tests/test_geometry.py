@@ -48,20 +48,28 @@ def test_value_manifold_matches_sklearn(tiny):
     kv = tiny.cfg.n_key_value_heads * tiny.cfg.d_head
     assert vm.dim == kv and x.shape[1] == kv
     ref = PCA().fit(StandardScaler().fit_transform(x))
-    assert vm.pc1 == pytest.approx(ref.explained_variance_ratio_[0], abs=1e-5)
-    assert vm.pc12 == pytest.approx(ref.explained_variance_ratio_[:2].sum(), abs=1e-5)
+    assert vm.pc1.value == pytest.approx(ref.explained_variance_ratio_[0], abs=1e-5)
+    assert vm.pc12.value == pytest.approx(ref.explained_variance_ratio_[:2].sum(), abs=1e-5)
     assert vm.coords.shape == (len(PROMPTS), min(10, len(PROMPTS)))
     scores = ref.transform(StandardScaler().fit_transform(x))[:, 0]
     assert min(np.abs(vm.coords[:, 0].numpy() - s * scores).max() for s in (1, -1)) < 1e-3
-    assert vm.pc1_ci[0] <= vm.pc1 <= vm.pc1_ci[1] and vm.pc12_ci[0] <= vm.pc12 <= vm.pc12_ci[1]
-    assert vm.participation_ratio_ci[0] <= vm.participation_ratio <= vm.participation_ratio_ci[1]
-    assert 0 < vm.null_pc1 < vm.null_pc12 < 1 and vm.null_pc1_interval[0] <= vm.null_pc1 <= vm.null_pc1_interval[1]
+    assert vm.pc1.ci[0] <= vm.pc1.value <= vm.pc1.ci[1] and vm.pc12.ci[0] <= vm.pc12.value <= vm.pc12.ci[1]
+    assert vm.participation_ratio.ci[0] <= vm.participation_ratio.value <= vm.participation_ratio.ci[1]
+    assert 0 < vm.pc1.null < vm.pc12.null < 1 and vm.pc1.null_interval[0] <= vm.pc1.null <= vm.pc1.null_interval[1]
     pct = bl.value_manifold(tiny, PROMPTS, ci_method="percentile", **FAST)
-    assert pct.pc1_ci[1] - pct.pc1_ci[0] == pytest.approx(vm.pc1_ci[1] - vm.pc1_ci[0], rel=1e-9)
-    assert pct.pc1_ci[0] == pytest.approx(vm.pc1_ci[0] + vm.bootstrap_bias[0], abs=1e-12)
+    assert pct.pc1.ci[1] - pct.pc1.ci[0] == pytest.approx(vm.pc1.ci[1] - vm.pc1.ci[0], rel=1e-9)
+    assert pct.pc1.ci[0] == pytest.approx(vm.pc1.ci[0] + vm.bootstrap_bias[0], abs=1e-12)
     # seeded: same seed, same numbers
     again = bl.value_manifold(tiny, PROMPTS, padding_side="left", **FAST)
-    assert again.pc1_ci == vm.pc1_ci and again.null_pc12 == vm.null_pc12
+    assert again.pc1.ci == vm.pc1.ci and again.pc12.null == vm.pc12.null
+    # each headline Estimate says how its interval was made, over how many prompts, and carries its null
+    for est in (vm.pc1, vm.pc12, vm.participation_ratio):
+        assert est.n == len(PROMPTS) and est.ci_method.startswith("95% recentred percentile bootstrap")
+    assert pct.pc1.ci_method.startswith("95% percentile bootstrap")
+    df = vm.to_dataframe().set_index("statistic")
+    assert df.loc["pc12_explained_variance_fraction", ["value", "ci_low", "ci_high", "null_mean"]].tolist() == [
+        vm.pc12.value, *vm.pc12.ci, vm.pc12.null]
+    assert json.loads(json.dumps(vm.to_dict()))["pc12"]["ci_low"] == pytest.approx(vm.pc12.ci_low)
 
 
 def test_value_manifold_variants(tiny):
@@ -82,7 +90,7 @@ def test_attention_focusing_matches_scipy(tiny):
     np.testing.assert_allclose(af.head_entropy_bits.numpy(), heads.mean(0), atol=1e-5)
     curve = heads.mean(2).mean(0)
     np.testing.assert_allclose(af.layer_entropy_bits.numpy(), curve, atol=1e-5)
-    assert af.reduction == pytest.approx((curve[0] - curve[-1]) / curve[0], abs=1e-5)
+    assert af.reduction.value == pytest.approx((curve[0] - curve[-1]) / curve[0], abs=1e-5)
     assert af.n_rises == int((np.diff(curve) > 0).sum())
     lengths = [tokenize(tiny, [p])[0].shape[1] for p in PROMPTS]
     assert af.uniform_entropy_bits == pytest.approx(np.mean(np.log2(lengths)))
@@ -97,8 +105,8 @@ def test_depth_spearman_against_scipy():
     ent = rng.random((12, 6, 4)) + np.linspace(3, 1, 6)[None, :, None]
     af = _focusing_from(ent, uniform=3.0, positions="last", seed=0, n_boot=100)
     curve = ent.mean(2).mean(0)
-    assert af.depth_spearman == pytest.approx(spearmanr(np.arange(6), curve)[0])
-    assert af.depth_spearman_ci[0] <= af.depth_spearman_ci[1]
+    assert af.depth_spearman.value == pytest.approx(spearmanr(np.arange(6), curve)[0])
+    assert af.depth_spearman.ci[0] <= af.depth_spearman.ci[1]
 
 
 def test_entropy_alignment_matches_scipy(tiny):
@@ -108,7 +116,7 @@ def test_entropy_alignment_matches_scipy(tiny):
     assert ea.abs_spearman == pytest.approx(abs(spearmanr(pc1, ents)[0]), abs=1e-9)
     assert ea.abs_pearson == pytest.approx(abs(np.corrcoef(pc1, ents)[0, 1]), abs=1e-4)
     np.testing.assert_allclose(ea.entropy_bits.numpy(), ents, atol=1e-5)
-    assert 0 < ea.spearman_pvalue <= 1 and ea.spearman_ci[0] <= ea.spearman_ci[1]
+    assert 0 < ea.spearman_pvalue <= 1 and ea.spearman.ci[0] <= ea.spearman.ci[1]
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -118,8 +126,9 @@ def test_cache_path_equals_streaming_path(tiny, side):
         logits, cache = tiny.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
     s_vm = bl.value_manifold(tiny, PROMPTS, padding_side=side, batch_size=4, **FAST)
     c_vm = bl.value_manifold(cache, attention_mask=mask, **FAST)
-    for f in ("pc1", "pc12", "participation_ratio", "null_pc12"):
-        assert getattr(c_vm, f) == pytest.approx(getattr(s_vm, f), abs=1e-5)
+    for f in ("pc1", "pc12", "participation_ratio"):
+        c, s = getattr(c_vm, f), getattr(s_vm, f)
+        assert (c.value, *c.ci, c.null) == pytest.approx((s.value, *s.ci, s.null), abs=1e-5)
     torch.testing.assert_close(c_vm.coords, s_vm.coords, atol=1e-4, rtol=1e-4)
     for positions in ("last", "all"):
         s_af = bl.attention_focusing(tiny, PROMPTS, positions=positions, padding_side=side, batch_size=4, **FAST)
@@ -128,12 +137,12 @@ def test_cache_path_equals_streaming_path(tiny, side):
         assert c_af.uniform_entropy_bits == pytest.approx(s_af.uniform_entropy_bits)
     s_ea = bl.entropy_alignment(tiny, PROMPTS, padding_side=side, n_perm=100, **FAST)
     c_ea = bl.entropy_alignment(cache, attention_mask=mask, logits=logits, n_perm=100, **FAST)
-    assert c_ea.spearman == pytest.approx(s_ea.spearman, abs=1e-6)
-    assert c_ea.pearson == pytest.approx(s_ea.pearson, abs=1e-4)
+    assert c_ea.spearman.value == pytest.approx(s_ea.spearman.value, abs=1e-6)
+    assert c_ea.pearson.value == pytest.approx(s_ea.pearson.value, abs=1e-4)
     # a reduced cache is a third source with the same numbers
     col = bl.collect.collect(tiny, PROMPTS, value_layers=[-1], attention=True, progress=False)
-    assert bl.value_manifold(col, **FAST).pc1 == pytest.approx(s_vm.pc1, abs=1e-5)
-    assert bl.entropy_alignment(col, n_perm=100, **FAST).spearman == pytest.approx(s_ea.spearman, abs=1e-6)
+    assert bl.value_manifold(col, **FAST).pc1.value == pytest.approx(s_vm.pc1.value, abs=1e-5)
+    assert bl.entropy_alignment(col, n_perm=100, **FAST).spearman.value == pytest.approx(s_ea.spearman.value, abs=1e-6)
 
 
 def test_cache_errors(tiny):
@@ -157,10 +166,10 @@ def test_prompt_permutation_invariance(tiny):
     perm = [3, 0, 9, 1, 7, 2, 8, 5, 4, 6]
     a = bl.geometry(tiny, PROMPTS, **FAST, n_null=50, n_perm=50)
     b = bl.geometry(tiny, [PROMPTS[i] for i in perm], **FAST, n_null=50, n_perm=50)
-    assert b.value_manifold.pc1 == pytest.approx(a.value_manifold.pc1, abs=1e-6)
-    assert b.value_manifold.participation_ratio == pytest.approx(a.value_manifold.participation_ratio, rel=1e-5)
+    assert b.value_manifold.pc1.value == pytest.approx(a.value_manifold.pc1.value, abs=1e-6)
+    assert b.value_manifold.participation_ratio.value == pytest.approx(a.value_manifold.participation_ratio.value, rel=1e-5)
     torch.testing.assert_close(b.attention_focusing.layer_entropy_bits, a.attention_focusing.layer_entropy_bits)
-    assert abs(b.entropy_alignment.spearman) == pytest.approx(abs(a.entropy_alignment.spearman), abs=1e-9)
+    assert abs(b.entropy_alignment.spearman.value) == pytest.approx(abs(a.entropy_alignment.spearman.value), abs=1e-9)
     torch.testing.assert_close(b.value_manifold.coords[:, 0].abs(), a.value_manifold.coords[perm, 0].abs(),
                                atol=1e-4, rtol=1e-4)
 
@@ -247,14 +256,14 @@ def test_geometry_result_api(tiny):
         suffix = "" if i == 1 else str(i)
         assert fig.layout[f"xaxis{suffix}"].title.text and fig.layout[f"yaxis{suffix}"].title.text
     lines = {(sh.yref, round(float(sh.y0), 9)) for sh in fig.layout.shapes}
-    assert ("y", round(geo.value_manifold.null_pc1, 9)) in lines          # the Gaussian null of PC1
+    assert ("y", round(geo.value_manifold.pc1.null, 9)) in lines          # the Gaussian null of PC1
     assert ("y2", round(float(geo.key_orthogonality.gaussian_baseline), 9)) in lines
     assert ("y3", round(float(geo.attention_focusing.uniform_entropy_bits), 9)) in lines  # uniform attention
     with pytest.raises(Exception):
         geo.value_manifold.pc1 = 0.5  # frozen
     # geometry's pieces equal the individual metrics
     vm = bl.value_manifold(tiny, PROMPTS, **FAST, n_null=50)
-    assert geo.value_manifold.pc12 == pytest.approx(vm.pc12, abs=1e-9) and geo.value_manifold.pc12_ci == vm.pc12_ci
+    assert geo.value_manifold.pc12.value == pytest.approx(vm.pc12.value, abs=1e-9) and geo.value_manifold.pc12.ci == vm.pc12.ci
 
 
 def test_bad_input(tiny):
@@ -300,15 +309,15 @@ def test_hooked_and_bridge_agree(tiny_pair):
 
 def _assert_same_geometry(a, b, atol=1e-4):
     for f in ("pc1", "pc12", "participation_ratio"):
-        assert getattr(a.value_manifold, f) == pytest.approx(getattr(b.value_manifold, f), abs=atol * max(
-            1, abs(getattr(a.value_manifold, f))))
+        assert getattr(a.value_manifold, f).value == pytest.approx(getattr(b.value_manifold, f).value, abs=atol * max(
+            1, abs(getattr(a.value_manifold, f).value)))
     torch.testing.assert_close(a.value_manifold.coords[:, :2].abs(), b.value_manifold.coords[:, :2].abs(),
                                atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(a.attention_focusing.head_entropy_bits, b.attention_focusing.head_entropy_bits,
                                atol=atol, rtol=0)
-    assert a.attention_focusing.reduction == pytest.approx(b.attention_focusing.reduction, abs=atol)
-    assert a.entropy_alignment.spearman == pytest.approx(b.entropy_alignment.spearman, abs=atol)
-    assert a.entropy_alignment.pearson == pytest.approx(b.entropy_alignment.pearson, abs=atol)
+    assert a.attention_focusing.reduction.value == pytest.approx(b.attention_focusing.reduction.value, abs=atol)
+    assert a.entropy_alignment.spearman.value == pytest.approx(b.entropy_alignment.spearman.value, abs=atol)
+    assert a.entropy_alignment.pearson.value == pytest.approx(b.entropy_alignment.pearson.value, abs=atol)
     torch.testing.assert_close(a.key_orthogonality.per_head, b.key_orthogonality.per_head, atol=1e-6, rtol=0)
 
 

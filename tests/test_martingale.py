@@ -121,7 +121,7 @@ def test_gap_with_laplace_standin_matches_analytic_values():
     cover = (d.gap_ci_low_nats <= d.laplace_expected_gap_nats) & (d.laplace_expected_gap_nats <= d.gap_ci_high_nats)
     assert cover.mean() >= 0.8
     # Laplace's gap is ~1/n: the 1/n fit has A close to 1 and is preferred over log(n)/n
-    assert res.fit_inv.A == pytest.approx(1.0, abs=0.15)
+    assert res.fit_inv.A.value == pytest.approx(1.0, abs=0.15)
     assert res.comparison["preferred"] == "inv"
     assert res.fit_inv.adj_r2 > res.fit.adj_r2
     json.dumps(res.to_dict())
@@ -147,11 +147,12 @@ def test_fits_recover_known_A_and_B(shape, A, B):
     ns = np.arange(10, 200, 2).astype(float)
     per_seq, means = _synthetic(ns, A, B, shape, 100, np.random.default_rng(3))
     fit = fit_gap(ns, means, np.full(ns.size, 100.0), shape=shape, per_seq=per_seq, n_boot=400, seed=0)
-    assert fit.A == pytest.approx(A, rel=0.08)
-    assert fit.B == pytest.approx(B, abs=4 * fit.B_se + 1e-4)
-    assert fit.A_ci[0] <= A <= fit.A_ci[1]
-    assert fit.B_ci[0] <= B <= fit.B_ci[1]
-    assert abs(fit.A - A) < 4 * fit.A_se
+    assert fit.A.value == pytest.approx(A, rel=0.08)
+    assert fit.B.value == pytest.approx(B, abs=4 * fit.B_se + 1e-4)
+    assert fit.A.ci[0] <= A <= fit.A.ci[1]
+    assert fit.B.ci[0] <= B <= fit.B.ci[1]
+    assert "percentile bootstrap over sequences" in fit.A.ci_method and fit.A.ci_method == fit.B.ci_method
+    assert abs(fit.A.value - A) < 4 * fit.A_se
     other = "inv" if shape == "log" else "log"
     assert compare_fits(ns, means, np.full(ns.size, 100.0))["preferred"] == shape
     assert fit.adj_r2 > fit_gap(ns, means, np.full(ns.size, 100.0), shape=other).adj_r2
@@ -168,7 +169,7 @@ def test_wls_matches_scaled_lstsq_and_r2_definitions():
     X = np.stack([np.log(ns) / ns, np.ones_like(ns)], 1)
     sw = np.sqrt(w)
     beta = np.linalg.lstsq(X * sw[:, None], g * sw, rcond=None)[0]
-    assert fit.A == pytest.approx(beta[0], rel=1e-9) and fit.B == pytest.approx(beta[1], rel=1e-9)
+    assert fit.A.value == pytest.approx(beta[0], rel=1e-9) and fit.B.value == pytest.approx(beta[1], rel=1e-9)
     rss = np.sum(w * (g - X @ beta) ** 2)
     tss = np.sum(w * (g - np.average(g, weights=w)) ** 2)
     r2 = 1 - rss / tss
@@ -189,7 +190,7 @@ def test_irls_fit_is_the_fixed_point_of_fitted_weights():
         w = counts / (X @ beta) ** 2
         beta = np.linalg.lstsq(X * np.sqrt(w)[:, None], g * np.sqrt(w), rcond=None)[0]
     assert fit.weights == "fitted" and 1 < fit.n_iter < 100
-    assert fit.A == pytest.approx(beta[0], rel=1e-8) and fit.B == pytest.approx(beta[1], rel=1e-6, abs=1e-12)
+    assert fit.A.value == pytest.approx(beta[0], rel=1e-8) and fit.B.value == pytest.approx(beta[1], rel=1e-6, abs=1e-12)
     rss = np.sum(w * (g - X @ beta) ** 2)
     assert fit.rss_weighted == pytest.approx(rss, rel=1e-6)
     se = np.sqrt(np.diag(np.linalg.inv((X * w[:, None]).T @ X)) * rss / (ns.size - 2))
@@ -213,7 +214,7 @@ def test_gap_fit_intervals_cover_the_true_A_in_simulation():
         g = np.array([v.mean() for v in per_seq])
         for w in res:
             f = fit_gap(ns, g, np.full(ns.size, N), per_seq=per_seq, n_boot=200, seed=r, weights=w)
-            res[w].append((f.A, abs(f.A - A) <= 1.96 * f.A_se, f.A_ci[0] <= A <= f.A_ci[1]))
+            res[w].append((f.A.value, abs(f.A.value - A) <= 1.96 * f.A_se, f.A.ci[0] <= A <= f.A.ci[1]))
     irls, obs = np.array(res["fitted"]), np.array(res["observed"])
     assert abs(irls[:, 0].mean() / A - 1) < 0.005          # unbiased (s.e. of the mean ≈ 0.1%)
     assert 0.90 <= irls[:, 1].mean() <= 0.98               # s.e. interval
@@ -226,7 +227,7 @@ def test_gap_uses_independent_seeded_streams():
     a = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=3, n_boot=50)
     b = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=3, n_boot=50)
     pd.testing.assert_frame_equal(a.per_n, b.per_n)
-    assert a.fit.A_ci == b.fit.A_ci
+    assert a.fit.A.ci == b.fit.A.ci
     # the data stream is SeedSequence(seed).spawn(3)[0]; the bootstrap streams are separate children
     data_ss, ci_ss, fit_ss = np.random.SeedSequence(3).spawn(3)
     rng = np.random.default_rng(data_ss)
@@ -236,7 +237,7 @@ def test_gap_uses_independent_seeded_streams():
                                            seed=int(ci_ss.generate_state(5, dtype=np.uint32)[0]))
     assert (a.per_n.gap_ci_low_nats[0], a.per_n.gap_ci_high_nats[0]) == (lo, hi)
     refit = fit_gap(a.per_n.n, a.per_n.gap_nats, a.per_n.n_seqs, per_seq=a.per_seq, n_boot=50, seed=fit_ss)
-    assert refit.A_ci == a.fit.A_ci
+    assert refit.A.ci == a.fit.A.ci
     c = gap(krichevsky_trofimov, range(10, 40, 6), n_seqs=30, seed=4, n_boot=50)
     assert not np.array_equal(c.per_n.gap_nats, a.per_n.gap_nats)
 
@@ -246,7 +247,7 @@ def test_gap_uses_independent_seeded_streams():
 def test_permutation_average_is_exactly_zero_for_laplace():
     res = permutation_average(laplace, n=25, n_seqs=6, n_perms=32, ks=(1, 2, 4, 8, 16), n_boot=100)
     assert np.all(res.per_k.sd.to_numpy() == 0.0)
-    assert math.isnan(res.slope)
+    assert math.isnan(res.slope.value)
     np.testing.assert_allclose(res.predictive, np.repeat(res.laplace_predictive[:, None], 32, 1), rtol=1e-12)
     assert res.mean_abs_dev_from_laplace < 1e-12
 
@@ -254,8 +255,8 @@ def test_permutation_average_is_exactly_zero_for_laplace():
 def test_permutation_average_slope_is_minus_half_for_order_noise():
     res = permutation_average(_recency, n=20, n_seqs=30, n_perms=64, ks=(1, 2, 4, 8, 16, 32), seed=2, n_boot=300)
     assert np.all(res.per_k.sd > 0)
-    assert res.slope == pytest.approx(-0.5, abs=0.08)
-    assert res.slope_ci[0] <= -0.5 <= res.slope_ci[1]
+    assert res.slope.value == pytest.approx(-0.5, abs=0.08)
+    assert res.slope.ci[0] <= -0.5 <= res.slope.ci[1]
     # k = 1 SD equals the plain SD across orderings (averaged over sequences)
     direct = res.predictive.std(axis=1, ddof=1).mean()
     assert res.per_k.sd.iloc[0] == pytest.approx(direct, rel=0.05)
@@ -281,20 +282,20 @@ def test_permutation_headline_separates_order_dependent_from_exchangeable():
     weak, strong = permutation_average(_recency_of(0.05), **kw), permutation_average(_recency_of(0.3), **kw)
     # exchangeable predictors: SD across orderings exactly 0, equal to the Laplace reference
     for r in (lap, kt):
-        assert r.sd_k1 == 0.0 and r.sd_k1_ci == (0.0, 0.0) and r.sd_k1_excess == 0.0
+        assert r.sd_k1.value == 0.0 and r.sd_k1.ci == (0.0, 0.0) and r.sd_k1_excess == 0.0
     # order-dependent predictors: the SD at k = 1 and its CI sit far from the reference 0 ...
     for r in (weak, strong):
         assert r.exchangeable_sd_k1 == 0.0
-        assert r.sd_k1_ci[0] > 0.01
+        assert r.sd_k1.ci[0] > 0.01
         direct = np.mean([np.std(row, ddof=1) for row in r.predictive])  # independent recomputation
-        assert r.sd_k1 == pytest.approx(direct, rel=1e-12)
-        assert r.sd_k1 == pytest.approx(r.per_k.sd.iloc[0], rel=1e-12)
+        assert r.sd_k1.value == pytest.approx(direct, rel=1e-12)
+        assert r.sd_k1.value == pytest.approx(r.per_k.sd.iloc[0], rel=1e-12)
     # ... and the headline orders them by strength, while the slope is −0.5 for both (by construction)
-    assert strong.sd_k1_ci[0] > weak.sd_k1_ci[1]
+    assert strong.sd_k1.ci[0] > weak.sd_k1.ci[1]
     assert strong.sd_k1_over_posterior_sd > weak.sd_k1_over_posterior_sd > 0
     for r in (weak, strong):
-        assert r.slope == pytest.approx(-0.5, abs=0.08)
-    assert math.isnan(lap.slope)
+        assert r.slope.value == pytest.approx(-0.5, abs=0.08)
+    assert math.isnan(lap.slope.value)
 
 
 def _beta_mixture(dtype, comps=((1.0, 1.0), (2.0, 5.0), (5.0, 2.0)), weights=(0.5, 0.25, 0.25)):
@@ -325,15 +326,15 @@ def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
     predictor re-scored in another layout gives identical values)."""
     kw = dict(n=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=100)
     res = permutation_average(_beta_mixture(dtype), **kw)
-    assert 0 < res.sd_k1 <= res.numerical_floor_sd
+    assert 0 < res.sd_k1.value <= res.numerical_floor_sd
     assert res.rescore_sd == 0.0 and res.working_dtype == np.dtype(dtype).name
     assert res.numerical_floor_sd == pytest.approx(np.sqrt(30) * np.finfo(dtype).eps * res.predictive.mean())
-    assert res.at_numerical_floor and math.isnan(res.slope) and all(math.isnan(v) for v in res.slope_ci)
+    assert res.at_numerical_floor and math.isnan(res.slope.value) and all(math.isnan(v) for v in res.slope.ci)
     assert math.isfinite(res.slope_raw)
     # an order-dependent predictor of the same dtype keeps its slope
     rec = permutation_average(lambda s: _recency_of(0.05)(s).astype(dtype), **kw)
-    assert not rec.at_numerical_floor and rec.slope == pytest.approx(-0.5, abs=0.1)
-    assert rec.sd_k1 > 1e3 * rec.numerical_floor_sd
+    assert not rec.at_numerical_floor and rec.slope.value == pytest.approx(-0.5, abs=0.1)
+    assert rec.sd_k1.value > 1e3 * rec.numerical_floor_sd
 
 
 def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
@@ -346,7 +347,7 @@ def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
                       _permutations_of(res, tiny)])
     diff = p_one - res.predictive[:2, :8].reshape(-1)
     assert np.sqrt(np.mean(diff ** 2) / 2) < 10 * max(eps_part, res.rescore_sd) + 1e-12
-    assert res.sd_k1 > res.numerical_floor_sd and not res.at_numerical_floor  # random weights: order-dependent
+    assert res.sd_k1.value > res.numerical_floor_sd and not res.at_numerical_floor  # random weights: order-dependent
 
 
 def _permutations_of(res, model):
@@ -366,7 +367,7 @@ def test_permutation_distance_is_from_the_uniform_prior_bayesian():
         expected = np.mean(np.abs((k + a) / (30 + a + b) - (k + 1) / 32))
         assert res.mean_abs_dev_from_uniform_bayes == pytest.approx(expected, abs=1e-12)
         assert res.mean_abs_dev_from_laplace == res.mean_abs_dev_from_uniform_bayes  # the earlier name
-        assert res.sd_k1 == 0.0 and res.at_numerical_floor and math.isnan(res.slope)
+        assert res.sd_k1.value == 0.0 and res.at_numerical_floor and math.isnan(res.slope.value)
         if a == 1.0:
             assert res.mean_abs_dev_from_uniform_bayes < 1e-12
         else:
@@ -562,10 +563,10 @@ def test_positional_spectrum_finds_a_planted_period():
         return p
 
     res = positional_spectrum(periodic, length=256, n_seqs=16, seed=0, n_boot=100)
-    assert res.period_symbols == pytest.approx(period, abs=0.6)
-    assert res.explained_fraction > 0.5
+    assert res.period_symbols.value == pytest.approx(period, abs=0.6)
+    assert res.explained_fraction.value > 0.5
     assert res.period_agreement > 0.9
-    assert res.harmonic_periods_symbols[1] == pytest.approx(res.period_symbols / 2)
+    assert res.harmonic_periods_symbols[1] == pytest.approx(res.period_symbols.value / 2)
     # debiased = observed - harmonic component
     s = res.series
     np.testing.assert_allclose(s.debiased_gap_nats, s.gap_nats - s.harmonic_nats)
@@ -614,16 +615,16 @@ def test_positional_spectrum_refines_a_planted_period_of_48():
 
     res = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=60)
     assert res.period_fft_symbols == pytest.approx(254 / 5)            # the FFT bin: 50.8
-    assert abs(res.period_symbols - period) < 0.5 and res.refined
-    assert res.period_ci_symbols[0] <= res.period_symbols <= res.period_ci_symbols[1]
+    assert abs(res.period_symbols.value - period) < 0.5 and res.refined
+    assert res.period_symbols.ci[0] <= res.period_symbols.value <= res.period_symbols.ci[1]
     assert 0 < res.period_resolution_symbols < res.period_fft_spacing_symbols
     ns = res.series.position_n.to_numpy(float)
     g = res.series.gap_nats.to_numpy()
     truth = harmonic_fit(ns, g, period, 3)["explained_fraction"]
-    assert res.explained_fraction == pytest.approx(truth, abs=0.02)
-    assert res.explained_fraction > res.explained_fraction_fft + 0.05
+    assert res.explained_fraction.value == pytest.approx(truth, abs=0.02)
+    assert res.explained_fraction.value > res.explained_fraction_fft + 0.05
     coarse = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=0, refine=False)
-    assert coarse.period_symbols == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
+    assert coarse.period_symbols.value == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
 
 
 def _second_harmonic_dominant(period, a1=0.3, a2=1.0):
@@ -644,16 +645,16 @@ def test_positional_spectrum_recovers_p30_when_the_fft_peak_is_its_second_harmon
     the bin at 254/17 = 14.9 and the local scan alone stays near 15; the scan of 2P₀ finds 30."""
     res = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0)
     assert res.period_fft_symbols == pytest.approx(254 / 17)
-    assert abs(res.period_symbols - 30) < 0.5
+    assert abs(res.period_symbols.value - 30) < 0.5
     cands = res.period_candidates
-    assert cands.chosen.sum() == 1 and cands.period[cands.chosen].iloc[0] == res.period_symbols
+    assert cands.chosen.sum() == 1 and cands.period[cands.chosen].iloc[0] == res.period_symbols.value
     # independent check: the 3-harmonic least-squares fit explains more of the series at 30 than at 15
     ns = res.series.position_n.to_numpy(float)
     g = res.series.gap_nats.to_numpy()
     assert harmonic_fit(ns, g, 30, 3)["explained_fraction"] > harmonic_fit(ns, g, 15, 3)["explained_fraction"] + 0.02
     old = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0,
                               harmonic_scan=False)
-    assert abs(old.period_symbols - 15) < 0.5
+    assert abs(old.period_symbols.value - 15) < 0.5
 
 
 def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
@@ -661,7 +662,7 @@ def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
     only taken when its extra harmonics are significant, so a pure period-15 envelope stays at 15."""
     for seed in range(3):
         res = positional_spectrum(_second_harmonic_dominant(30, a1=0.0), length=256, n_seqs=8, seed=seed, n_boot=0)
-        assert abs(res.period_symbols - 15) < 0.3
+        assert abs(res.period_symbols.value - 15) < 0.3
         longer = res.period_candidates[res.period_candidates.period > 20]
         assert len(longer) == 2 and not longer.chosen.any() and longer.gain.max() < 0.02
 
@@ -669,11 +670,11 @@ def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
 def test_positional_spectrum_flags_a_wide_period_interval():
     noisy = positional_spectrum(_second_harmonic_dominant(30, a1=0.3, a2=0.15), length=256, n_seqs=2, seed=0,
                                 n_boot=60)
-    lo, hi = noisy.period_ci_symbols
-    assert noisy.period_wide == ((hi - lo) > min(0.05 * noisy.period_symbols, noisy.period_fft_spacing_symbols / 2))
+    lo, hi = noisy.period_symbols.ci
+    assert noisy.period_wide == ((hi - lo) > min(0.05 * noisy.period_symbols.value, noisy.period_fft_spacing_symbols / 2))
     assert noisy.period_wide
     clean = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=32, seed=0, n_boot=60)
-    assert not clean.period_wide and abs(clean.period_symbols - 30) < 0.5
+    assert not clean.period_wide and abs(clean.period_symbols.value - 30) < 0.5
 
 
 # ----------------------------------------------------------------------------- bad input

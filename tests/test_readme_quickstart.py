@@ -49,7 +49,7 @@ def test_readme_quickstart_runs_as_written(monkeypatch):
     timings = _bench().run_quickstart(echo=False, namespace=ns)
     assert timings and all(math.isfinite(t) for _, t in timings)
     # what the quickstart computed is usable: finite numbers, a complete report
-    assert math.isfinite(ns["mg"].fit.A) and math.isfinite(ns["sula"].mae_bits)
+    assert math.isfinite(ns["mg"].fit.A.value) and math.isfinite(ns["sula"].mae_bits.value)
     assert len(ns["prompts"]) == 75
     assert ns["doc"]["status"] == "ok", ns["doc"].failed_sections()
     assert "geometry" in repr(ns["doc"]) and len(repr(ns["doc"])) < 400

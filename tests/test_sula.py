@@ -291,18 +291,22 @@ def test_evaluate_against_unbatched_reference(tiny):
         lo, hi = bootstrap_ci(lambda a, b: np.abs(a - b).mean(), hm[sel], hb[sel], n_boot=200, seed=stream)
         assert (row["mae_bits_ci_low"], row["mae_bits_ci_high"]) == pytest.approx((lo, hi))
         assert row["mae_ignore_evidence_bits"] == pytest.approx(np.abs(1 - hb[sel]).mean())
-    assert res.mae_bits == pytest.approx(np.abs(hm - hb).mean())
-    assert res.pearson == pytest.approx(np.corrcoef(hm, hb)[0, 1])
-    assert res.entropy_slope_bits_per_example == pytest.approx(np.polyfit(k, hm, 1)[0])
-    lo, hi = res.entropy_slope_ci
-    assert lo <= res.entropy_slope_bits_per_example <= hi
+    assert res.mae_bits.value == pytest.approx(np.abs(hm - hb).mean())
+    assert res.pearson.value == pytest.approx(np.corrcoef(hm, hb)[0, 1])
+    assert res.entropy_slope_bits_per_example.value == pytest.approx(np.polyfit(k, hm, 1)[0])
+    lo, hi = res.entropy_slope_bits_per_example.ci
+    assert lo <= res.entropy_slope_bits_per_example.value <= hi
+    allrow = res.table[res.table["k"].astype(str) == "all"].iloc[0]
+    assert res.mae_bits.ci == (allrow["mae_bits_ci_low"], allrow["mae_bits_ci_high"])
+    assert res.mae_bits.null == allrow["mae_ignore_evidence_bits"] and res.mae_bits.n == len(k)
+    assert res.kl_bits.ci == (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"]) and res.pearson.null == 0.0
     # geometry: PC1 of standardized final-token values, against sklearn
     vals = np.array([r[1] for r in ref])
     z = StandardScaler().fit_transform(vals[:, vals.std(0) > 0])
     pc1 = PCA(n_components=1).fit_transform(z)[:, 0]
     assert abs(np.corrcoef(pc1, res.pc1.numpy())[0, 1]) > 0.999
-    assert res.rho_pc1_bayes == pytest.approx(np.corrcoef(res.pc1.numpy(), hb)[0, 1])
-    assert res.rho_k_pc1 == pytest.approx(np.corrcoef(k, res.pc1.numpy())[0, 1])
+    assert res.rho_pc1_bayes.value == pytest.approx(np.corrcoef(res.pc1.numpy(), hb)[0, 1])
+    assert res.rho_k_pc1.value == pytest.approx(np.corrcoef(k, res.pc1.numpy())[0, 1])
     assert {"pc1_vs_bayes_entropy", "pc1_vs_model_entropy", "k_vs_pc1",
             "pc1_vs_bayes_entropy_within_k"} <= set(res.geometry["pair"])
 
@@ -375,4 +379,4 @@ def test_evaluate_on_smollm2(smol):
     for i in (0, 5):
         lp, _ = _reference_forward(smol, prompts[i], ids, smol.cfg.n_layers - 1)
         assert res.model_p_first[i].item() == pytest.approx(np.exp(lp[0]) / np.exp(lp).sum(), abs=1e-4)
-    assert 0 < res.label_mass <= 1 and np.isfinite(res.mae_bits)
+    assert 0 < res.label_mass.value <= 1 and np.isfinite(res.mae_bits.value)

@@ -176,15 +176,15 @@ prompts[:3]'''),
     md("## All four measurements in one pass"),
     code('''geo = bl.geometry(model, prompts, seed=0, **STATS)   # one forward pass + the statistics: ~10 s quick
 vm = geo.value_manifold
-print(f"PC1     {vm.pc1:.1%}  95% CI [{vm.pc1_ci[0]:.1%}, {vm.pc1_ci[1]:.1%}]   Gaussian null {vm.null_pc1:.1%}")
-print(f"PC1+PC2 {vm.pc12:.1%}  95% CI [{vm.pc12_ci[0]:.1%}, {vm.pc12_ci[1]:.1%}]   Gaussian null {vm.null_pc12:.1%}")
+print(f"PC1     {vm.pc1:.1%}  95% CI [{vm.pc1.ci[0]:.1%}, {vm.pc1.ci[1]:.1%}]   Gaussian null {vm.pc1.null:.1%}")
+print(f"PC1+PC2 {vm.pc12:.1%}  95% CI [{vm.pc12.ci[0]:.1%}, {vm.pc12.ci[1]:.1%}]   Gaussian null {vm.pc12.null:.1%}")
 ko = geo.key_orthogonality
 print(f"key |cos| (mean over layers) {float(ko.layer_mean.mean()):.3f}  vs Gaussian {ko.gaussian_baseline:.3f}"
       f"  (paper's convention {ko.paper_baseline:.3f})")
 af = geo.attention_focusing
 print(f"attention entropy reduction first→last layer {af.reduction:.1%}")
 ea = geo.entropy_alignment
-print(f"Spearman ρ(PC1, next-token entropy) {ea.spearman:+.2f}  CI [{ea.spearman_ci[0]:+.2f}, {ea.spearman_ci[1]:+.2f}]")'''),
+print(f"Spearman ρ(PC1, next-token entropy) {ea.spearman:+.2f}  CI [{ea.spearman.ci[0]:+.2f}, {ea.spearman.ci[1]:+.2f}]")'''),
     code('geo.to_dataframe().head(12)'),
     code('geo.plot()'),
     md("""## From your own `run_with_cache`
@@ -278,7 +278,7 @@ print("labels:", sula_prompts.labels)
 for item in sula_prompts[::N_PER_K][:4]:
     print(f"k={item.k}  P_Bayes(first)={item.bayes_p_first:.3f}  H_Bayes={item.bayes_entropy_bits:.3f} bits  {item.text!r}")'''),
     code('''res = bl.sula.evaluate(model, sula_prompts, n_boot=200 if QUICK else 1000)
-print(f"MAE(H_model, H_Bayes) = {res.mae_bits:.3f} bits, 95% CI [{res.mae_bits_ci[0]:.3f}, {res.mae_bits_ci[1]:.3f}]")
+print(f"MAE(H_model, H_Bayes) = {res.mae_bits:.3f} bits, 95% CI [{res.mae_bits.ci[0]:.3f}, {res.mae_bits.ci[1]:.3f}]")
 print(f"Pearson r = {res.pearson:+.2f}; mass on the two labels = {res.label_mass:.1%}")
 res.table[["k", "n", "h_bayes_mean_bits", "h_model_mean_bits", "mae_bits", "mae_ignore_evidence_bits", "label_mass"]]'''),
     code('res.plot()'),
@@ -356,7 +356,7 @@ gap.fits_table()'''),
     code('''perm = bl.martingale.permutation_average(model, n=16 if QUICK else 30, n_seqs=3 if QUICK else 16,
                                          n_perms=8 if QUICK else 32, ks=(1, 2, 4) if QUICK else (1, 2, 4, 8, 16),
                                          seed=0, n_boot=200 if QUICK else 1000)
-print(f"log-log slope {perm.slope:.2f}, 95% CI {perm.slope_ci}; theory -0.5, Paper B -0.48")
+print(f"log-log slope {perm.slope:.2f}, 95% CI {perm.slope.ci}; theory -0.5, Paper B -0.48")
 perm.plot()'''),
     md("## Compression efficiency"),
     code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), length=30 if QUICK else 100,
@@ -541,27 +541,27 @@ def geometry_table(r):
                       d.key_orthogonality)
     below = ko.fraction_layers_below_threshold
     return {
-        "PC1 of final-token values": ci(vm.pc1, vm.pc1_ci, pct=True),
-        "PC1+PC2": ci(vm.pc12, vm.pc12_ci, pct=True),
-        "PC1+PC2 of Gaussian noise (same n × d)": f"{vm.null_pc12:.1%}",
+        "PC1 of final-token values": ci(vm.pc1, vm.pc1.ci, pct=True),
+        "PC1+PC2": ci(vm.pc12, vm.pc12.ci, pct=True),
+        "PC1+PC2 of Gaussian noise (same n × d)": f"{vm.pc12.null:.1%}",
         "key mean |cos| (mean over layers)": f"{float(ko.layer_mean.mean()):.3f}",
         "  Gaussian baseline, d_model": f"{ko.gaussian_baseline:.3f}",
         "  layers with |cos| < 0.20 (paper: ≥ 50%)": f"{below:.0%} → {'PASS' if below >= 0.5 else 'FAIL'}",
         "attention focusing, first → last (paper: > 30%)":
-            f"{ci(af.reduction, af.reduction_ci, pct=True)} → {'PASS' if af.reduction > 0.30 else 'FAIL'}",
+            f"{ci(af.reduction, af.reduction.ci, pct=True)} → {'PASS' if af.reduction.value > 0.30 else 'FAIL'}",
         "  layers where the entropy rises": f"{af.n_rises} of {len(af.layer_entropy_bits) - 1}",
-        "ρ(PC1, next-token entropy), Spearman": ci(ea.spearman, ea.spearman_ci),
+        "ρ(PC1, next-token entropy), Spearman": ci(ea.spearman, ea.spearman.ci),
     }
 
 pd.DataFrame({label: geometry_table(r) for label, r in R.items()})'''),
     code('''for label, r in R.items():
     d = r["domains"]
     vm, ea = d.value_manifold["mixed"], d.entropy_alignment["mixed"]
-    above = vm.pc12_ci[0] > vm.null_pc12_interval[1]
-    tracks = ea.spearman_ci[0] > 0 or ea.spearman_ci[1] < 0
+    above = vm.pc12.ci[0] > vm.pc12.null_interval[1]
+    tracks = ea.spearman.ci[0] > 0 or ea.spearman.ci[1] < 0
     print(f"{label}: PC1+PC2 is {'above' if above else 'not clearly above'} the Gaussian null; "
           f"PC1 {'tracks' if tracks else 'does not clearly track'} the next-token entropy "
-          f"(|ρ| = {abs(ea.spearman):.2f}, CI {'excludes' if tracks else 'includes'} 0).")'''),
+          f"(|ρ| = {abs(ea.spearman.value):.2f}, CI {'excludes' if tracks else 'includes'} 0).")'''),
     md("""**What this shows.** A PC1+PC2 far above the Gaussian null means the final-token values of very
 different prompts lie near a low-dimensional surface, the first signature of Paper A. Key |cos| above
 the dimension-matched Gaussian baseline (as in all of Paper A's trained models) is structure, not
@@ -618,9 +618,9 @@ for label, r in R.items():
     d = r["domains"]
     for dom in d.domains:
         vm = d.value_manifold[dom]
-        rows.append({"model": label, "domain": dom, "PC1+PC2": ci(vm.pc12, vm.pc12_ci, pct=True),
-                     "Gaussian null": f"{vm.null_pc12:.1%}",
-                     "Δ vs mixed": "" if dom == d.reference else ci(d.pc12_diff[dom], d.pc12_diff_ci[dom], pct=True),
+        rows.append({"model": label, "domain": dom, "PC1+PC2": ci(vm.pc12, vm.pc12.ci, pct=True),
+                     "Gaussian null": f"{vm.pc12.null:.1%}",
+                     "Δ vs mixed": "" if dom == d.reference else ci(d.pc12_diff[dom], d.pc12_diff[dom].ci, pct=True),
                      "collapses": "" if dom == d.reference else d.collapses(dom)})
 pd.DataFrame(rows).set_index(["model", "domain"])'''),
     code('''fig = go.Figure()
@@ -654,11 +654,11 @@ the Bayes floor of ECE and Brier is what the exact posterior itself scores on th
     code('''def sula_table(r):
     s = r["sula"]
     blind = float(s.table.loc[s.table["k"].astype(str) == "all", "mae_ignore_evidence_bits"].iloc[0])
-    lo, hi = s.entropy_slope_ci
+    lo, hi = s.entropy_slope_bits_per_example.ci
     return {
-        "MAE(H_model, H_Bayes), bits": f"{s.mae_bits:.3f} [{s.mae_bits_ci[0]:.3f}, {s.mae_bits_ci[1]:.3f}]",
+        "MAE(H_model, H_Bayes), bits": f"{s.mae_bits:.3f} [{s.mae_bits.ci[0]:.3f}, {s.mae_bits.ci[1]:.3f}]",
         "  evidence-blind MAE, bits": f"{blind:.3f}",
-        "Pearson r(H_model, H_Bayes)": ci(s.pearson, s.pearson_ci),
+        "Pearson r(H_model, H_Bayes)": ci(s.pearson, s.pearson.ci),
         "slope of H_model on k, bits per example": f"{s.entropy_slope_bits_per_example:+.3f} [{lo:+.3f}, {hi:+.3f}]",
         "probability mass on the two labels": f"{s.label_mass:.1%}",
         "ECE (Bayes floor)": f"{s.ece:.3f} ({s.bayes_ece:.3f})",
@@ -677,14 +677,14 @@ for label, r in R.items():
 pd.DataFrame(per_k).round(3)'''),
     code('''for label, r in R.items():
     s = r["sula"]
-    lo, hi = s.entropy_slope_ci
+    lo, hi = s.entropy_slope_bits_per_example.ci
     falls = hi < 0
-    follows = s.pearson_ci[0] > 0
+    follows = s.pearson.ci[0] > 0
     print(f"{label}: label entropy {'falls' if falls else 'does not clearly fall'} with k "
           f"(slope CI {'below 0' if falls else 'includes 0' if lo <= 0 else 'above 0'}); "
           f"it {'follows' if follows else 'does not clearly follow'} the Bayes entropy across prompts "
           f"(Pearson CI {'above 0' if follows else 'includes 0 or below'}); "
-          f"excess Brier over the Bayes floor {s.brier - s.bayes_brier:+.3f}.")'''),
+          f"excess Brier over the Bayes floor {s.brier.value - s.bayes_brier.value:+.3f}.")'''),
     code('''for r in R.values():
     r["sula"].plot().show()'''),
     md("""**What this shows.** A model that uses the evidence becomes more certain as examples accumulate:
@@ -755,8 +755,8 @@ Paper A's reference values (full sizes; METHODS.md): SULA MAE 0.31–0.44 bits; 
 0.14–0.59 on mixed prompts; focusing 20–86% (pass > 30%); key |cos| 0.034–0.18 (pass < 0.20)."""),
     code('''def headline(r):
     d, s = r["domains"], r["sula"]
-    return {"SULA MAE (bits)": round(s.mae_bits, 3), "SULA Pearson r": round(s.pearson, 2),
-            "|ρ(PC1, entropy)| mixed": round(abs(d.entropy_alignment["mixed"].spearman), 2),
+    return {"SULA MAE (bits)": round(s.mae_bits.value, 3), "SULA Pearson r": round(s.pearson.value, 2),
+            "|ρ(PC1, entropy)| mixed": round(abs(d.entropy_alignment["mixed"].spearman.value), 2),
             "PC1+PC2 mixed": f"{d.value_manifold['mixed'].pc12:.1%}",
             "PC1+PC2 math": f"{d.value_manifold['math'].pc12:.1%}",
             "PC1+PC2 code": f"{d.value_manifold['code'].pc12:.1%}",
@@ -877,7 +877,7 @@ and compares the model's entropy with the Bayes entropy prompt by prompt. The *e
 baseline always predicts the prior (1 bit): a model that reads the evidence should beat it."""),
     code('''res = bl.sula.evaluate(model, items, n_boot=200 if QUICK else 1000)   # quick: ~10 s
 blind = float(res.table.loc[res.table["k"].astype(str) == "all", "mae_ignore_evidence_bits"].iloc[0])
-print(f"MAE {res.mae_bits:.3f} bits [{res.mae_bits_ci[0]:.3f}, {res.mae_bits_ci[1]:.3f}]; evidence-blind {blind:.3f}; "
+print(f"MAE {res.mae_bits:.3f} bits [{res.mae_bits.ci[0]:.3f}, {res.mae_bits.ci[1]:.3f}]; evidence-blind {blind:.3f}; "
       f"Pearson r {res.pearson:+.2f}; mass on the labels {res.label_mass:.1%}")
 res.per_prompt()[["k", "bayes_entropy_bits", "model_entropy_bits", "label_mass"]].head()'''),
     *exercise(2, 10, """From `res.per_prompt()` compute the mean absolute error between the model's and the
@@ -904,7 +904,7 @@ last_layer = model.cfg.n_layers - 1
 name = f"blocks.{last_layer}.attn.hook_v"
 _, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=name)
 vm = bl.value_manifold((_, cache), attention_mask=mask, n_boot=200, n_null=50)
-print(f"hook_v {tuple(cache[name].shape)}  ->  PC1 {vm.pc1:.2%} (Gaussian null {vm.null_pc1:.2%}), PC1+PC2 {vm.pc12:.2%}")'''),
+print(f"hook_v {tuple(cache[name].shape)}  ->  PC1 {vm.pc1:.2%} (Gaussian null {vm.pc1.null:.2%}), PC1+PC2 {vm.pc12:.2%}")'''),
     *exercise(3, 15, """Do the PCA yourself: take `cache[name]` (shape `[prompt, position, kv_head, d_head]`),
 keep each prompt's *last real* position (`mask.sum(1) - 1`: the batch is right-padded), flatten the
 heads into one vector per prompt, z-score each coordinate over prompts (ddof = 0), and compute the

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .._results import Result, fmt, fmt_ci, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import pca
 from ..metrics.stats import as_numpy, correlation_inference
@@ -30,13 +30,15 @@ CI = Tuple[float, float]
 
 @dataclass(frozen=True, eq=False)
 class EntropyAlignment(Result):
-    """Correlation of the per-prompt PC1 coordinate with next-token entropy (METHODS.md §4)."""
+    """Correlation of the per-prompt PC1 coordinate with next-token entropy (METHODS.md §4).
 
-    spearman: float
-    spearman_ci: CI
+    ``spearman`` and ``pearson`` are :class:`~bayes_lens.Estimate` values (95% percentile bootstrap
+    over prompts, ``null`` 0); ``*_pvalue`` are two-sided permutation p-values.
+    """
+
+    spearman: Estimate
     spearman_pvalue: float
-    pearson: float
-    pearson_ci: CI
+    pearson: Estimate
     pearson_pvalue: float
     layer: int
     site: str
@@ -46,26 +48,27 @@ class EntropyAlignment(Result):
 
     @property
     def abs_spearman(self) -> float:
-        return abs(self.spearman)
+        return abs(self.spearman.value)
 
     @property
     def abs_pearson(self) -> float:
-        return abs(self.pearson)
+        return abs(self.pearson.value)
 
     def _summary(self):
         title = f"PC1 of layer {self.layer} {self.site!r} vs next-token entropy, n = {self.n_prompts} prompts"
         return title, [
-            ("Spearman rho", fmt(self.spearman), fmt_ci(self.spearman_ci), f"p = {fmt(self.spearman_pvalue, 3)}"),
-            ("Pearson r", fmt(self.pearson), fmt_ci(self.pearson_ci), f"p = {fmt(self.pearson_pvalue, 3)}"),
+            ("Spearman rho", fmt(self.spearman), fmt_ci(self.spearman), f"p = {fmt(self.spearman_pvalue, 3)}"),
+            ("Pearson r", fmt(self.pearson), fmt_ci(self.pearson), f"p = {fmt(self.pearson_pvalue, 3)}"),
         ]
 
     def to_dataframe(self):
         import pandas as pd
 
-        rows = [dict(metric="entropy_alignment", layer=self.layer, site=self.site, statistic=name, value=v,
-                     abs_value=abs(v), ci_low=ci[0], ci_high=ci[1], permutation_pvalue=p, n_prompts=self.n_prompts)
-                for name, v, ci, p in (("spearman_rho", self.spearman, self.spearman_ci, self.spearman_pvalue),
-                                       ("pearson_r", self.pearson, self.pearson_ci, self.pearson_pvalue))]
+        rows = [dict(metric="entropy_alignment", layer=self.layer, site=self.site, statistic=name, value=e.value,
+                     abs_value=abs(e.value), ci_low=e.ci_low, ci_high=e.ci_high, permutation_pvalue=p,
+                     n_prompts=self.n_prompts)
+                for name, e, p in (("spearman_rho", self.spearman, self.spearman_pvalue),
+                                   ("pearson_r", self.pearson, self.pearson_pvalue))]
         return pd.DataFrame(rows)
 
     def plot(self):
@@ -89,9 +92,11 @@ def alignment_from(coords: np.ndarray, ent: np.ndarray, *, layer, site, seed, n_
         raise InvalidInputError(f"{coords.shape[0]} activation rows but {ent.shape[0]} entropies.")
     rho = correlation_inference(coords, ent, method="spearman", n_boot=n_boot, n_perm=n_perm, seed=seed)
     r = correlation_inference(coords, ent, method="pearson", n_boot=n_boot, n_perm=n_perm, seed=seed)
+    n = coords.shape[0]
+    method = "95% percentile bootstrap over prompts"
     return EntropyAlignment(
-        spearman=rho.value, spearman_ci=rho.ci, spearman_pvalue=rho.pvalue, pearson=r.value, pearson_ci=r.ci,
-        pearson_pvalue=r.pvalue, layer=layer, site=site, n_prompts=coords.shape[0],
+        spearman=Estimate(rho.value, rho.ci, method, null=0.0, n=n), spearman_pvalue=rho.pvalue,
+        pearson=Estimate(r.value, r.ci, method, null=0.0, n=n), pearson_pvalue=r.pvalue, layer=layer, site=site, n_prompts=coords.shape[0],
         pc1_coords=torch.from_numpy(coords.copy()), entropy_bits=torch.from_numpy(ent.copy()),
     )
 
@@ -108,12 +113,7 @@ def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: st
 
     Example
     -------
-    >>> ea = bl.entropy_alignment(model, prompts, n_boot=200, n_perm=200)
-    >>> from scipy.stats import spearmanr
-    >>> bool(np.isclose(ea.spearman, spearmanr(np.asarray(ea.pc1_coords), np.asarray(ea.entropy_bits))[0]))
-    True
-    >>> bool(0 < ea.spearman_pvalue <= 1)
-    True
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_perm=n_perm)

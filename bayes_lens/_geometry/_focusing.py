@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
 from .._inputs import as_reduced
@@ -32,15 +32,17 @@ CI = Tuple[float, float]
 
 @dataclass(frozen=True, eq=False)
 class AttentionFocusing(Result):
-    """Attention entropy (bits) per layer and head over prompts (METHODS.md §3)."""
+    """Attention entropy (bits) per layer and head over prompts (METHODS.md §3).
+
+    ``reduction`` and ``depth_spearman`` are :class:`~bayes_lens.Estimate` values with percentile
+    bootstrap intervals over prompts (``null`` 0: no focusing / no trend with depth).
+    """
 
     layer_entropy_bits: torch.Tensor  # [n_layers]: mean over prompts of the per-prompt head mean
     layer_entropy_ci: torch.Tensor  # [n_layers, 2]
     head_entropy_bits: torch.Tensor  # [n_layers, n_heads]
-    reduction: float  # (H_first − H_last) / H_first
-    reduction_ci: CI
-    depth_spearman: float  # Spearman(layer index, layer entropy): negative = focusing with depth
-    depth_spearman_ci: CI
+    reduction: Estimate  # (H_first − H_last) / H_first, a fraction
+    depth_spearman: Estimate  # Spearman(layer index, layer entropy): negative = focusing with depth
     n_rises: int  # layers whose entropy exceeds the previous layer's
     uniform_entropy_bits: float  # the same row entropy under uniform attention (a no-focusing null), layer mean
     positions: str = "last"
@@ -58,9 +60,9 @@ class AttentionFocusing(Result):
         return title, [
             ("entropy first -> last layer", f"{fmt(h[0])} -> {fmt(h[-1])} bits", "",
              f"uniform attention {fmt(self.uniform_entropy_bits)} bits"),
-            ("reduction (H_first - H_last)/H_first", fmt_pct(self.reduction), fmt_ci(self.reduction_ci, pct=True),
+            ("reduction (H_first - H_last)/H_first", fmt_pct(self.reduction), fmt_ci(self.reduction, pct=True),
              f"paper threshold {fmt_pct(self.paper_threshold)}"),
-            ("Spearman(layer, entropy)", fmt(self.depth_spearman), fmt_ci(self.depth_spearman_ci),
+            ("Spearman(layer, entropy)", fmt(self.depth_spearman), fmt_ci(self.depth_spearman),
              f"{self.n_rises} rise(s) between layers"),
         ]
 
@@ -127,13 +129,17 @@ def focusing_from_entropies(ent: np.ndarray, *, uniform, positions: str, seed: i
     boot = per_prompt[idx].mean(axis=1)  # [B, L]
     lo, hi = percentile_interval(boot, axis=0, min_finite=0.0) if n > 1 else (np.full_like(curve, np.nan),) * 2
     nan_ci = (float("nan"), float("nan"))
+    method = "95% percentile bootstrap over prompts"
     return AttentionFocusing(
         layer_entropy_bits=torch.from_numpy(curve.copy()),
         layer_entropy_ci=torch.from_numpy(np.stack([lo, hi], axis=1)),
         head_entropy_bits=torch.from_numpy(ent.mean(axis=0)),
-        reduction=float(reduction(curve)), reduction_ci=percentile_interval(reduction(boot), min_finite=0.0) if n > 1 else nan_ci,
-        depth_spearman=float(_depth_spearman(curve)),
-        depth_spearman_ci=percentile_interval(_depth_spearman(boot), min_finite=0.0) if n > 1 else nan_ci,
+        reduction=Estimate(float(reduction(curve)),
+                           percentile_interval(reduction(boot), min_finite=0.0) if n > 1 else nan_ci, method,
+                           null=0.0, n=n),
+        depth_spearman=Estimate(float(_depth_spearman(curve)),
+                                percentile_interval(_depth_spearman(boot), min_finite=0.0) if n > 1 else nan_ci,
+                                method, null=0.0, n=n),
         n_rises=int((np.diff(curve) > 0).sum()), uniform_entropy_bits=float(uniform_layers.mean()),
         layer_uniform_entropy_bits=torch.from_numpy(uniform_layers), positions=positions, n_prompts=n,
     )
@@ -186,7 +192,7 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     -------
     >>> af = bl.attention_focusing(model, prompts, n_boot=200)
     >>> H = af.layer_entropy_bits.tolist()                    # one mean entropy per layer (bits)
-    >>> len(H), bool(np.isclose(af.reduction, (H[0] - H[-1]) / H[0]))
+    >>> len(H), bool(np.isclose(af.reduction.value, (H[0] - H[-1]) / H[0]))
     (2, True)
     """
     if positions not in ("last", "all"):

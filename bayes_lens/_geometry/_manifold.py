@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .. import adapter
-from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
 from ..errors import InvalidInputError
 from ..metrics.pca import CI_METHODS, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label, pca, pca_bootstrap_cis
 from ..metrics.stats import as_numpy, percentile_interval
@@ -34,7 +34,13 @@ CI = Tuple[float, float]
 
 @dataclass(frozen=True, eq=False)
 class ValueManifold(Result):
-    """Standardized PCA of final-token value (or residual) vectors across prompts (METHODS.md §1)."""
+    """Standardized PCA of final-token value (or residual) vectors across prompts (METHODS.md §1).
+
+    ``pc1``, ``pc12`` (explained-variance fractions) and ``participation_ratio`` (dimensions) are
+    :class:`~bayes_lens.Estimate` values: the bootstrap interval over prompts (``ci_method`` names the
+    method and what it targets), and as ``null`` / ``null_interval`` the mean and 2.5–97.5% range of
+    the same statistic for standardized i.i.d. Gaussian data of the same n × d.
+    """
 
     layer: int
     site: str
@@ -42,25 +48,13 @@ class ValueManifold(Result):
     n_prompts: int
     dim: int
     n_constant_dims: int
-    pc1: float
-    pc12: float
-    pc1_ci: CI
-    pc12_ci: CI
-    participation_ratio: float
-    participation_ratio_ci: CI
+    pc1: Estimate  # PC1 explained-variance fraction; null: standardized i.i.d. Gaussian n × d data
+    pc12: Estimate  # PC1+PC2 fraction
+    participation_ratio: Estimate  # (Σλ)²/Σλ², dimensions
     explained_variance_ratio: np.ndarray  # leading components
-    null_pc1: float  # mean over simulations of standardized i.i.d. Gaussian n × d data
-    null_pc12: float
-    null_participation_ratio: float
-    null_pc1_interval: CI  # 2.5% / 97.5% quantiles of the simulated null
-    null_pc12_interval: CI
-    null_participation_ratio_interval: CI
     coords: torch.Tensor  # [n_prompts, n_components]
     bootstrap_bias: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # median(boot) − estimate: PC1, PC1+2, PR
-    ci_method: str = "recentered"
-    pc1_ci_label: str = ""
-    pc12_ci_label: str = ""
-    participation_ratio_ci_label: str = ""
+    ci_method: str = "recentered"  # the option chosen; each Estimate's ci_method is the full label
     expand_kv: bool = False
     n_boot: int = 1000
     n_null: int = 200
@@ -70,12 +64,12 @@ class ValueManifold(Result):
         title = (f"layer {self.layer} {self.site!r} ({self.hook_name}), n = {self.n_prompts} prompts, "
                  f"dim {self.dim}")
         return title, [
-            ("PC1 variance", fmt_pct(self.pc1), fmt_ci(self.pc1_ci, pct=True),
-             f"null {fmt_pct(self.null_pc1)} {fmt_ci(self.null_pc1_interval, pct=True)}"),
-            ("PC1+PC2 variance", fmt_pct(self.pc12), fmt_ci(self.pc12_ci, pct=True),
-             f"null {fmt_pct(self.null_pc12)} {fmt_ci(self.null_pc12_interval, pct=True)}"),
-            ("participation ratio", fmt(self.participation_ratio), fmt_ci(self.participation_ratio_ci),
-             f"null {fmt(self.null_participation_ratio)} {fmt_ci(self.null_participation_ratio_interval)} (dims)"),
+            ("PC1 variance", fmt_pct(self.pc1), fmt_ci(self.pc1, pct=True),
+             f"null {fmt_pct(self.pc1.null)} {fmt_ci(self.pc1.null_interval, pct=True)}"),
+            ("PC1+PC2 variance", fmt_pct(self.pc12), fmt_ci(self.pc12, pct=True),
+             f"null {fmt_pct(self.pc12.null)} {fmt_ci(self.pc12.null_interval, pct=True)}"),
+            ("participation ratio", fmt(self.participation_ratio), fmt_ci(self.participation_ratio),
+             f"null {fmt(self.participation_ratio.null)} {fmt_ci(self.participation_ratio.null_interval)} (dims)"),
         ]
 
     def to_dataframe(self):
@@ -83,17 +77,12 @@ class ValueManifold(Result):
         import pandas as pd
 
         rows = []
-        for stat, val, ci, null, nint, label in (
-            ("pc1_explained_variance_fraction", self.pc1, self.pc1_ci, self.null_pc1, self.null_pc1_interval,
-             self.pc1_ci_label),
-            ("pc12_explained_variance_fraction", self.pc12, self.pc12_ci, self.null_pc12, self.null_pc12_interval,
-             self.pc12_ci_label),
-            ("participation_ratio_dims", self.participation_ratio, self.participation_ratio_ci,
-             self.null_participation_ratio, self.null_participation_ratio_interval, self.participation_ratio_ci_label),
-        ):
-            rows.append(dict(metric="value_manifold", layer=self.layer, site=self.site, statistic=stat, value=val,
-                             ci_low=ci[0], ci_high=ci[1], ci_method=label, null_mean=null, null_low=nint[0],
-                             null_high=nint[1], n_prompts=self.n_prompts, dim=self.dim))
+        for stat, est in (("pc1_explained_variance_fraction", self.pc1), ("pc12_explained_variance_fraction", self.pc12),
+                          ("participation_ratio_dims", self.participation_ratio)):
+            rows.append(dict(metric="value_manifold", layer=self.layer, site=self.site, statistic=stat,
+                             value=est.value, ci_low=est.ci_low, ci_high=est.ci_high, ci_method=est.ci_method,
+                             null_mean=est.null, null_low=est.null_interval[0], null_high=est.null_interval[1],
+                             n_prompts=self.n_prompts, dim=self.dim))
         return pd.DataFrame(rows)
 
     def plot(self):
@@ -102,7 +91,7 @@ class ValueManifold(Result):
         k = len(self.explained_variance_ratio)
         fig = go.Figure()
         fig.add_bar(x=[f"PC{i + 1}" for i in range(k)], y=list(self.explained_variance_ratio), name="model")
-        fig.add_hline(y=self.null_pc1, line_dash="dash", annotation_text="Gaussian null PC1")
+        fig.add_hline(y=self.pc1.null, line_dash="dash", annotation_text="Gaussian null PC1")
         fig.update_layout(title=f"Value manifold, layer {self.layer} ({self.site}); PC1+PC2 = {self.pc12:.1%}",
                           yaxis_title="explained variance fraction")
         return fig
@@ -120,21 +109,19 @@ def manifold_from_samples(x: np.ndarray, *, layer, site, name, seed, n_boot, n_n
     pc1, pc12, pr = float(evr[0]), float(evr[:2].sum()), fit.participation_ratio
     boot = bootstrap_pca_stats(x, n_boot=n_boot, seed=seed)
     (pc1_ci, pc12_ci, pr_ci), bias = pca_bootstrap_cis(boot, (pc1, pc12, pr), ci_method)
-    null = gaussian_null_pca_stats(x.shape[0], int(fit.kept.sum()), n_sims=n_null, seed=seed + 1)
+    n, d = x.shape[0], int(fit.kept.sum())
+    null = gaussian_null_pca_stats(n, d, n_sims=n_null, seed=seed + 1)
+
+    def est(j, value, ci, stat):
+        label = interval_label(stat, ci_method, n, d, **({"participation_ratio": pr} if j == 2 else {}))
+        return Estimate(value, ci, label, null=float(null[:, j].mean()),
+                        null_interval=percentile_interval(null[:, j], min_finite=0.0), n=n)
+
     return ValueManifold(
-        layer=layer, site=site, hook_name=name, n_prompts=x.shape[0], dim=x.shape[1], n_constant_dims=fit.n_constant,
-        pc1=pc1, pc12=pc12, pc1_ci=pc1_ci, pc12_ci=pc12_ci,
-        participation_ratio=pr, participation_ratio_ci=pr_ci, bootstrap_bias=bias, ci_method=ci_method,
-        pc1_ci_label=interval_label("pc1", ci_method, x.shape[0], int(fit.kept.sum())),
-        pc12_ci_label=interval_label("pc12", ci_method, x.shape[0], int(fit.kept.sum())),
-        participation_ratio_ci_label=interval_label("participation_ratio", ci_method, x.shape[0], int(fit.kept.sum()),
-                                                    participation_ratio=pr),
+        layer=layer, site=site, hook_name=name, n_prompts=n, dim=x.shape[1], n_constant_dims=fit.n_constant,
+        pc1=est(0, pc1, pc1_ci, "pc1"), pc12=est(1, pc12, pc12_ci, "pc12"),
+        participation_ratio=est(2, pr, pr_ci, "participation_ratio"), bootstrap_bias=bias, ci_method=ci_method,
         explained_variance_ratio=evr[: min(len(evr), 20)].copy(),
-        null_pc1=float(null[:, 0].mean()), null_pc12=float(null[:, 1].mean()),
-        null_participation_ratio=float(null[:, 2].mean()),
-        null_pc1_interval=percentile_interval(null[:, 0], min_finite=0.0),
-        null_pc12_interval=percentile_interval(null[:, 1], min_finite=0.0),
-        null_participation_ratio_interval=percentile_interval(null[:, 2], min_finite=0.0),
         coords=torch.from_numpy(fit.coords.copy()), expand_kv=expand_kv, n_boot=n_boot, n_null=n_null, seed=seed,
     )
 
@@ -157,7 +144,7 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     statistic — the quantity the same-n null is compared with; ``"basic"`` the population value
     (covered PC1 and PC1+PC2 at 0.86–0.96 in simulation); ``"percentile"`` the plain interval, biased
     upwards (resamples with duplicated prompts inflate PC1 when n < d). No interval covers the
-    population participation ratio when n ≲ d; each result's ``*_ci_label`` names the method used
+    population participation ratio when n ≲ d; each Estimate's ``ci_method`` names the method used
     and says so.
 
     Example
@@ -165,9 +152,9 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     >>> vm = bl.value_manifold(model, prompts, n_boot=200, n_null=50)
     >>> vm.hook_name, vm.n_prompts
     ('blocks.1.attn.hook_v', 8)
-    >>> bool(0 < vm.pc1 < vm.pc12 < 1 and vm.pc12_ci[0] <= vm.pc12 <= vm.pc12_ci[1])
+    >>> bool(0 < vm.pc1.value < vm.pc12.value < 1 and vm.pc12.ci_low <= vm.pc12.value <= vm.pc12.ci_high)
     True
-    >>> bool(np.isclose(vm.pc12, vm.explained_variance_ratio[:2].sum()))
+    >>> bool(np.isclose(vm.pc12.value, vm.explained_variance_ratio[:2].sum()))
     True
     """
     if ci_method not in CI_METHODS:

@@ -43,14 +43,14 @@ class Geometry(Result):
         title = f"n = {vm.n_prompts} prompts, value manifold at layer {vm.layer} {vm.site!r}"
         lm = ko.layer_mean.double()
         return title, [
-            ("PC1+PC2 variance", fmt_pct(vm.pc12), fmt_ci(vm.pc12_ci, pct=True),
-             f"null {fmt_pct(vm.null_pc12)}; PC1 alone {fmt_pct(vm.pc1)}"),
-            ("participation ratio", fmt(vm.participation_ratio), fmt_ci(vm.participation_ratio_ci),
-             f"null {fmt(vm.null_participation_ratio)}"),
+            ("PC1+PC2 variance", fmt_pct(vm.pc12), fmt_ci(vm.pc12, pct=True),
+             f"null {fmt_pct(vm.pc12.null)}; PC1 alone {fmt_pct(vm.pc1)}"),
+            ("participation ratio", fmt(vm.participation_ratio), fmt_ci(vm.participation_ratio),
+             f"null {fmt(vm.participation_ratio.null)}"),
             ("key |cos| (mean over layers)", fmt(lm.mean()), "", f"Gaussian {fmt(ko.gaussian_baseline)}"),
-            ("attention entropy reduction", fmt_pct(af.reduction), fmt_ci(af.reduction_ci, pct=True),
+            ("attention entropy reduction", fmt_pct(af.reduction), fmt_ci(af.reduction, pct=True),
              f"{af.n_rises} rise(s)"),
-            ("rho(PC1, entropy)", fmt(ea.spearman), fmt_ci(ea.spearman_ci), f"p = {fmt(ea.spearman_pvalue, 3)}"),
+            ("rho(PC1, entropy)", fmt(ea.spearman), fmt_ci(ea.spearman), f"p = {fmt(ea.spearman_pvalue, 3)}"),
         ]
 
     def to_dataframe(self):

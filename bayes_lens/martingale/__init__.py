@@ -26,7 +26,7 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> res = bl.martingale.gap(bl.martingale.laplace, range(10, 60, 2), n_seqs=20, n_boot=0)
->>> abs(res.laplace_fit_inv.A - 1) < 0.2     # Laplace's gap is ≈ 1/n
+>>> abs(res.laplace_fit_inv.A.value - 1) < 0.2     # Laplace's gap is ≈ 1/n
 True
 >>> model = bl.load_model()                                             # doctest: +SKIP
 >>> bl.martingale.gap(model, range(10, 200, 2)).fits_table()            # doctest: +SKIP

@@ -31,7 +31,7 @@ Example
 >>> import numpy as np
 >>> from bayes_lens.martingale import fit_gap
 >>> ns = np.arange(10, 200, 2); d = 0.18 * np.log(ns) / ns - 0.004
->>> round(fit_gap(ns, d, shape="log").A, 3)
+>>> round(fit_gap(ns, d, shape="log").A.value, 3)
 0.18
 """
 
@@ -43,6 +43,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._results import Estimate
 from ..metrics.stats import percentile_interval
 from .._validate import check_nonneg_int, check_seed
 from ..errors import InvalidInputError
@@ -61,7 +62,10 @@ _TOL = 1e-10
 
 @dataclass(frozen=True, eq=False)
 class GapFit:
-    """One weighted least-squares fit of Δ̂_n; ``A_ci``/``B_ci`` are bootstrap CIs when available.
+    """One weighted least-squares fit of Δ̂_n; ``A`` and ``B`` (nats) are :class:`~bayes_lens.Estimate`
+    values whose ``ci`` is the percentile bootstrap interval (sequences resampled within each n,
+    each replicate refitted) when per-sequence gaps were given, else ``(nan, nan)``; ``A_se`` /
+    ``B_se`` are the WLS standard errors.
 
     ``weights`` says how the fit was weighted ("fitted": IRLS with N/fitted², "observed": N/Δ̂²);
     ``n_iter`` is the number of IRLS iterations (1 for "observed").
@@ -69,8 +73,8 @@ class GapFit:
 
     shape: str
     formula: str
-    A: float
-    B: float
+    A: Estimate
+    B: Estimate
     A_se: float
     B_se: float
     r2: float
@@ -78,14 +82,12 @@ class GapFit:
     rss_weighted: float
     aic: float
     n_points: int
-    A_ci: Tuple[float, float] = (float("nan"), float("nan"))
-    B_ci: Tuple[float, float] = (float("nan"), float("nan"))
     weights: str = "fitted"
     n_iter: int = 1
 
     def predict(self, n) -> np.ndarray:
         """The fitted curve at ``n``."""
-        return self.A * SHAPES[self.shape](np.asarray(n, dtype=np.float64)) + self.B
+        return self.A.value * SHAPES[self.shape](np.asarray(n, dtype=np.float64)) + self.B.value
 
 
 def _floor(gaps: np.ndarray) -> np.ndarray:
@@ -186,11 +188,15 @@ def fit_gap(ns, gaps, counts=None, *, shape: str = "log", per_seq: Optional[Sequ
     se = np.sqrt(np.maximum(np.diag(inv) * sigma2, 0.0))
     aic = m * np.log(max(rss, 1e-300) / m) + 2 * 3  # A, B and the error scale
     a_ci = b_ci = (float("nan"), float("nan"))
+    method, n_seqs = "no interval (needs per_seq and n_boot > 0)", None
     if per_seq is not None and n_boot > 0:
         a_ci, b_ci = _bootstrap(ns, per_seq, X, n_boot=n_boot, seed=seed, level=level, weights=weights)
-    return GapFit(shape=shape, formula=_FORMULAS[shape], A=float(beta[0]), B=float(beta[1]),
+        method = f"{level:.0%} percentile bootstrap over sequences (resampled within each n, refitted)"
+        n_seqs = int(sum(len(v) for v in per_seq))
+    return GapFit(shape=shape, formula=_FORMULAS[shape], A=Estimate(float(beta[0]), a_ci, method, n=n_seqs),
+                  B=Estimate(float(beta[1]), b_ci, method, n=n_seqs),
                   A_se=float(se[0]), B_se=float(se[1]), r2=float(r2), adj_r2=float(adj),
-                  rss_weighted=rss, aic=float(aic), n_points=int(m), A_ci=a_ci, B_ci=b_ci,
+                  rss_weighted=rss, aic=float(aic), n_points=int(m),
                   weights=weights, n_iter=int(n_iter))
 
 

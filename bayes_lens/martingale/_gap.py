@@ -113,11 +113,11 @@ class GapResult(Result):
         title = f"n = {int(ns.min())}..{int(ns.max())} ({len(ns)} values), {self.n_seqs} sequences per n"
         f, fi, lf = self.fit, self.fit_inv, self.laplace_fit
         return title, [
-            ("A (log n / n fit)", fmt(f.A), fmt_ci(f.A_ci), f"B {fmt(f.B)} {fmt_ci(f.B_ci)}, adj R2 {fmt(f.adj_r2, 3)}"),
-            ("A (1/n fit)", fmt(fi.A), fmt_ci(fi.A_ci), f"adj R2 {fmt(fi.adj_r2, 3)}"),
+            ("A (log n / n fit)", fmt(f.A), fmt_ci(f.A), f"B {fmt(f.B)} {fmt_ci(f.B)}, adj R2 {fmt(f.adj_r2, 3)}"),
+            ("A (1/n fit)", fmt(fi.A), fmt_ci(fi.A), f"adj R2 {fmt(fi.adj_r2, 3)}"),
             ("preferred shape", str(self.comparison.get("preferred")), "",
              f"LR log vs 1/n {fmt(self.comparison.get('lr_log_vs_inv'), 3)}"),
-            ("Laplace's rule A (log n / n)", fmt(lf.A), fmt_ci(lf.A_ci), f"Paper B A = {self.paper_b.get('A', '')}"),
+            ("Laplace's rule A (log n / n)", fmt(lf.A), fmt_ci(lf.A), f"Paper B A = {self.paper_b.get('A', '')}"),
         ]
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -137,9 +137,9 @@ class GapResult(Result):
         rows = []
         for who, f in (("model", self.fit), ("model", self.fit_inv), ("laplace", self.laplace_fit),
                        ("laplace", self.laplace_fit_inv)):
-            rows.append({"predictor": who, "formula": f.formula, "A": f.A, "A_se": f.A_se, "A_ci_low": f.A_ci[0],
-                         "A_ci_high": f.A_ci[1], "B": f.B, "B_se": f.B_se, "B_ci_low": f.B_ci[0],
-                         "B_ci_high": f.B_ci[1], "adj_r2": f.adj_r2, "weights": f.weights})
+            rows.append({"predictor": who, "formula": f.formula, "A": f.A.value, "A_se": f.A_se,
+                         "A_ci_low": f.A.ci_low, "A_ci_high": f.A.ci_high, "B": f.B.value, "B_se": f.B_se,
+                         "B_ci_low": f.B.ci_low, "B_ci_high": f.B.ci_high, "adj_r2": f.adj_r2, "weights": f.weights})
         rows.append({"predictor": f"paper B ({PAPER_B['model']})", "formula": "A*log(n)/n + B", "A": PAPER_B["A"],
                      "A_se": PAPER_B["A_se"], "B": PAPER_B["B"], "B_se": PAPER_B["B_se"], "adj_r2": PAPER_B["adj_r2"]})
         return pd.DataFrame(rows)

@@ -24,7 +24,7 @@ produce, the larger of (a) √n · eps · mean P, eps of the predictive's workin
 sequence the measured SD was 0.11–0.15 of this in float64, float32 and float16) and (b) the spread
 from re-scoring some orderings in another batch layout (reversed order, another batch size; the
 RMS difference / √2). When ``sd_k1`` is at or below the floor, ``at_numerical_floor`` is True and
-``slope``/``slope_ci`` are NaN (the fitted value stays in ``slope_raw``): there is no order
+``slope`` (value and interval) is NaN (the fitted value stays in ``slope_raw``): there is no order
 sensitivity above rounding to take a slope of.
 
 What the slope can and cannot say. The SD of the mean of k orderings is also estimated for each k
@@ -55,7 +55,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from .._results import Result, fmt, fmt_ci, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..metrics.stats import bootstrap_indices, percentile_interval
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
@@ -85,12 +85,13 @@ def _slope(ks: np.ndarray, sd: np.ndarray) -> float:
 
 @dataclass(frozen=True, eq=False)
 class PermutationResult(Result):
-    """Headline ``sd_k1`` (SD across orderings, exchangeable reference 0) with ``sd_k1_ci``; ``per_k``:
-    SD of the k-ordering average vs k; ``slope`` (log-log, −0.5 by construction) with ``slope_ci``."""
+    """Headline ``sd_k1`` (SD across orderings; ``null``: the exchangeable reference, Laplace's rule
+    on the same orderings, 0 up to rounding); ``per_k``: SD of the k-ordering average vs k; ``slope``
+    (log-log, −0.5 by construction). ``sd_k1`` and ``slope`` are :class:`~bayes_lens.Estimate` values
+    (95% percentile bootstrap over sequences)."""
 
     per_k: pd.DataFrame  # k, sd, sd_ci_low, sd_ci_high
-    slope: float
-    slope_ci: Tuple[float, float]
+    slope: Estimate
     theory_slope: float
     paper_b_slope: float
     predictive: np.ndarray  # [n_seqs, n_perms] P(next=1 | ordering)
@@ -100,8 +101,7 @@ class PermutationResult(Result):
     n_seqs: int
     n_perms: int
     seed: int
-    sd_k1: float = float("nan")  # mean over sequences of the SD of P(next=1) across orderings
-    sd_k1_ci: Tuple[float, float] = (float("nan"), float("nan"))
+    sd_k1: Estimate = Estimate(float("nan"))  # mean over sequences of the SD of P(next=1) across orderings
     exchangeable_sd_k1: float = 0.0  # the same statistic for Laplace's rule on the same orderings
     sd_k1_over_posterior_sd: float = float("nan")  # mean of SD_i / SD of the Beta(k+1, n−k+1) posterior
     numerical_floor_sd: float = 0.0  # SD across orderings that rounding alone can give (module docstring)
@@ -119,14 +119,14 @@ class PermutationResult(Result):
     @property
     def sd_k1_excess(self) -> float:
         """``sd_k1`` minus the exchangeable (Laplace) reference: the order sensitivity."""
-        return self.sd_k1 - self.exchangeable_sd_k1
+        return self.sd_k1.value - self.exchangeable_sd_k1
 
     def _summary(self):
         title = f"n = {self.n}, {self.n_seqs} sequences x {self.n_perms} orderings"
         return title, [
-            ("SD of P(next=1) across orderings", fmt(self.sd_k1), fmt_ci(self.sd_k1_ci),
+            ("SD of P(next=1) across orderings", fmt(self.sd_k1), fmt_ci(self.sd_k1),
              f"Laplace {fmt(self.exchangeable_sd_k1)}; / posterior SD {fmt(self.sd_k1_over_posterior_sd)}"),
-            ("log-log slope of the k-average SD", fmt(self.slope), fmt_ci(self.slope_ci),
+            ("log-log slope of the k-average SD", fmt(self.slope), fmt_ci(self.slope),
              f"theory {fmt(self.theory_slope)}"),
             ("mean |P - Laplace|", fmt(self.mean_abs_dev_from_laplace), "", ""),
         ]
@@ -138,7 +138,7 @@ class PermutationResult(Result):
         go = plotly()
         d = self.per_k
         fig = go.Figure(go.Scatter(x=d.k, y=d.sd, mode="markers+lines", name="SD across orderings"))
-        if np.isfinite(self.slope) and (d.sd > 0).any():
+        if np.isfinite(self.slope.value) and (d.sd > 0).any():
             ref = d.sd.iloc[0] * (d.k / d.k.iloc[0]) ** -0.5
             fig.add_trace(go.Scatter(x=d.k, y=ref, name="k^-1/2", line=dict(dash="dash")))
         slope = (f"at the numerical floor {self.numerical_floor_sd:.2g}: no slope" if self.at_numerical_floor
@@ -207,11 +207,14 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     slope_raw = slope
     if at_floor:
         slope, slope_ci = float("nan"), (float("nan"), float("nan"))
-    return PermutationResult(per_k=per_k, slope=slope, slope_ci=slope_ci, theory_slope=-0.5, paper_b_slope=-0.48,
+    method = "95% percentile bootstrap over sequences"
+    exchangeable = float(lap_sd1.mean())
+    return PermutationResult(per_k=per_k, slope=Estimate(slope, slope_ci, method, n=n_seqs), theory_slope=-0.5, paper_b_slope=-0.48,
                              predictive=pnext, laplace_predictive=lap,
                              mean_abs_dev_from_uniform_bayes=float(np.abs(pnext.mean(1) - lap).mean()),
-                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed, sd_k1=sd_k1,
-                             sd_k1_ci=sd1_ci, exchangeable_sd_k1=float(lap_sd1.mean()),
+                             n=n, n_seqs=n_seqs, n_perms=n_perms, seed=seed,
+                             sd_k1=Estimate(sd_k1, sd1_ci, method, null=exchangeable, n=n_seqs),
+                             exchangeable_sd_k1=exchangeable,
                              sd_k1_over_posterior_sd=float(np.mean(sd1 / post_sd)), numerical_floor_sd=floor,
                              rescore_sd=rescore, working_dtype=dtype, at_numerical_floor=at_floor,
                              slope_raw=slope_raw)

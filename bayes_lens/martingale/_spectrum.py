@@ -21,7 +21,7 @@ M/(j+1) … M/(j−1), and P is the period with the smallest residual sum of squ
 the three grid points around the minimum places it between grid points). The grid step is reported
 as ``period_resolution_symbols`` (the FFT's own spacing at the peak as ``period_fft_spacing_symbols``),
 the raw FFT peak as ``period_fft_symbols``, and a bootstrap interval of the refined period over
-sequences as ``period_ci_symbols``. ``refine=False`` gives the FFT-bin period as before.
+sequences as ``period_symbols.ci``. ``refine=False`` gives the FFT-bin period as before.
 
 Harmonics (``harmonic_scan=True``, default). At low signal-to-noise the largest FFT peak can be the
 second (or third) harmonic of the true period, e.g. P = 30 found as 15, and a scan around the peak
@@ -56,7 +56,7 @@ from typing import Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, predict_array, prob_of, is_model, laplace
@@ -258,20 +258,24 @@ def refine_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics:
 
 @dataclass(frozen=True, eq=False)
 class SpectrumResult(Result):
-    """Per-position gap series (``series``), spectrum, dominant periods and the harmonic fit."""
+    """Per-position gap series (``series``), spectrum, dominant periods and the harmonic fit.
+
+    ``period_symbols`` and ``explained_fraction`` are :class:`~bayes_lens.Estimate` values: 2.5–97.5%
+    quantiles over bootstrap resamples of the sequences (the period re-refined near the chosen one
+    in each resample; the explained fraction refitted at the chosen period).
+    """
 
     series: pd.DataFrame  # position_n, gap_nats, laplace_gap_nats, harmonic_nats, debiased_gap_nats
     spectrum: pd.DataFrame  # frequency_per_symbol, period_symbols, power
     dominant_periods_symbols: Tuple[float, ...]  # FFT-bin periods of the largest spectral peaks
-    period_symbols: float  # P used by the harmonic fit (refined by the least-squares scan unless refine=False)
+    period_symbols: Estimate  # P used by the harmonic fit (refined by the least-squares scan unless refine=False)
     tokens_per_symbol: float
     period_tokens: float
     harmonic_periods_symbols: Tuple[float, ...]
     amplitudes_nats: Tuple[float, ...]
     phases_rad: Tuple[float, ...]
     A: float
-    explained_fraction: float
-    explained_fraction_ci: Tuple[float, float]
+    explained_fraction: Estimate
     period_agreement: float  # fraction of bootstrap resamples whose FFT peak is the same bin as the original's
     n_seqs: int
     length: int
@@ -279,7 +283,6 @@ class SpectrumResult(Result):
     period_fft_symbols: float = float("nan")  # the FFT peak's period M/j
     period_fft_spacing_symbols: float = float("nan")  # distance to the next FFT bin, M/j − M/(j+1)
     period_resolution_symbols: float = float("nan")  # grid step of the least-squares scan (0 if refine=False)
-    period_ci_symbols: Tuple[float, float] = (float("nan"), float("nan"))  # bootstrap 95% of the refined P
     explained_fraction_fft: float = float("nan")  # explained fraction at the FFT-bin period, for comparison
     refined: bool = True
     period_candidates: Optional[pd.DataFrame] = None  # P₀, 2P₀, 3P₀ (≤ M/2): period, RSS, F-test p, gain, chosen
@@ -288,9 +291,9 @@ class SpectrumResult(Result):
     def _summary(self):
         title = f"{self.n_seqs} sequences of {self.length} symbols ({fmt(self.tokens_per_symbol)} tokens/symbol)"
         return title, [
-            ("period (symbols)", fmt(self.period_symbols), fmt_ci(self.period_ci_symbols),
+            ("period (symbols)", fmt(self.period_symbols), fmt_ci(self.period_symbols),
              f"FFT peak {fmt(self.period_fft_symbols)}; agreement {fmt_pct(self.period_agreement)}"),
-            ("explained fraction", fmt_pct(self.explained_fraction), fmt_ci(self.explained_fraction_ci, pct=True),
+            ("explained fraction", fmt_pct(self.explained_fraction), fmt_ci(self.explained_fraction, pct=True),
              f"amplitude A {fmt(self.A)} nats"),
         ]
 
@@ -403,13 +406,17 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
         spectrum = pd.DataFrame({"frequency_per_symbol": freqs, "period_symbols": np.where(freqs > 0, 1 / np.where(freqs > 0, freqs, 1), np.inf),
                                  "power": power})
     tps = _tokens_per_symbol(model, template or DEFAULT_TEMPLATE)
+    method_f = "95% percentile bootstrap over sequences (harmonic fit at the chosen period)"
+    method_p = ("95% percentile bootstrap over sequences (period re-refined near the chosen one)" if refine
+                else "no interval (refine=False: the FFT-bin period)")
     return SpectrumResult(series=series, spectrum=spectrum, dominant_periods_symbols=tuple(float(v) for v in periods),
-                          period_symbols=period, tokens_per_symbol=tps, period_tokens=period * tps,
+                          period_symbols=Estimate(float(period), pci, method_p, n=n_seqs),
+                          tokens_per_symbol=tps, period_tokens=period * tps,
                           harmonic_periods_symbols=tuple(hf["harmonic_periods"]),
                           amplitudes_nats=tuple(hf["amplitudes"]), phases_rad=tuple(hf["phases"]), A=hf["A"],
-                          explained_fraction=hf["explained_fraction"], explained_fraction_ci=ci,
+                          explained_fraction=Estimate(float(hf["explained_fraction"]), ci, method_f, n=n_seqs),
                           period_agreement=agree, n_seqs=n_seqs, length=length, seed=seed,
                           period_fft_symbols=period_fft, period_fft_spacing_symbols=float(spacing),
-                          period_resolution_symbols=float(step), period_ci_symbols=pci,
+                          period_resolution_symbols=float(step),
                           explained_fraction_fft=float(fr_fft), refined=bool(refine), period_candidates=cands,
                           period_wide=wide)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._results import jsonable
+from .._results import Estimate, jsonable
 from ..errors import InvalidInputError
 from ._atomic import Staging, check_writable, write_text
 from ._references import REFERENCES, caveats_for
@@ -62,7 +62,8 @@ class Metric:
 
     ``ci`` is ``(low, high)`` or None where no interval exists (e.g. a weight statistic); ``baseline``
     is ``(value, label)`` or None where the quantity has no random null. ``fraction`` units are in
-    [0, 1] (shown as %).
+    [0, 1] (shown as %). ``value`` may be an :class:`~bayes_lens.Estimate`: its ``ci`` and
+    ``ci_method`` are then used unless given here.
     """
 
     key: str
@@ -74,6 +75,15 @@ class Metric:
     note: str = ""
     ci_method: str = CI_METHOD
     verdict: Optional[dict] = None  # {"pass": bool, "text": ...} for a threshold the section evaluated
+
+    def __post_init__(self):
+        if isinstance(self.value, Estimate):
+            est = self.value
+            object.__setattr__(self, "value", est.value)
+            if self.ci is None:
+                object.__setattr__(self, "ci", est.ci)
+                if self.ci_method == CI_METHOD:
+                    object.__setattr__(self, "ci_method", est.ci_method)
 
     def to_json(self) -> dict:
         ci = None

@@ -131,29 +131,28 @@ def _geometry(ctx: Context) -> SectionOutput:
         tag = f" [{d}, n = {vm.n_prompts}]"
         out.metrics += [
             Metric(f"geometry.{d}.pc1", "value manifold: PC1 explained variance" + tag, vm.pc1, "fraction",
-                   vm.pc1_ci, (vm.null_pc1, "i.i.d. Gaussian null, same n × d"),
-                   note=f"layer {vm.layer}, {vm.hook_name}, d = {vm.dim}", ci_method=vm.pc1_ci_label),
+                   baseline=(vm.pc1.null, "i.i.d. Gaussian null, same n × d"),
+                   note=f"layer {vm.layer}, {vm.hook_name}, d = {vm.dim}"),
             Metric(f"geometry.{d}.pc12", "value manifold: PC1+PC2 explained variance" + tag, vm.pc12, "fraction",
-                   vm.pc12_ci, (vm.null_pc12, "i.i.d. Gaussian null, same n × d"), ci_method=vm.pc12_ci_label),
+                   baseline=(vm.pc12.null, "i.i.d. Gaussian null, same n × d")),
             Metric(f"geometry.{d}.participation_ratio", "participation ratio (Σλ)²/Σλ²" + tag,
-                   vm.participation_ratio, "dimensions", vm.participation_ratio_ci,
-                   (vm.null_participation_ratio, "i.i.d. Gaussian null"),
-                   ci_method=vm.participation_ratio_ci_label),
+                   vm.participation_ratio, "dimensions",
+                   baseline=(vm.participation_ratio.null, "i.i.d. Gaussian null")),
             Metric(f"geometry.{d}.alignment_spearman", "entropy alignment: Spearman ρ(PC1, next-token entropy)" + tag,
-                   ea.spearman, "correlation", ea.spearman_ci, (0.0, "no relation"),
+                   ea.spearman, "correlation", baseline=(0.0, "no relation"),
                    note=f"sign of PC1 arbitrary, compare |ρ|; permutation p = {float(ea.spearman_pvalue):.3g}"),
         ]
         if d == "mixed":
             out.metrics.append(Metric(
                 "geometry.focusing_reduction", "attention focusing: entropy reduction, first → last layer" + tag,
-                af.reduction, "fraction", af.reduction_ci, None,
+                af.reduction, "fraction",
                 note=f"(H_first − H_last)/H_first of the final query row, per head then averaged; depth Spearman "
                      f"{af.depth_spearman:.2f}; {af.n_rises} layers rise; uniform attention = "
                      f"{af.uniform_entropy_bits:.2f} bits"))
         else:
             out.metrics.append(Metric(
                 f"geometry.{d}.pc12_diff", f"PC1+PC2 {d} − mixed (manifold collapse if > 0)", cmp.pc12_diff[d],
-                "fraction", cmp.pc12_diff_ci[d], (0.0, "no difference")))
+                "fraction", baseline=(0.0, "no difference")))
     import pandas as pd
 
     out.tables["domains"] = cmp.to_dataframe()
@@ -173,7 +172,8 @@ def _geometry(ctx: Context) -> SectionOutput:
     out.figure("Entropy alignment: PC1 vs next-token entropy (mixed prompts)", cmp.entropy_alignment["mixed"].plot)
     out.figure("Key orthogonality per layer and KV head", ko.plot)
     out.details = {"key_orthogonality": {k: v for k, v in ko.to_dict().items()},
-                   "pc12_diff": cmp.pc12_diff, "pc12_diff_ci": cmp.pc12_diff_ci,
+                   "pc12_diff": {d: e.value for d, e in cmp.pc12_diff.items()},
+                   "pc12_diff_ci": {d: e.ci for d, e in cmp.pc12_diff.items()},
                    "collapses": {d: cmp.collapses(d) for d in domains}}
     return out
 
@@ -208,24 +208,22 @@ def _sula(ctx: Context) -> SectionOutput:
     L1, L2 = main.labels
     n = len(main.prompts)
     out.metrics += [
-        Metric("sula.mae_bits", "MAE of model vs Bayes label entropy", main.mae_bits, "bits", main.mae_bits_ci,
-               (allrow["mae_ignore_evidence_bits"], "evidence-blind predictor (always the prior)"),
+        Metric("sula.mae_bits", "MAE of model vs Bayes label entropy", main.mae_bits, "bits",
+               baseline=(main.mae_bits.null, "evidence-blind predictor (always the prior)"),
                note=f"{n} prompts, labels {L1!r}/{L2!r}, p = 0.9"),
-        Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation", main.pearson_ci,
-               (0.0, "no relation"),
-               verdict=_relation_verdict(main.pearson_ci, "the model's entropy follows the Bayes entropy",
+        Metric("sula.pearson", "Pearson r of model vs Bayes entropy", main.pearson, "correlation",
+               baseline=(0.0, "no relation"),
+               verdict=_relation_verdict(main.pearson.ci, "the model's entropy follows the Bayes entropy",
                                          "no evidence that the model's entropy follows the Bayes entropy",
                                          "METHODS.md §6")),
-        Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits",
-               (allrow["kl_bits_ci_low"], allrow["kl_bits_ci_high"])),
+        Metric("sula.kl_bits", "KL(Bayes ‖ model), mean over prompts", main.kl_bits, "bits"),
         Metric("sula.ece", "expected calibration error of P(first label) (that fixed class, not top-label)",
-               main.ece, "fraction", (allrow["ece_ci_low"], allrow["ece_ci_high"]),
-               (main.bayes_ece, "the exact posterior's own ECE on these prompts (the Bayes floor)")),
+               main.ece, "fraction",
+               baseline=(main.bayes_ece.value, "the exact posterior's own ECE on these prompts (the Bayes floor)")),
         Metric("sula.brier", "Brier score of P(first label)", main.brier, "dimensionless",
-               (allrow["brier_ci_low"], allrow["brier_ci_high"]),
-               (main.bayes_brier, "the exact posterior's own Brier score (the Bayes floor; 0.25 = always ½)")),
+               baseline=(main.bayes_brier.value,
+                         "the exact posterior's own Brier score (the Bayes floor; 0.25 = always ½)")),
         Metric("sula.label_mass", "next-token probability mass on the two labels", main.label_mass, "fraction",
-               (allrow["label_mass_ci_low"], allrow["label_mass_ci_high"]),
                note="low mass means the model mostly predicts something else than a label"),
     ]
     for key, pair, label in (("sula.rho_pc1_bayes", "pc1_vs_bayes_entropy", "ρ(PC1 of values, Bayes entropy)"),
@@ -243,8 +241,7 @@ def _sula(ctx: Context) -> SectionOutput:
         row = _row(r.table)
         out.metrics.append(Metric(
             f"sula.control.{cond}.mae_bits", f"control '{_CTRL_LABEL.get(cond, cond)}': MAE vs its Bayes entropy",
-            r.mae_bits, "bits", r.mae_bits_ci,
-            (row["mae_ignore_evidence_bits"], "prior-only predictor"),
+            r.mae_bits, "bits", baseline=(r.mae_bits.null, "prior-only predictor"),
             note=f"mean model entropy {row['h_model_mean_bits']:.3f} bits vs Bayes {row['h_bayes_mean_bits']:.3f} bits"))
     out.tables["by_k"] = res.table
     out.tables["geometry"] = res.geometry
@@ -363,13 +360,13 @@ def _martingale(ctx: Context) -> SectionOutput:
                progress=ctx.progress)
     f, fi = g.fit, g.fit_inv
     out.metrics += [
-        Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats", f.A_ci,
-               (g.laplace_fit.A, "Laplace's rule (exact Bayes), same sequences"),
+        Metric("martingale.A", "gap fit Δ = A·log(n)/n + B: A", f.A, "nats",
+               baseline=(g.laplace_fit.A.value, "Laplace's rule (exact Bayes), same sequences"),
                note=f"± {f.A_se:.3g} (s.e.); {len(g.per_n)} lengths × {g.n_seqs} balanced sequences; "
                     f"IRLS with weights N/fitted² ({f.n_iter} iterations); adjusted R² {f.adj_r2:.3f}",
                ci_method=_GAP_CI, verdict=fit_verdict(f.adj_r2)),
-        Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats", f.B_ci,
-               (g.laplace_fit.B, "Laplace's rule"), ci_method=_GAP_CI),
+        Metric("martingale.B", "gap fit: B (asymptotic gap)", f.B, "nats",
+               baseline=(g.laplace_fit.B.value, "Laplace's rule"), ci_method=_GAP_CI),
         Metric("martingale.adj_r2", "adjusted R² of A·log(n)/n + B", f.adj_r2, "dimensionless", None,
                (fi.adj_r2, "adjusted R² of the A/n + B fit"), note=_SHAPE_CAVEAT),
         Metric("martingale.symbol_mass", "probability mass on the '0'/'1' tokens", g.mean_symbol_mass, "fraction",
@@ -379,8 +376,8 @@ def _martingale(ctx: Context) -> SectionOutput:
     perm = mg.permutation_average(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **p)
     out.metrics += [
         Metric("martingale.permutation_sd_k1", "order sensitivity: SD of P(next = 1) across orderings of the same "
-               "prefix (k = 1)", perm.sd_k1, "dimensionless", perm.sd_k1_ci,
-               (perm.exchangeable_sd_k1, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
+               "prefix (k = 1)", perm.sd_k1, "dimensionless",
+               baseline=(perm.sd_k1.null, "exchangeable predictor (Laplace's rule on the same orderings): 0"),
                note=f"prefix length {perm.n}, {perm.n_seqs} sequences × {perm.n_perms} orderings; "
                     f"{perm.sd_k1_over_posterior_sd:.2f} × the Beta posterior SD of θ; numerical floor "
                     f"(rounding in {perm.working_dtype}) {perm.numerical_floor_sd:.2g}"
@@ -389,14 +386,14 @@ def _martingale(ctx: Context) -> SectionOutput:
                     f"rule; not 0 for a Bayesian with another prior): mean |Δ| = "
                     f"{perm.mean_abs_dev_from_uniform_bayes:.3g}", ci_method=_SEQ_CI),
         Metric("martingale.permutation_slope", "log-log slope of SD vs number of orderings k (design check)",
-               perm.slope, "dimensionless", perm.slope_ci,
-               (-0.5, "any predictor with independently drawn orderings"),
+               perm.slope, "dimensionless",
+               baseline=(-0.5, "any predictor with independently drawn orderings"),
                note="−0.5 by construction for every order-sensitive predictor (SD(k) = SD(1)/√k): it checks the "
                     "design, not exchangeability; undefined (NaN) for an exchangeable predictor"
                     + (f"; suppressed: the SD at k = 1 is at the numerical floor ({perm.numerical_floor_sd:.2g}), "
                        f"the fitted {perm.slope_raw:.2f} would be a slope of rounding noise"
                        if perm.at_numerical_floor else ""), ci_method=_SEQ_CI,
-               verdict=_slope_verdict(perm.slope, perm.slope_ci)),
+               verdict=_slope_verdict(perm.slope.value, perm.slope.ci)),
     ]
     c = dict(z["martingale_compression"])
     comp = mg.compression(model, seed=ctx.seed, n_boot=nb, progress=ctx.progress, **c)
@@ -419,10 +416,10 @@ def _martingale(ctx: Context) -> SectionOutput:
     out.figure("Permutation averaging: SD across orderings vs k (k = 1 is the headline; exchangeable = 0)", perm.plot)
     out.figure("Compression efficiency H(θ)/CE_n", comp.plot)
     out.details["gap_comparison"] = g.comparison
-    out.details["permutation"] = {"sd_k1": perm.sd_k1, "sd_k1_ci": perm.sd_k1_ci,
+    out.details["permutation"] = {"sd_k1": perm.sd_k1.value, "sd_k1_ci": perm.sd_k1.ci,
                                   "exchangeable_sd_k1": perm.exchangeable_sd_k1,
                                   "sd_k1_over_posterior_sd": perm.sd_k1_over_posterior_sd,
-                                  "slope": perm.slope, "slope_ci": perm.slope_ci,
+                                  "slope": perm.slope.value, "slope_ci": perm.slope.ci,
                                   "numerical_floor_sd": perm.numerical_floor_sd,
                                   "at_numerical_floor": perm.at_numerical_floor, "slope_raw": perm.slope_raw,
                                   "mean_abs_dev_from_uniform_bayes": perm.mean_abs_dev_from_uniform_bayes,

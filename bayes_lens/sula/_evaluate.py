@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .. import adapter
-from .._results import Result, fmt, fmt_ci, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import as_reduced, is_cache_like, source_model
 from ..reduced import ReducedCache
 from .._validate import check_seed
@@ -194,8 +194,15 @@ class SulaResult(Result):
     entropy correlations *within k* (each variable minus its per-k mean). H_Bayes falls with k and
     prompt length grows with k, so PC1 can track H_Bayes through length alone (even a random model
     does); the within-k rows remove that confound. The sign of PC1 is arbitrary (``abs_pearson``).
-    ``entropy_slope_bits_per_example`` (with ``entropy_slope_ci``) is the least-squares slope of the
-    model's entropy on k: negative when the model uses the evidence.
+    ``entropy_slope_bits_per_example`` is the least-squares slope of the model's entropy on k:
+    negative when the model uses the evidence.
+
+    The headline numbers (``mae_bits``, ``pearson``, ``spearman``, ``kl_bits``, ``ece``, ``brier``,
+    ``bayes_ece``, ``bayes_brier``, ``label_mass``, ``rho_pc1_bayes``, ``rho_pc1_model``, ``rho_k_pc1``,
+    ``entropy_slope_bits_per_example``) are :class:`~bayes_lens.Estimate` values over all prompts
+    (95% percentile bootstrap over prompts, ``n`` prompts). ``mae_bits.null`` is the evidence-blind
+    MAE (``mae_ignore_evidence_bits``); correlations and the slope have ``null`` 0. The Pearson
+    ``rho_*`` are those of the ``geometry`` table.
     """
 
     condition: str
@@ -204,23 +211,20 @@ class SulaResult(Result):
     table: pd.DataFrame
     geometry: pd.DataFrame
     reliability: pd.DataFrame
-    mae_bits: float
-    mae_bits_ci: Tuple[float, float]
-    pearson: float
-    pearson_ci: Tuple[float, float]
-    spearman: float
-    kl_bits: float
-    ece: float
-    brier: float
-    bayes_ece: float
-    bayes_brier: float
-    label_mass: float
-    rho_pc1_bayes: float
-    rho_pc1_model: float
-    rho_k_pc1: float
+    mae_bits: Estimate
+    pearson: Estimate
+    spearman: Estimate
+    kl_bits: Estimate
+    ece: Estimate
+    brier: Estimate
+    bayes_ece: Estimate
+    bayes_brier: Estimate
+    label_mass: Estimate
+    rho_pc1_bayes: Estimate
+    rho_pc1_model: Estimate
+    rho_k_pc1: Estimate
     pc1_explained_variance: float
-    entropy_slope_bits_per_example: float
-    entropy_slope_ci: Tuple[float, float]
+    entropy_slope_bits_per_example: Estimate
     model_p_first: Tensor
     model_entropy_bits: Tensor
     model_label_mass: Tensor
@@ -237,12 +241,12 @@ class SulaResult(Result):
         title = (f"condition {self.condition!r}, labels {tuple(self.labels)}, layer {self.layer}, "
                  f"n = {int(self.k.shape[0])} prompts")
         return title, [
-            ("MAE |H_model - H_Bayes|", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_bits_ci), ""),
-            ("Pearson(H_model, H_Bayes)", fmt(self.pearson), fmt_ci(self.pearson_ci), f"Spearman {fmt(self.spearman)}"),
+            ("MAE |H_model - H_Bayes|", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_bits), ""),
+            ("Pearson(H_model, H_Bayes)", fmt(self.pearson), fmt_ci(self.pearson), f"Spearman {fmt(self.spearman)}"),
             ("ECE / Brier", f"{fmt(self.ece)} / {fmt(self.brier)}", "",
              f"Bayes floor {fmt(self.bayes_ece)} / {fmt(self.bayes_brier)}"),
             ("entropy slope on k", f"{fmt(self.entropy_slope_bits_per_example)} bits/example",
-             fmt_ci(self.entropy_slope_ci), f"label mass {fmt(self.label_mass)}"),
+             fmt_ci(self.entropy_slope_bits_per_example), f"label mass {fmt(self.label_mass)}"),
         ]
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -289,8 +293,8 @@ class SulaControls(Result):
     def _summary(self):
         rows = []
         for name, r in self.results.items():
-            rows.append((f"{name}: MAE", f"{fmt(r.mae_bits)} bits", fmt_ci(r.mae_bits_ci),
-                         f"Pearson {fmt(r.pearson)} {fmt_ci(r.pearson_ci)}".rstrip() + f", n = {int(r.k.shape[0])}"))
+            rows.append((f"{name}: MAE", f"{fmt(r.mae_bits)} bits", fmt_ci(r.mae_bits),
+                         f"Pearson {fmt(r.pearson)} {fmt_ci(r.pearson)}".rstrip() + f", n = {int(r.k.shape[0])}"))
         return f"{len(self.results)} conditions at layer {self.layer}", rows
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -428,22 +432,32 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
         pc1, evr = np.full(values.shape[0], np.nan), float("nan")
     geometry = _geometry_table(pc1, h_b, h_m, k, n_boot=n_boot, boot_rng=streams[-3], perm_rng=streams[-2])
     rel = pd.DataFrame(reliability_bins(p_m, outcome, n_bins=n_bins))
-    g = geometry.set_index("pair")["pearson"]
     slope, slope_ci = _slope_with_ci(k.astype(np.float64), h_m, n_boot=n_boot, rng=streams[-1])
 
     def t(a, dtype=torch.float64):
         return torch.as_tensor(np.asarray(a), dtype=dtype)
 
+    n, method = int(len(k)), "95% percentile bootstrap over prompts"
+
+    def est(key, null=None):  # a metric over all prompts, its interval from the "all" row of the table
+        return Estimate(float(overall[key]), (float(overall[key + "_ci_low"]), float(overall[key + "_ci_high"])),
+                        method, null=null, n=n)
+
+    def rho(pair):  # a Pearson row of the geometry table
+        r = geometry.set_index("pair").loc[pair]
+        return Estimate(float(r["pearson"]), (float(r["pearson_ci_low"]), float(r["pearson_ci_high"])), method,
+                        null=0.0, n=n)
+
     return SulaResult(
         condition=items.control if isinstance(items.control, str) else "main",
         labels=tuple(items.labels), layer=layer, table=table, geometry=geometry, reliability=rel,
-        mae_bits=overall["mae_bits"], mae_bits_ci=(overall["mae_bits_ci_low"], overall["mae_bits_ci_high"]),
-        pearson=overall["pearson"], pearson_ci=(overall["pearson_ci_low"], overall["pearson_ci_high"]),
-        spearman=overall["spearman"], kl_bits=overall["kl_bits"], ece=overall["ece"], brier=overall["brier"],
-        bayes_ece=overall["bayes_ece"], bayes_brier=overall["bayes_brier"],
-        label_mass=overall["label_mass"], rho_pc1_bayes=float(g["pc1_vs_bayes_entropy"]),
-        rho_pc1_model=float(g["pc1_vs_model_entropy"]), rho_k_pc1=float(g["k_vs_pc1"]),
-        pc1_explained_variance=evr, entropy_slope_bits_per_example=slope, entropy_slope_ci=slope_ci,
+        mae_bits=est("mae_bits", null=float(overall["mae_ignore_evidence_bits"])),
+        pearson=est("pearson", null=0.0), spearman=est("spearman", null=0.0), kl_bits=est("kl_bits"),
+        ece=est("ece"), brier=est("brier"), bayes_ece=est("bayes_ece"), bayes_brier=est("bayes_brier"),
+        label_mass=est("label_mass"), rho_pc1_bayes=rho("pc1_vs_bayes_entropy"),
+        rho_pc1_model=rho("pc1_vs_model_entropy"), rho_k_pc1=rho("k_vs_pc1"),
+        pc1_explained_variance=evr,
+        entropy_slope_bits_per_example=Estimate(slope, slope_ci, method, null=0.0, n=n),
         model_p_first=t(p_m), model_entropy_bits=t(h_m), model_label_mass=t(mass), bayes_p_first=t(p_b),
         bayes_entropy_bits=t(h_b), k=t(k, torch.long), hidden_label=t(hidden, torch.long), pc1=t(pc1),
         prompts=items, n_boot=int(n_boot), seed=int(seed),
@@ -494,13 +508,13 @@ def evaluate(
     -------
     >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4, seed=0)
     >>> res = bl.sula.evaluate(model, items, n_boot=200)
-    >>> bool(res.mae_bits_ci[0] <= res.mae_bits <= res.mae_bits_ci[1])
+    >>> bool(res.mae_bits.ci_low <= res.mae_bits.value <= res.mae_bits.ci_high)
     True
-    >>> bool(np.isclose(res.mae_bits, np.abs(res.model_entropy_bits - res.bayes_entropy_bits).mean()))
+    >>> bool(np.isclose(res.mae_bits.value, np.abs(res.model_entropy_bits - res.bayes_entropy_bits).mean()))
     True
     >>> toks, mask = bl.adapter.tokenize(model, res.prompts.texts)
     >>> pair = model.run_with_cache(toks, attention_mask=mask, names_filter=bl.hook_filter())
-    >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask, n_boot=200).mae_bits == res.mae_bits
+    >>> bl.sula.evaluate(pair, res.prompts, attention_mask=mask, n_boot=200).mae_bits.value == res.mae_bits.value
     True
     """
     _check_n_boot(n_boot)

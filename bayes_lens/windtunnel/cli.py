@@ -79,7 +79,7 @@ def _cmd_eval(args) -> int:
         return 0
     print(res.table.to_string(index=False, float_format=lambda x: f"{x:.5f}"))
     print(f"{task!r} ({'untrained' if args.untrained else args.checkpoint}): MAE {res.mae_bits:.5f} bits "
-          f"[95% CI {res.mae_ci[0]:.5f}, {res.mae_ci[1]:.5f}], per-sequence {res.seq_mae_bits:.5f} bits, "
+          f"[95% CI {res.mae_bits.ci_low:.5f}, {res.mae_bits.ci_high:.5f}], per-sequence {res.seq_mae_bits:.5f} bits, "
           f"KL {res.kl_bits:.5f} bits, n = {res.n}")
     return 0
 

@@ -147,8 +147,8 @@ def compare(trained, untrained=None, task=None, *, n: int = 200, seed: int = 0, 
                          untrained_pvalue=float(p_u), paper_low=lo, paper_high=hi))
 
     vt, vu = geo_t.value_manifold, geo_u.value_manifold
-    add("value_manifold_pc1_fraction", vt.pc1, vt.pc1_ci, vu.pc1, vu.pc1_ci, vt.null_pc1, "Gaussian null (same n x d)")
-    add("value_manifold_pc12_fraction", vt.pc12, vt.pc12_ci, vu.pc12, vu.pc12_ci, vt.null_pc12,
+    add("value_manifold_pc1_fraction", vt.pc1, vt.pc1.ci, vu.pc1, vu.pc1.ci, vt.pc1.null, "Gaussian null (same n x d)")
+    add("value_manifold_pc12_fraction", vt.pc12, vt.pc12.ci, vu.pc12, vu.pc12.ci, vt.pc12.null,
         "Gaussian null (same n x d)")
     kt, ku = geo_t.key_orthogonality, geo_u.key_orthogonality
     nan2 = (np.nan, np.nan)
@@ -159,15 +159,15 @@ def compare(trained, untrained=None, task=None, *, n: int = 200, seed: int = 0, 
     add("key_orthogonality_paper_baseline", kt.paper_baseline, nan2, ku.paper_baseline, nan2, kt.paper_baseline,
         "sqrt(2/(pi d_head)), the paper's convention")
     ft, fu = geo_t.attention_focusing, geo_u.attention_focusing
-    add("focusing_reduction_fraction", ft.reduction, ft.reduction_ci, fu.reduction, fu.reduction_ci, 0.0,
+    add("focusing_reduction_fraction", ft.reduction, ft.reduction.ci, fu.reduction, fu.reduction.ci, 0.0,
         "no focusing")
     for name, stat in (("spearman", spearman), ("pearson", pearson)):
         (a, aci, ap), (b, bci, bp) = bayes_alignment(geo_t, stat), bayes_alignment(geo_u, stat)
         add(f"alignment_pc1_vs_bayes_entropy_{name}", a, aci, b, bci, 0.0, "independence", ap, bp)
     at, au = geo_t.entropy_alignment, geo_u.entropy_alignment
-    add("alignment_pc1_vs_model_entropy_spearman", at.spearman, at.spearman_ci, au.spearman, au.spearman_ci, 0.0,
+    add("alignment_pc1_vs_model_entropy_spearman", at.spearman, at.spearman.ci, au.spearman, au.spearman.ci, 0.0,
         "independence", at.spearman_pvalue, au.spearman_pvalue)
-    add("entropy_mae_bits", ev_t.mae_bits, ev_t.mae_ci, ev_u.mae_bits, ev_u.mae_ci, 0.0, "exact Bayes")
+    add("entropy_mae_bits", ev_t.mae_bits, ev_t.mae_bits.ci, ev_u.mae_bits, ev_u.mae_bits.ci, 0.0, "exact Bayes")
     import pandas as pd
 
     return WindTunnelComparison(task=task.name, n_prompts=len(prompts), seed=int(seed), table=pd.DataFrame(rows),

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .._progress import progress as progress_bar
-from .._results import Result, fmt, fmt_ci, plotly
+from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..errors import InvalidInputError
 from ..metrics.stats import entropy_bits
 from .tasks import Batch, make_task
@@ -48,8 +48,9 @@ class WindTunnelEval(Result):
 
     Attributes
     ----------
-    mae_bits: Paper I's MAE of the per-position mean entropies (bits); ``mae_ci``: bootstrap 95% CI.
-    seq_mae_bits: mean over sequences and positions of |H_model − H_Bayes| (bits); ``seq_mae_ci``.
+    mae_bits: Paper I's MAE of the per-position mean entropies (bits), an :class:`~bayes_lens.Estimate`
+        with its 95% percentile bootstrap interval over sequences (``null`` 0: exact Bayes).
+    seq_mae_bits: mean over sequences and positions of |H_model − H_Bayes| (bits), an ``Estimate``.
     kl_bits: mean KL(Bayes ‖ model) over sequences and positions (bits).
     table: one row per position k: ``model_entropy_bits``, ``bayes_entropy_bits`` (means),
         ``abs_error_bits`` (|difference of means|), ``seq_abs_error_bits``, ``kl_bits``.
@@ -59,10 +60,8 @@ class WindTunnelEval(Result):
     task: str
     n: int
     seed: int
-    mae_bits: float
-    mae_ci: Tuple[float, float]
-    seq_mae_bits: float
-    seq_mae_ci: Tuple[float, float]
+    mae_bits: Estimate
+    seq_mae_bits: Estimate
     kl_bits: float
     table: object
     model_entropy_bits: np.ndarray
@@ -88,8 +87,8 @@ class WindTunnelEval(Result):
 
     def _summary(self):
         return f"task {self.task!r}, n = {self.n} sequences, seed {self.seed}", [
-            ("MAE of the mean entropies", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_ci), "Paper I's statistic"),
-            ("per-sequence MAE", f"{fmt(self.seq_mae_bits)} bits", fmt_ci(self.seq_mae_ci), ""),
+            ("MAE of the mean entropies", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_bits), "Paper I's statistic"),
+            ("per-sequence MAE", f"{fmt(self.seq_mae_bits)} bits", fmt_ci(self.seq_mae_bits), ""),
             ("KL(Bayes || model)", f"{fmt(self.kl_bits)} bits", "", ""),
         ]
 
@@ -189,6 +188,9 @@ def _result(task, model_h, bayes_h, kl, n, seed, n_boot) -> WindTunnelEval:
         "seq_abs_error_bits": np.abs(model_h - bayes_h).mean(0),
         "kl_bits": kl.mean(0),
     })
-    return WindTunnelEval(task=task.name, n=int(n), seed=int(seed), mae_bits=position_mae_bits(model_h, bayes_h), mae_ci=mae_ci,
-                          seq_mae_bits=seq_mae(model_h, bayes_h), seq_mae_ci=seq_ci, kl_bits=float(kl.mean()),
+    method = "95% percentile bootstrap over sequences"
+    return WindTunnelEval(task=task.name, n=int(n), seed=int(seed),
+                          mae_bits=Estimate(position_mae_bits(model_h, bayes_h), mae_ci, method, null=0.0, n=int(n)),
+                          seq_mae_bits=Estimate(seq_mae(model_h, bayes_h), seq_ci, method, null=0.0, n=int(n)),
+                          kl_bits=float(kl.mean()),
                           table=table, model_entropy_bits=model_h, bayes_entropy_bits=bayes_h)

@@ -203,8 +203,8 @@ def test_geometry_matches_transformers(family, kind):
         warnings.simplefilter("ignore")
         geo = bl.geometry(model, PROMPTS, n_boot=20, n_null=10, n_perm=20, progress=False)
     pc1, pc12 = _pcs(v)
-    assert geo.value_manifold.pc1 == pytest.approx(pc1, abs=1e-4)
-    assert geo.value_manifold.pc12 == pytest.approx(pc12, abs=1e-4)
+    assert geo.value_manifold.pc1.value == pytest.approx(pc1, abs=1e-4)
+    assert geo.value_manifold.pc12.value == pytest.approx(pc12, abs=1e-4)
 
     head = np.array([[[_entropy_bits(a[layer, h]) for h in range(a.shape[1])] for layer in range(a.shape[0])]
                      for a in attn])  # [prompt, layer, head]

@@ -309,7 +309,7 @@ def test_torchrun_two_ranks_sula_every_rank_gets_the_one_process_result(tmp_path
         items = bl.sula.make_prompts(spec.load(), ks=(0, 2, 8), n_per_k=5, seed=1)
         with sh.sharded(spec, engine=sh.TorchrunEngine(n_shards=4), shard_dir=sys.argv[1] + "/shards") as m:
             res = bl.sula.evaluate(m, items, layer=1, n_boot=50, seed=2, batch_size=4, progress=False)
-        out = {{"p": res.model_p_first.tolist(), "pc1": res.pc1.tolist(), "mae": res.mae_bits,
+        out = {{"p": res.model_p_first.tolist(), "pc1": res.pc1.tolist(), "mae": res.mae_bits.value,
                "stats": res.to_dict()}}
         with open(sys.argv[1] + f"/rank{{os.environ['RANK']}}.json", "w") as fh:
             json.dump(out, fh, default=str)
@@ -329,7 +329,7 @@ def test_torchrun_two_ranks_sula_every_rank_gets_the_one_process_result(tmp_path
     for out in ranks:
         assert torch.equal(torch.tensor(out["p"], dtype=torch.float64), ref.model_p_first)
         assert torch.equal(torch.tensor(out["pc1"], dtype=torch.float64), ref.pc1)
-        assert out["mae"] == ref.mae_bits
+        assert out["mae"] == ref.mae_bits.value
 
 
 def test_torchrun_spec_gets_this_ranks_gpu(monkeypatch):

@@ -32,10 +32,10 @@ def test_training_beats_untrained_and_context_free(trained_run, tiny_kind):
     res0 = evaluate(base, task, n=400, seed=1)
     # best predictor that ignores the context: uniform over V at every position
     context_free = np.mean([abs(math.log2(5) - math.log2(5 - k)) for k in range(5)])
-    assert res0.mae_bits > 1.0
-    assert res.mae_bits < 0.25 * res0.mae_bits
-    assert res.mae_bits < 0.5 * context_free
-    assert res.mae_ci[0] <= res.mae_bits <= res.mae_ci[1]
+    assert res0.mae_bits.value > 1.0
+    assert res.mae_bits.value < 0.25 * res0.mae_bits.value
+    assert res.mae_bits.value < 0.5 * context_free
+    assert res.mae_bits.ci_low <= res.mae_bits.value <= res.mae_bits.ci_high
     assert list(trained_run.history["step"]) == [100, 200, 300]
     assert trained_run.history["mae_bits"].iloc[-1] == pytest.approx(trained_run.final_mae_bits)
 
@@ -53,7 +53,7 @@ def test_evaluate_matches_independent_entropies(trained_run):
     np.testing.assert_allclose(res.model_entropy_bits, h, atol=1e-6)
     np.testing.assert_allclose(res.table["bayes_entropy_bits"], np.log2(5 - np.arange(5)), atol=1e-12)
     expected_mae = np.abs(h.mean(0) - np.log2(5 - np.arange(5))).mean()
-    assert res.mae_bits == pytest.approx(expected_mae, abs=1e-6)
+    assert res.mae_bits.value == pytest.approx(expected_mae, abs=1e-6)
     q = batch.bayes_probs
     p_ans = probs[..., batch.answer_ids]
     kl = np.where(q > 0, q * np.log2(np.where(q > 0, q, 1) / p_ans), 0).sum(-1)
