@@ -183,11 +183,6 @@ _CTRL_LABEL = {"lexical_remap": "lexical remap", "shuffled_labels": "shuffled la
                "evidence_removed": "evidence removed", "carriers_masked": "carriers masked"}
 
 
-def _row(table, k="all"):
-    rows = table[table["k"].astype(str) == str(k)]
-    return rows.iloc[0] if len(rows) else None
-
-
 def _geo_row(geometry, pair):
     rows = geometry[geometry["pair"] == pair]
     return rows.iloc[0] if len(rows) else None
@@ -204,7 +199,6 @@ def _sula(ctx: Context) -> SectionOutput:
     main = res["main"]
     ctx.shared["sula_prompts"] = main.prompts
     ctx.shared["sula"] = main
-    allrow = _row(main.table)
     L1, L2 = main.labels
     n = len(main.prompts)
     out.metrics += [
