@@ -85,7 +85,7 @@ def test_geometry_parts_sharded_equal_one_process(model, tmp_path):
     rc = sh.merge(next(tmp_path.glob("value_manifold-*")), PROMPTS)
     x = rc.value_rows(1).double().numpy()
     lam = np.linalg.eigvalsh(np.corrcoef(x[:, x.std(0) > 0], rowvar=False))  # PCA of z-scored rows (METHODS §1)
-    assert np.isclose(vm.pc1, lam[-1] / lam.sum(), atol=1e-9, rtol=0)
+    assert np.isclose(vm.pc1.value, lam[-1] / lam.sum(), atol=1e-9, rtol=0)
 
 
 def test_compare_domains_sharded_equals_one_process(tiny_kind, tmp_path):
