@@ -160,7 +160,7 @@ def test_installed_wheel_runs_the_cli_and_an_analysis_from_its_own_copy(venv):
     import bayes_lens as bl
 
     model, task = bl.windtunnel.load("bijection")
-    here = bl.windtunnel.evaluate(model, task, n=50, seed=0)
+    here = bl.windtunnel.evaluate(model, task, n_seqs=50, seed=0)
     assert res["n"] == 50 and res["mae_bits"] == pytest.approx(here.mae_bits, rel=1e-9, abs=1e-12)
 
     got = json.loads(_run(venv, str(root / "bin" / "python"), "-c", _ANALYSIS).strip().splitlines()[-1])

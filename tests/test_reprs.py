@@ -146,7 +146,7 @@ def test_martingale_cot_and_windtunnel_reprs():
     _check_short(fit, fmt(fit.alpha), fmt_ci(fit.alpha_ci), f"{len(k)} points")
 
     model, task = bl.windtunnel.load("bijection")
-    ev = bl.windtunnel.evaluate(model, task, n=40, seed=0)
+    ev = bl.windtunnel.evaluate(model, task, n_seqs=40, seed=0)
     _check_short(ev, f"n = {ev.n} sequences", fmt(ev.mae_bits), fmt_ci(ev.mae_ci),
                  f"model_entropy_bits ({ev.n}, ")
 
@@ -156,7 +156,7 @@ def test_domain_controls_and_training_reprs(tiny_module):
     from bayes_lens import sula
 
     pools = {"math": [r.text for r in P.pool("math")[:20]], "code": [r.text for r in P.pool("code")[:20]]}
-    d = bl.compare_domains(tiny_module, pools, n=10, seed=0, n_boot=50, n_null=20, n_perm=50)
+    d = bl.compare_domains(tiny_module, pools, n_prompts=10, seed=0, n_boot=50, n_null=20, n_perm=50)
     _check_short(d, "n = 10 prompts each", fmt_pct(d.value_manifold["code"].pc12),
                  fmt_ci(d.pc12_diff_ci["code"], pct=True))
     sel = d.selections["math"]
@@ -164,5 +164,5 @@ def test_domain_controls_and_training_reprs(tiny_module):
     c = sula.run_controls(tiny_module, ks=(0, 1, 2), n_per_k=3, n_boot=20)
     _check_short(c, *(fmt(r.mae_bits) for r in c.results.values()))
     cfg = bl.windtunnel.TrainConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, d_mlp=32, batch_size=8)
-    run = bl.windtunnel.train("bijection", cfg, steps=3, eval_n=10, progress=False)
+    run = bl.windtunnel.train("bijection", cfg, steps=3, n_eval_seqs=10, progress=False)
     _check_short(run, "3 steps", fmt(run.final_mae_bits), "history (")

@@ -122,7 +122,7 @@ def focusing_from_entropies(ent: np.ndarray, *, uniform, positions: str, seed: i
         with np.errstate(invalid="ignore", divide="ignore"):
             return (c[..., 0] - c[..., -1]) / c[..., 0]
 
-    idx = bootstrap_indices(n, n_boot, seed)
+    idx = bootstrap_indices(n, n_boot, seed=seed)
     boot = per_prompt[idx].mean(axis=1)  # [B, L]
     lo, hi = percentile_interval(boot, axis=0, min_finite=0.0) if n > 1 else (np.full_like(curve, np.nan),) * 2
     nan_ci = (float("nan"), float("nan"))

@@ -112,7 +112,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
 
     Example
     -------
-    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n=75))          # doctest: +SKIP
+    >>> geo = bl.geometry(model, bl.prompts.mixed(model, n_prompts=75))          # doctest: +SKIP
     >>> geo.to_dataframe(); geo.plot()                                  # doctest: +SKIP
     >>> geo = bl.geometry(model, prompts, engine="torchrun", shard_dir="shards/")  # under torchrun  # doctest: +SKIP
     """

@@ -617,7 +617,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         return Patch(parts, label=f"shift {sigmas:+g}σ @{tag}", kind="shift", axis=self,
                      params={"sigmas": sigmas}, model_meta=self.model_meta_)
 
-    def random_direction(self, seed: int, layer: int) -> Tensor:
+    def random_direction(self, layer: int, *, seed: int) -> Tensor:
         """A seeded random unit vector orthogonal to the axis at ``layer`` (float32)."""
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
@@ -631,7 +631,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         r = r / np.linalg.norm(r)
         return torch.tensor(r, dtype=torch.float32)
 
-    def random_control(self, seed: int, *, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
+    def random_control(self, *, seed: int, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
                        layers=None, center: bool = False) -> Patch:
         """The same intervention along a random direction orthogonal to the axis (one per layer).
 
@@ -647,7 +647,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         picked = self._pick_layers(layers)
         if op != "shift":
             self._warn_basis(f"random_control(op={op!r})", center)
-        dirs = {layer: self.random_direction(seed, layer) for layer in picked}
+        dirs = {layer: self.random_direction(layer, seed=seed) for layer in picked}
         parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs, center=center)
         tag = self._layer_tag(picked)
         what = {"removal": f"removal λ={lam:g}", "keep_only": "keep-only",

@@ -103,7 +103,7 @@ def _conditions(patches, n_random_seeds: int) -> List[_Condition]:
         if isinstance(p, Patch) and not p.is_random_control and p.axis is not None and \
                 p.kind in ("removal", "keep_only", "shift"):
             for s in range(n_random_seeds):
-                r = p.random_like(s)
+                r = p.random_like(seed=s)
                 add(r.group, r.kind, r, s, r.layers, True)
     return [_Condition(label=k, kind=groups[k]["kind"], patches=tuple(groups[k]["patches"]),
                        seeds=tuple(groups[k]["seeds"]), layers=tuple(groups[k]["layers"]),
@@ -670,7 +670,7 @@ def _comparison(runs: Dict[str, List[AxisData]], meta, *, axis, model, readouts,
         return {k: (run.values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, run.model_entropy
 
     members_of = {label: [coords(r) for r in rs] for label, rs in runs.items()}
-    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed)])  # row 0 = full sample
+    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed)])  # row 0 = full sample
     clean_c, _ = members_of["clean"][0]
     entropies = [("model", None)] + ([("bayes", bayes)] if bayes is not None else [])
 

@@ -165,7 +165,7 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
             mean = ce.mean(0)
             if n_boot and n_seqs >= 2:
                 brng = np.random.default_rng(seed + 11)
-                boot = ce[bootstrap_indices(n_seqs, n_boot, brng)].mean(1)
+                boot = ce[bootstrap_indices(n_seqs, n_boot, seed=brng)].mean(1)
                 lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)
             else:
                 lo = hi = np.full(length, np.nan)

@@ -193,7 +193,7 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     slope_ci = sd1_ci = (float("nan"), float("nan"))
     if n_boot and n_seqs >= 2:
         brng = np.random.default_rng(seed + 2)
-        idx = bootstrap_indices(n_seqs, n_boot, brng)
+        idx = bootstrap_indices(n_seqs, n_boot, seed=brng)
         sd1_ci = percentile_interval(sd1[idx].mean(1), min_finite=0.0)
         boot = sd[idx].mean(1)  # [n_boot, n_k]
         lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)

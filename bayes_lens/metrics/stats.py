@@ -226,7 +226,7 @@ def _rng(seed_or_rng) -> np.random.Generator:
     return np.random.default_rng(seed_or_rng)
 
 
-def child_rngs(seed, n: int) -> Tuple[np.random.Generator, ...]:
+def child_rngs(n: int, *, seed) -> Tuple[np.random.Generator, ...]:
     """``n`` independent generators spawned from one seed (``np.random.SeedSequence(seed).spawn(n)``).
 
     Use one per random purpose (bootstrap, permutations, data) so that changing the number of draws
@@ -284,9 +284,10 @@ def keyed_seed(seed, *keys: int) -> int:
     return int(_keyed_sequence(seed, keys).generate_state(2, np.uint64)[0] >> 1)
 
 
-def bootstrap_indices(n: int, n_boot: int, seed_or_rng=0) -> np.ndarray:
-    """``[n_boot, n]`` row indices drawn with replacement: one bootstrap resample per row."""
-    return _rng(seed_or_rng).integers(0, n, size=(n_boot, n))
+def bootstrap_indices(n: int, n_boot: int, *, seed=0) -> np.ndarray:
+    """``[n_boot, n]`` row indices drawn with replacement: one bootstrap resample per row (``seed``: an
+    int or a ``numpy.random.Generator``)."""
+    return _rng(seed).integers(0, n, size=(n_boot, n))
 
 
 def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5, axis: Optional[int] = None):
@@ -322,7 +323,7 @@ def basic_interval(estimate: float, reps, level: float = 0.95, *, min_finite: fl
     return 2 * estimate - hi, 2 * estimate - lo
 
 
-def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_or_rng=0,
+def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed=0,
                             rank: bool = False) -> float:
     """Two-sided permutation p-value of a correlation: (#{|r(x, π y)| ≥ |r|} + 1) / (n_perm + 1).
 
@@ -334,7 +335,7 @@ def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_o
         return float("nan")
     if rank:
         x, y = rank_rows(x), rank_rows(y)
-    rng = _rng(seed_or_rng)
+    rng = _rng(seed)
     perms = np.argsort(rng.random((n_perm, y.size)), axis=1)
     null = pearson_rows(np.broadcast_to(x, perms.shape), y[perms])
     null = np.where(np.isfinite(null), np.abs(null), 0.0)
@@ -361,10 +362,10 @@ def correlation_inference(x, y, *, method: str = "spearman", n_boot: int = 1000,
     x, y = _pair(x, y)
     corr = spearman_rows if method == "spearman" else pearson_rows
     r = float(corr(x, y))
-    boot_rng, perm_rng = child_rngs(seed, 2)
-    idx = bootstrap_indices(x.size, n_boot, boot_rng)
+    boot_rng, perm_rng = child_rngs(2, seed=seed)
+    idx = bootstrap_indices(x.size, n_boot, seed=boot_rng)
     ci = percentile_interval(corr(x[idx], y[idx]), level)
-    p = permutation_pvalue_rows(x, y, r, n_perm=n_perm, seed_or_rng=perm_rng, rank=method == "spearman")
+    p = permutation_pvalue_rows(x, y, r, n_perm=n_perm, seed=perm_rng, rank=method == "spearman")
     return CorrelationInference(value=r, ci=ci, pvalue=p, method=method)
 
 
@@ -385,7 +386,7 @@ def bootstrap_ci(stat: Callable[..., float], *arrays, n_boot: int = 1000, seed: 
         raise InvalidInputError("all arrays passed to bootstrap_ci must have the same number of rows.")
     if n < 2:
         return float("nan"), float("nan")
-    idx = bootstrap_indices(n, n_boot, seed)
+    idx = bootstrap_indices(n, n_boot, seed=seed)
     reps = np.array([stat(*[a[i] for a in arrs]) for i in idx], dtype=np.float64)
     return percentile_interval(reps, level)
 

@@ -93,7 +93,7 @@ def _mean_over_heads(per_head: np.ndarray, n_boot: int, seed: int):
     v = per_head[np.isfinite(per_head)].ravel()
     if v.size < 2 or n_boot < 1:
         return float(np.mean(v)) if v.size else float("nan"), None
-    return float(v.mean()), tuple(percentile_interval(v[bootstrap_indices(v.size, n_boot, seed)].mean(1)))
+    return float(v.mean()), tuple(percentile_interval(v[bootstrap_indices(v.size, n_boot, seed=seed)].mean(1)))
 
 
 def _geometry(ctx: Context) -> SectionOutput:
@@ -108,7 +108,7 @@ def _geometry(ctx: Context) -> SectionOutput:
                                   "n_boot": nb, "n_null": z["geometry_n_null"]})
     # the API's own seeded subsample (bl.prompts.select's pool_size): the report draws exactly the
     # prompts bl.compare_domains(model, domains, pool_size=...) draws, and balances kinds in "mixed"
-    cmp = bl.compare_domains(model, domains, n=n, seed=ctx.seed, reference="mixed", n_boot=nb,
+    cmp = bl.compare_domains(model, domains, n_prompts=n, seed=ctx.seed, reference="mixed", n_boot=nb,
                              n_null=int(z["geometry_n_null"]), n_perm=nb, progress=ctx.progress,
                              pool_size=z["geometry_pool"])
     ctx.shared["geometry"] = cmp

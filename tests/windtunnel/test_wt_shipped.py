@@ -21,9 +21,9 @@ def test_shipped_checkpoint_loads_and_is_small(name):
 def test_shipped_bijection_error(tiny_kind):
     model, task = bl.windtunnel.load("bijection", kind=tiny_kind)
     assert bl.adapter.is_bridge(model) == (tiny_kind == "bridge")
-    res = bl.windtunnel.evaluate(model, task, n=500, seed=11, n_boot=200)
+    res = bl.windtunnel.evaluate(model, task, n_seqs=500, seed=11, n_boot=200)
     base, _ = bl.windtunnel.untrained("bijection", seed=0, kind=tiny_kind)
-    res0 = bl.windtunnel.evaluate(base, task, n=500, seed=11, n_boot=200)
+    res0 = bl.windtunnel.evaluate(base, task, n_seqs=500, seed=11, n_boot=200)
     assert res.mae_bits < 0.05 and res.mae_ci[1] < 0.06
     assert res0.mae_bits > 1.0
     assert res.kl_bits < 0.1 < res0.kl_bits
@@ -32,9 +32,9 @@ def test_shipped_bijection_error(tiny_kind):
 
 def test_shipped_hmm_error(tiny_kind):
     model, task = bl.windtunnel.load("hmm", kind=tiny_kind)
-    res = bl.windtunnel.evaluate(model, task, n=500, seed=11, n_boot=200)
+    res = bl.windtunnel.evaluate(model, task, n_seqs=500, seed=11, n_boot=200)
     base, _ = bl.windtunnel.untrained("hmm", seed=0, kind=tiny_kind)
-    res0 = bl.windtunnel.evaluate(base, task, n=500, seed=11, n_boot=200)
+    res0 = bl.windtunnel.evaluate(base, task, n_seqs=500, seed=11, n_boot=200)
     assert res.mae_bits < 0.1 * res0.mae_bits
     assert res.seq_mae_bits < 0.3 * res0.seq_mae_bits
     assert res.kl_bits < 0.1 * res0.kl_bits
@@ -45,13 +45,13 @@ def test_shipped_hmm_error(tiny_kind):
 def test_shipped_kinds_agree(name):
     hooked, task = bl.windtunnel.load(name, kind="hooked")
     bridge, _ = bl.windtunnel.load(name, kind="bridge")
-    tokens = torch.as_tensor(task.sample(4, 0).tokens)
+    tokens = torch.as_tensor(task.sample(4, seed=0).tokens)
     with torch.no_grad():
         torch.testing.assert_close(hooked(tokens), bridge(tokens), atol=2e-4, rtol=1e-4)
 
 
 def test_compare_trained_vs_untrained():
-    cmp = bl.windtunnel.compare("bijection", n=60, seed=0, n_boot=100, n_null=20, n_perm=100, eval_n=200,
+    cmp = bl.windtunnel.compare("bijection", n_prompts=60, seed=0, n_boot=100, n_null=20, n_perm=100, n_eval_seqs=200,
                                 progress=False)
     t = cmp.table.set_index("metric")
     assert {"value_manifold_pc12_fraction", "key_orthogonality_mean_abs_cos", "focusing_reduction_fraction",
