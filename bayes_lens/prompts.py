@@ -70,6 +70,7 @@ from importlib import resources
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from jaxtyping import Float, Int
 
 from ._results import Result, fmt, plotly
 from ._validate import check_seed
@@ -238,7 +239,7 @@ def clear_cache(model=None) -> None:
 
 
 def entropies(model, prompts: PoolLike, *, batch_size: int = 16, cache: bool = True,
-              progress: Optional[bool] = None) -> np.ndarray:
+              progress: Optional[bool] = None) -> Float[np.ndarray, "n_prompts"]:
     """Next-token entropy (bits, full vocabulary) at the final real token of each prompt.
 
     ``prompts`` is a pool name or a list of strings/records. Batched with padding and the attention
@@ -309,12 +310,12 @@ class Selection(Result):
     balance_kinds: bool
     prompts: Tuple[str, ...]
     kinds: Tuple[str, ...]
-    pool_index: np.ndarray           # [n] position of each selected prompt in the pool
-    quintile: np.ndarray             # [n] entropy quintile (0 = lowest)
-    entropy_bits: np.ndarray         # [n] next-token entropy of each selected prompt
-    pool_entropy_bits: np.ndarray    # [pool size] entropy of every candidate
-    pool_quintile: np.ndarray        # [pool size]
-    quintile_edges_bits: np.ndarray  # [4] entropy boundaries between consecutive quintiles
+    pool_index: Int[np.ndarray, "n"]              # position of each selected prompt in the pool
+    quintile: Int[np.ndarray, "n"]                # entropy quintile (0 = lowest)
+    entropy_bits: Float[np.ndarray, "n"]          # next-token entropy of each selected prompt
+    pool_entropy_bits: Float[np.ndarray, "pool"]  # entropy of every scored candidate
+    pool_quintile: Int[np.ndarray, "pool"]
+    quintile_edges_bits: Float[np.ndarray, "4"]   # entropy boundaries between consecutive quintiles
     model_name: str
 
     def __len__(self) -> int:
@@ -363,7 +364,8 @@ def _check_n(n, name: str = "n_prompts") -> int:
     return int(n)
 
 
-def subsample_index(size_of_pool: int, pool_size: Optional[int], *, seed: int) -> Optional[np.ndarray]:
+def subsample_index(size_of_pool: int, pool_size: Optional[int], *,
+                    seed: int) -> Optional[Int[np.ndarray, "pool_size"]]:
     """Positions (sorted) of the seeded scoring subsample of a pool of ``size_of_pool`` candidates.
 
     The first ``pool_size`` entries of ``numpy.random.default_rng(seed).permutation(size_of_pool)``,

@@ -151,7 +151,7 @@ def test_bad_domains(comparison, domains, msg):
 
 def test_bad_pools_and_reference(comparison):
     model, _ = comparison
-    with pytest.raises(BayesLensError, match="has 4 prompts but n=10"):
+    with pytest.raises(BayesLensError, match="has 4 prompts but n_prompts=10"):
         bl.compare_domains(model, {"small": ["a b c", "d e f", "g h i", "j k l"]}, n_prompts=10)
     with pytest.raises(InvalidInputError, match="duplicate"):
         bl.compare_domains(model, {"dup": ["a b c", "a b c", "d e f"]}, n_prompts=2)

@@ -244,7 +244,7 @@ def test_gap_uses_independent_seeded_streams():
 # ----------------------------------------------------------------------------- permutation averaging
 
 def test_permutation_average_is_exactly_zero_for_laplace():
-    res = permutation_average(laplace, n=25, n_seqs=6, n_perms=32, ks=(1, 2, 4, 8, 16), n_boot=100)
+    res = permutation_average(laplace, seq_len=25, n_seqs=6, n_perms=32, ks=(1, 2, 4, 8, 16), n_boot=100)
     assert np.all(res.per_k.sd.to_numpy() == 0.0)
     assert math.isnan(res.slope)
     np.testing.assert_allclose(res.predictive, np.repeat(res.laplace_predictive[:, None], 32, 1), rtol=1e-12)
@@ -252,7 +252,7 @@ def test_permutation_average_is_exactly_zero_for_laplace():
 
 
 def test_permutation_average_slope_is_minus_half_for_order_noise():
-    res = permutation_average(_recency, n=20, n_seqs=30, n_perms=64, ks=(1, 2, 4, 8, 16, 32), seed=2, n_boot=300)
+    res = permutation_average(_recency, seq_len=20, n_seqs=30, n_perms=64, ks=(1, 2, 4, 8, 16, 32), seed=2, n_boot=300)
     assert np.all(res.per_k.sd > 0)
     assert res.slope == pytest.approx(-0.5, abs=0.08)
     assert res.slope_ci[0] <= -0.5 <= res.slope_ci[1]
@@ -337,7 +337,7 @@ def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
 
 
 def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
-    res = permutation_average(tiny, n=6, n_seqs=2, n_perms=8, ks=(1, 2, 4), seed=0, n_boot=0, batch_size=4)
+    res = permutation_average(tiny, seq_len=6, n_seqs=2, n_perms=8, ks=(1, 2, 4), seed=0, n_boot=0, batch_size=4)
     assert res.working_dtype == "float32"
     eps_part = np.sqrt(6) * np.finfo(np.float32).eps * res.predictive.mean()
     assert res.numerical_floor_sd == pytest.approx(max(eps_part, res.rescore_sd))
@@ -400,7 +400,7 @@ def test_mixture_codelength_equals_sequential_codelength():
 
 
 def test_compression_with_laplace_standin_matches_analytic_curve():
-    res = compression(laplace, thetas=(0.3, 0.5), length=60, n_seqs=400, seed=4, n_boot=300)
+    res = compression(laplace, thetas=(0.3, 0.5), seq_len=60, n_seqs=400, seed=4, n_boot=300)
     c = res.curves
     model, lap = c[c.predictor == "model"], c[c.predictor == "laplace"]
     np.testing.assert_array_equal(model.ce_bits.to_numpy(), lap.ce_bits.to_numpy())
@@ -561,7 +561,7 @@ def test_positional_spectrum_finds_a_planted_period():
         p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
         return p
 
-    res = positional_spectrum(periodic, length=256, n_seqs=16, seed=0, n_boot=100)
+    res = positional_spectrum(periodic, seq_len=256, n_seqs=16, seed=0, n_boot=100)
     assert res.period_symbols == pytest.approx(period, abs=0.6)
     assert res.explained_fraction > 0.5
     assert res.period_agreement > 0.9
@@ -569,7 +569,7 @@ def test_positional_spectrum_finds_a_planted_period():
     # debiased = observed - harmonic component
     s = res.series
     np.testing.assert_allclose(s.debiased_gap_nats, s.gap_nats - s.harmonic_nats)
-    flat = positional_spectrum(laplace, length=256, n_seqs=16, seed=0, n_boot=0)
+    flat = positional_spectrum(laplace, seq_len=256, n_seqs=16, seed=0, n_boot=0)
     assert np.ptp(flat.series.debiased_gap_nats) < np.ptp(res.series.debiased_gap_nats) + 1
 
 
@@ -612,7 +612,7 @@ def test_positional_spectrum_refines_a_planted_period_of_48():
         p[:, 1:] = 0.5 + c[1:] * (x[:, :-1] - 0.5)
         return p
 
-    res = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=60)
+    res = positional_spectrum(periodic, seq_len=256, n_seqs=32, seed=0, n_boot=60)
     assert res.period_fft_symbols == pytest.approx(254 / 5)            # the FFT bin: 50.8
     assert abs(res.period_symbols - period) < 0.5 and res.refined
     assert res.period_ci_symbols[0] <= res.period_symbols <= res.period_ci_symbols[1]
@@ -622,7 +622,7 @@ def test_positional_spectrum_refines_a_planted_period_of_48():
     truth = harmonic_fit(ns, g, period, 3)["explained_fraction"]
     assert res.explained_fraction == pytest.approx(truth, abs=0.02)
     assert res.explained_fraction > res.explained_fraction_fft + 0.05
-    coarse = positional_spectrum(periodic, length=256, n_seqs=32, seed=0, n_boot=0, refine=False)
+    coarse = positional_spectrum(periodic, seq_len=256, n_seqs=32, seed=0, n_boot=0, refine=False)
     assert coarse.period_symbols == coarse.period_fft_symbols and coarse.period_resolution_symbols == 0
 
 
@@ -642,7 +642,7 @@ def _second_harmonic_dominant(period, a1=0.3, a2=1.0):
 def test_positional_spectrum_recovers_p30_when_the_fft_peak_is_its_second_harmonic(seed):
     """P = 30 with a weak fundamental and a strong second harmonic, 8 noisy sequences: the FFT peak is
     the bin at 254/17 = 14.9 and the local scan alone stays near 15; the scan of 2P₀ finds 30."""
-    res = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0)
+    res = positional_spectrum(_second_harmonic_dominant(30), seq_len=256, n_seqs=8, seed=seed, n_boot=0)
     assert res.period_fft_symbols == pytest.approx(254 / 17)
     assert abs(res.period_symbols - 30) < 0.5
     cands = res.period_candidates
@@ -651,7 +651,7 @@ def test_positional_spectrum_recovers_p30_when_the_fft_peak_is_its_second_harmon
     ns = res.series.position_n.to_numpy(float)
     g = res.series.gap_nats.to_numpy()
     assert harmonic_fit(ns, g, 30, 3)["explained_fraction"] > harmonic_fit(ns, g, 15, 3)["explained_fraction"] + 0.02
-    old = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=8, seed=seed, n_boot=0,
+    old = positional_spectrum(_second_harmonic_dominant(30), seq_len=256, n_seqs=8, seed=seed, n_boot=0,
                               harmonic_scan=False)
     assert abs(old.period_symbols - 15) < 0.5
 
@@ -660,19 +660,19 @@ def test_positional_spectrum_keeps_a_pure_sinusoid_at_its_own_period():
     """A longer candidate (2P, 3P) contains P among its harmonics and always fits a little better; it is
     only taken when its extra harmonics are significant, so a pure period-15 envelope stays at 15."""
     for seed in range(3):
-        res = positional_spectrum(_second_harmonic_dominant(30, a1=0.0), length=256, n_seqs=8, seed=seed, n_boot=0)
+        res = positional_spectrum(_second_harmonic_dominant(30, a1=0.0), seq_len=256, n_seqs=8, seed=seed, n_boot=0)
         assert abs(res.period_symbols - 15) < 0.3
         longer = res.period_candidates[res.period_candidates.period > 20]
         assert len(longer) == 2 and not longer.chosen.any() and longer.gain.max() < 0.02
 
 
 def test_positional_spectrum_flags_a_wide_period_interval():
-    noisy = positional_spectrum(_second_harmonic_dominant(30, a1=0.3, a2=0.15), length=256, n_seqs=2, seed=0,
+    noisy = positional_spectrum(_second_harmonic_dominant(30, a1=0.3, a2=0.15), seq_len=256, n_seqs=2, seed=0,
                                 n_boot=60)
     lo, hi = noisy.period_ci_symbols
     assert noisy.period_wide == ((hi - lo) > min(0.05 * noisy.period_symbols, noisy.period_fft_spacing_symbols / 2))
     assert noisy.period_wide
-    clean = positional_spectrum(_second_harmonic_dominant(30), length=256, n_seqs=32, seed=0, n_boot=60)
+    clean = positional_spectrum(_second_harmonic_dominant(30), seq_len=256, n_seqs=32, seed=0, n_boot=60)
     assert not clean.period_wide and abs(clean.period_symbols - 30) < 0.5
 
 
@@ -732,10 +732,10 @@ def test_smol_one_pass_equals_per_prefix(smol):
 def test_results_plot_and_tabulate():
     pytest.importorskip("plotly")
     results = [gap(laplace, range(10, 30, 4), n_seqs=5, n_boot=20),
-               positional_spectrum(laplace, length=64, n_seqs=3, n_boot=10),
-               permutation_average(laplace, n=10, n_seqs=2, n_perms=8, ks=(1, 2, 4), n_boot=10),
+               positional_spectrum(laplace, seq_len=64, n_seqs=3, n_boot=10),
+               permutation_average(laplace, seq_len=10, n_seqs=2, n_perms=8, ks=(1, 2, 4), n_boot=10),
                falck_checks(laplace, thetas=(0.5,), ns=(20,), ratios=(0.5,), n_paths=4, n_ref=20),
-               compression(laplace, thetas=(0.5,), length=10, n_seqs=3, n_boot=10)]
+               compression(laplace, thetas=(0.5,), seq_len=10, n_seqs=3, n_boot=10)]
     for res in results:
         assert len(res.plot().data) >= 1
         df = res.to_dataframe()

@@ -124,14 +124,14 @@ def test_martingale_cot_and_windtunnel_reprs():
 
     g = gap(laplace, range(10, 30, 4), n_seqs=5, n_boot=20)
     _check_short(g, f"{g.n_seqs} sequences per n", fmt(g.fit.A), fmt_ci(g.fit.A_ci), "per_n (5 rows")
-    sp = positional_spectrum(laplace, length=64, n_seqs=3, n_boot=10)
+    sp = positional_spectrum(laplace, seq_len=64, n_seqs=3, n_boot=10)
     _check_short(sp, f"{sp.n_seqs} sequences", fmt_pct(sp.explained_fraction))
-    pa = permutation_average(laplace, n=10, n_seqs=2, n_perms=8, ks=(1, 2, 4), n_boot=10)
+    pa = permutation_average(laplace, seq_len=10, n_seqs=2, n_perms=8, ks=(1, 2, 4), n_boot=10)
     _check_short(pa, f"{pa.n_seqs} sequences x {pa.n_perms} orderings", fmt(pa.slope), fmt_ci(pa.slope_ci),
                  f"predictive ({pa.n_seqs}, {pa.n_perms})")
     fc = falck_checks(laplace, thetas=(0.5,), ns=(20,), ratios=(0.5,), n_paths=4, n_ref=20)
     _check_short(fc, fmt_pct(fc.fraction_inside))
-    co = compression(laplace, thetas=(0.5,), length=10, n_seqs=3, n_boot=10)
+    co = compression(laplace, thetas=(0.5,), seq_len=10, n_seqs=3, n_boot=10)
     last = co.curves[co.curves["n"] == co.curves["n"].max()]
     _check_short(co, f"{co.n_seqs} sequences", fmt(last[last.predictor == "laplace"].efficiency.mean(), 3))
 

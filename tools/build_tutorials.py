@@ -353,13 +353,13 @@ gap = bl.martingale.gap(model, ns, n_seqs=6 if QUICK else 50, seed=0, n_boot=200
 gap.fits_table()'''),
     code('gap.plot()'),
     md("## Averaging over orderings"),
-    code('''perm = bl.martingale.permutation_average(model, n=16 if QUICK else 30, n_seqs=3 if QUICK else 16,
+    code('''perm = bl.martingale.permutation_average(model, seq_len=16 if QUICK else 30, n_seqs=3 if QUICK else 16,
                                          n_perms=8 if QUICK else 32, ks=(1, 2, 4) if QUICK else (1, 2, 4, 8, 16),
                                          seed=0, n_boot=200 if QUICK else 1000)
 print(f"log-log slope {perm.slope:.2f}, 95% CI {perm.slope_ci}; theory -0.5, Paper B -0.48")
 perm.plot()'''),
     md("## Compression efficiency"),
-    code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), length=30 if QUICK else 100,
+    code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), seq_len=30 if QUICK else 100,
                                  n_seqs=4 if QUICK else 30, seed=0, n_boot=200 if QUICK else 1000)
 comp.n_to(0.9)   # the first n from which the mean efficiency stays >= 90%'''),
     md("""`comp.n_to_99` (= `comp.n_to(0.99)`, Paper B's "99% of optimal compression") is NaN for every

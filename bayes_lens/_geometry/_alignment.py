@@ -96,7 +96,7 @@ def alignment_from(coords: np.ndarray, ent: np.ndarray, *, layer, site, seed, n_
     )
 
 
-def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
+def entropy_alignment(source, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
                       tokens=None, logits=None, model=None, seed: int = 0, n_boot: int = 1000, n_perm: int = 1000,
                       batch_size: int = 16, padding_side: str = "right",
                       progress: Optional[bool] = None) -> EntropyAlignment:
@@ -113,9 +113,9 @@ def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: st
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_perm=n_perm)
-    m = source_model(model_or_cache, model)
+    m = source_model(source, model)
     layers = [adapter.resolve_layer(m, layer)] if m is not None else ()
-    col, m = source_collection(model_or_cache, prompts, layers=layers, site=s, attention_mask=attention_mask,
+    col, m = source_collection(source, prompts, layers=layers, site=s, attention_mask=attention_mask,
                                tokens=tokens, logits=logits, model=model, batch_size=batch_size,
                                padding_side=padding_side, progress=progress, desc="entropy_alignment: collect")
     layer = resolve_layer(col, m, layer, s)

@@ -170,7 +170,7 @@ def focusing_uniform(col, model, positions: str):
     return uniform_entropy_bits(col.n_tokens.numpy(), positions, windows)
 
 
-def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
+def attention_focusing(source, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
                        model=None, seed: int = 0, n_boot: int = 1000, batch_size: int = 16,
                        padding_side: str = "right", progress: Optional[bool] = None) -> AttentionFocusing:
     """Per-layer, per-head attention entropy of the final query row over valid keys (METHODS.md §3).
@@ -188,7 +188,7 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
     check_stats(seed, n_boot=n_boot)
-    col, m = source_collection(model_or_cache, prompts, attention=True, positions=positions,
+    col, m = source_collection(source, prompts, attention=True, positions=positions,
                                attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
                                padding_side=padding_side, progress=progress, desc="attention_focusing: collect",
                                min_prompts=1)

@@ -91,14 +91,14 @@ class Geometry(Result):
 
 
 
-def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
+def geometry(source, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
              reference=None, attention_mask=None, tokens=None, model=None, seed: int = 0, n_boot: int = 1000,
              n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False, ci_method: str = "recentered",
              batch_size: int = 16, padding_side: str = "right", on_processed: str = "warn",
              progress: Optional[bool] = None, engine="local", shard_dir=None) -> Geometry:
     """Value manifold, key orthogonality, attention focusing and entropy alignment in one pass.
 
-    ``model_or_cache``: a model with ``prompts`` (one batched forward pass keeps the final-token
+    ``source``: a model with ``prompts`` (one batched forward pass keeps the final-token
     rows at ``layer`` and the per-head attention entropies), or what ``run_with_cache`` returned
     (the ``(logits, cache)`` pair, with ``hook_v`` and ``hook_pattern``; key orthogonality then reads
     the weights of the model the cache records, or ``model=``). The statistics follow METHODS.md
@@ -107,7 +107,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
     ``engine`` / ``shard_dir`` run the forward pass in shards (:mod:`bayes_lens.shard`): ``"local"``
     (default; with ``shard_dir`` the shards stay on disk and a rerun resumes), ``"torchrun"`` (every
     rank calls ``geometry`` and gets the same result) or an engine object such as
-    ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two. ``model_or_cache`` may
+    ``bl.shard.RayEngine(...)``; ``shard_dir`` is required for the last two. ``source`` may
     then be a :class:`bl.shard.ModelSpec`. Batch-aligned shards give the one-process numbers.
 
     Example
@@ -124,16 +124,16 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="geometry")
-    if isinstance(model_or_cache, Collection) or is_cache_like(model_or_cache):
+    source, run = analysis_run(source, engine, shard_dir, analysis="geometry")
+    if isinstance(source, Collection) or is_cache_like(source):
         run.refuse_source("a cache or Collection")
-    m = source_model(model_or_cache, model)
+    m = source_model(source, model)
     if m is None:
         raise InvalidInputError("geometry() needs the model (key orthogonality reads its weights): pass a model "
                                 "with prompts, a cache that records its model, or model=.")
     layer = adapter.resolve_layer(m, layer)
     keys = key_orthogonality(m, reference=reference, seed=seed, on_processed=on_processed)
-    col, _ = source_collection(model_or_cache, prompts, layers=[layer], site=s, attention=True, positions=positions,
+    col, _ = source_collection(source, prompts, layers=[layer], site=s, attention=True, positions=positions,
                                attention_mask=attention_mask, tokens=tokens, model=model, batch_size=batch_size,
                                padding_side=padding_side, progress=progress, desc="geometry: collect", run=run)
     x = expand_kv_heads(as_numpy(col.values(layer, s)), m, expand_kv)

@@ -441,7 +441,7 @@ def _check_common(correlation, n_random_seeds, n_boot, seed=0):
         raise InvalidInputError(f"n_boot must be an integer ≥ 10, got {n_boot!r}.")
 
 
-def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901
+def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901
                     axis: Optional[EntropyAxis] = None, readout_layers="auto", n_random_seeds: int = 3,
                     correlation: str = "pearson", calibration="auto", n_boot: int = 1000, seed: int = 0,
                     attention_mask=None, tokens=None, model=None, batch_size: int = 16,
@@ -507,17 +507,17 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
     >>> bl.compare_patched(model, items, [axis.removal()], engine="torchrun", shard_dir="shards/")  # doctest: +SKIP
     """
     _check_common(correlation, n_random_seeds, n_boot, seed)
-    model_or_prompts, run = analysis_run(model_or_prompts, engine, shard_dir, analysis="compare_patched")
+    source, run = analysis_run(source, engine, shard_dir, analysis="compare_patched")
     if clean is not None or patched is not None:
         run.refuse_source("caches")
         if clean is None or patched is None:
             raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")
         if prompts is not None or patches is not None:
             raise InvalidInputError("from caches call compare_patched(prompts, clean=..., patched=..., axis=...).")
-        return _from_caches(model_or_prompts, clean, patched, axis=axis, readout_layers=readout_layers,
+        return _from_caches(source, clean, patched, axis=axis, readout_layers=readout_layers,
                             correlation=correlation, calibration=calibration, n_boot=n_boot, seed=seed,
                             attention_mask=attention_mask, tokens=tokens, model=model)
-    model = model_or_prompts
+    model = source
     adapter.check_model(model)
     if patches is None:
         raise InvalidInputError("pass the patches to compare, e.g. compare_patched(model, prompts, [axis.removal()]).")

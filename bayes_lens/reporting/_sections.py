@@ -53,8 +53,8 @@ QUICK: Dict[str, object] = {
     "ablation_random_seeds": (0,),
     "martingale_ns": (8, 16, 24, 32, 40),
     "martingale_n_seqs": 8,
-    "martingale_permutation": {"n": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
-    "martingale_compression": {"thetas": (0.3, 0.7), "length": 32, "n_seqs": 6},
+    "martingale_permutation": {"seq_len": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
+    "martingale_compression": {"thetas": (0.3, 0.7), "seq_len": 32, "n_seqs": 6},
     "n_boot": 300,
 }
 
@@ -70,8 +70,8 @@ FULL: Dict[str, object] = {
     "ablation_random_seeds": (0, 1, 2),
     "martingale_ns": tuple(range(10, 200, 20)),
     "martingale_n_seqs": 20,
-    "martingale_permutation": {"n": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
-    "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "length": 100, "n_seqs": 20},
+    "martingale_permutation": {"seq_len": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
+    "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "seq_len": 100, "n_seqs": 20},
     "n_boot": 1000,
 }
 

@@ -453,7 +453,7 @@ def evaluate_collection(col: Collection, items: SulaPrompts, *, layer: int, seed
 
 
 def evaluate(
-    model_or_cache,
+    source,
     prompts: Optional[Sequence[SulaItem]] = None,
     *,
     layer: int = -1,
@@ -474,7 +474,7 @@ def evaluate(
 
     Parameters
     ----------
-    model_or_cache:
+    source:
         A TransformerLens model (the prompts are run in batches), or what ``run_with_cache`` returned
         on the prompts' texts: the ``(logits, cache)`` pair (or the cache with ``logits=``; a dict of
         its tensors with ``model=``), holding ``hook_v`` at ``layer``; pass the ``tokens`` (or their
@@ -507,27 +507,27 @@ def evaluate(
     """
     _check_n_boot(n_boot)
     check_seed(seed)
-    model_or_cache, run = analysis_run(model_or_cache, engine, shard_dir, analysis="sula")
-    if is_cache_like(model_or_cache) or isinstance(model_or_cache, Collection):
+    source, run = analysis_run(source, engine, shard_dir, analysis="sula")
+    if is_cache_like(source) or isinstance(source, Collection):
         run.refuse_source("a cache or Collection")
         if prompts is None:
             raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")
         items = as_prompts(prompts)
-        if isinstance(model_or_cache, Collection):
+        if isinstance(source, Collection):
             if model is None:
                 raise InvalidInputError("with a Collection pass model= (for the label token ids and layers).")
-            col, m = model_or_cache, model
+            col, m = source, model
             layer = adapter.resolve_layer(m, layer)
         else:
-            m = source_model(model_or_cache, model)
+            m = source_model(source, model)
             if m is None:
                 raise InvalidInputError("a plain dict of tensors does not record its model; pass model=.")
             layer = adapter.resolve_layer(m, layer)
-            col = Collection.from_cache(model_or_cache, model=model, logits=logits, attention_mask=attention_mask,
+            col = Collection.from_cache(source, model=model, logits=logits, attention_mask=attention_mask,
                                         tokens=tokens, value_layers=[layer],
                                         token_ids=list(label_token_ids(m, items.labels)))
     else:
-        m = model_or_cache
+        m = source
         adapter.check_model(m)
         run.check_hooks(fwd_hooks, "fwd_hooks")
         if prompts is None:
