@@ -57,7 +57,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from jaxtyping import Float, Int
+from jaxtyping import Int
 
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, fmt_pct, plotly

@@ -55,7 +55,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 import pandas as pd
-from jaxtyping import Float, Int
+from jaxtyping import Float
 
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed

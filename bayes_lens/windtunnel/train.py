@@ -312,7 +312,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, *, seed
 
     hist = pd.DataFrame(history, columns=["step", "loss_nats", "mae_bits", "wall_s"])
     final = float(hist["mae_bits"].iloc[-1]) if len(hist) else _quick_eval(
-        model, task, eval_n, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
+        model, task, n_eval_seqs, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
     return TrainResult(task=task, config=config, steps=max(end, start), seed=int(seed), final_mae_bits=final,
                        wall_s=float(hist["wall_s"].iloc[-1]) if len(hist) else 0.0, history=hist,
                        path=str(out) if out is not None else None, _weights=weights)
