@@ -275,7 +275,7 @@ def _recency_of(weight):
 
 
 def test_permutation_headline_separates_order_dependent_from_exchangeable():
-    kw = dict(n=20, n_seqs=24, n_perms=32, ks=(1, 2, 4, 8, 16), seed=5, n_boot=300)
+    kw = dict(seq_len=20, n_seqs=24, n_perms=32, ks=(1, 2, 4, 8, 16), seed=5, n_boot=300)
     lap = permutation_average(laplace, **kw)
     kt = permutation_average(krichevsky_trofimov, **kw)
     weak, strong = permutation_average(_recency_of(0.05), **kw), permutation_average(_recency_of(0.3), **kw)
@@ -323,7 +323,7 @@ def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
     """An exact-in-exact-arithmetic mixture computed in float64/float32: SD(k = 1) is rounding (> 0) and
     the slope fitted to it is noise; it is suppressed, and the floor is √n·eps·mean P (a deterministic
     predictor re-scored in another layout gives identical values)."""
-    kw = dict(n=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=100)
+    kw = dict(seq_len=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=100)
     res = permutation_average(_beta_mixture(dtype), **kw)
     assert 0 < res.sd_k1 <= res.numerical_floor_sd
     assert res.rescore_sd == 0.0 and res.working_dtype == np.dtype(dtype).name
@@ -359,7 +359,7 @@ def _permutations_of(res, model):
 def test_permutation_distance_is_from_the_uniform_prior_bayesian():
     """``mean_abs_dev_from_uniform_bayes`` is |ordering average − Laplace|: 0 for Laplace, but not for exact
     Bayesians with other priors (closed form (k + a)/(n + a + b) vs (k + 1)/(n + 2))."""
-    kw = dict(n=30, n_seqs=16, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=0)
+    kw = dict(seq_len=30, n_seqs=16, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=0)
     for a, b in ((1.0, 1.0), (0.5, 0.5), (2.0, 5.0)):
         res = permutation_average(bl.martingale.beta_bernoulli(a, b), **kw)
         k = np.round(res.laplace_predictive * 32 - 1)  # ones in the prefix, from (k + 1)/(n + 2)
