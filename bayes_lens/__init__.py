@@ -9,7 +9,7 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> model = bl.load_model()                    # doctest: +SKIP
->>> prompts = bl.prompts.mixed(model, n=75)    # doctest: +SKIP
+>>> prompts = bl.prompts.mixed(model, n_prompts=75)    # doctest: +SKIP
 >>> bl.geometry(model, prompts).to_dataframe() # doctest: +SKIP
 
 The same calls on a tiny random model (no download, a second):

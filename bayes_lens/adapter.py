@@ -597,7 +597,7 @@ def attention_window(model, layer: int) -> Optional[int]:
     return int(window)  # Mistral-style: one window for every layer
 
 
-def visible_keys(n_tokens: int, window: Optional[int]) -> Tensor:
+def visible_keys(n_tokens: int, window: Optional[int]) -> Int[Tensor, "n_tokens"]:
     """Keys each query position ``q = 0 .. n_tokens-1`` attends over: ``min(q + 1, window)``.
 
     The log2 of these is the entropy of uniform attention (the focusing baseline, METHODS.md §3):
@@ -763,7 +763,8 @@ def tokenize(
     return tokens.to(device), mask.to(device)
 
 
-def mask_from_tokens(model, tokens: Tensor, padding_side: Optional[str] = None) -> Int[Tensor, "batch pos"]:
+def mask_from_tokens(model, tokens: Int[Tensor, "batch pos"],
+                     padding_side: Optional[str] = None) -> Int[Tensor, "batch pos"]:
     """The attention mask of padded ``tokens``: 0 on the run of pad tokens at the padded end, else 1.
 
     The padded end is the tokenizer's ``padding_side`` (``model.to_tokens`` pads on the right), as

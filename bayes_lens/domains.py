@@ -5,7 +5,7 @@ manifold onto fewer dimensions: PC1+PC2 of the final-token value vectors goes fr
 to 73.6% (mathematics) on Llama-3.2-1B, and 99.7% → 99.9% on Pythia-410M (METHODS.md §5).
 :func:`compare_domains` repeats that comparison on any TransformerLens model:
 
-1. for every domain, draw ``n`` prompts stratified by the model's next-token entropy quintiles
+1. for every domain, draw ``n_prompts`` prompts stratified by the model's next-token entropy quintiles
    (:func:`bayes_lens.prompts.select`: the shipped pools ``"mixed"``, ``"math"``, ``"code"``,
    ``"philosophy"`` or a user pool);
 2. run them once (:func:`bayes_lens.collect.collect`) and measure, exactly as
@@ -27,7 +27,7 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> model = bl.load_model()                                              # doctest: +SKIP
->>> cmp = bl.compare_domains(model, ("mixed", "math", "code", "philosophy"), n=75, seed=0)  # doctest: +SKIP
+>>> cmp = bl.compare_domains(model, ("mixed", "math", "code", "philosophy"), n_prompts=75, seed=0)  # doctest: +SKIP
 >>> cmp.to_dataframe()[["domain", "pc12_fraction", "pc12_ci_low", "pc12_ci_high"]]  # doctest: +SKIP
 >>> cmp.pc12_diff["math"].value, cmp.pc12_diff["math"].ci                 # doctest: +SKIP
 >>> cmp.plot()                                                          # doctest: +SKIP
@@ -219,7 +219,7 @@ def _diff_ci(boot_d: np.ndarray, boot_r: np.ndarray, est: float, ci_method: str)
 
 
 def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] = ("mixed", "math", "code", "philosophy"),
-                    n: int = 75, seed: int = 0, *, reference: Optional[str] = None, layer: int = -1, site: str = "v",
+                    n_prompts: int = 75, *, seed: int = 0, reference: Optional[str] = None, layer: int = -1, site: str = "v",
                     positions: str = "last", n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000,
                     ci_method: str = "recentered", balance_kinds: Optional[bool] = None, batch_size: int = 16,
                     progress: Optional[bool] = None, pool_size: Optional[int] = DEFAULT_POOL_SIZE) -> DomainComparison:
@@ -227,7 +227,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
 
     ``domains``: pool names (:data:`bayes_lens.prompts.POOLS`) or a mapping ``{label: pool}`` where a
     pool is a name or a list of strings/records. ``reference`` defaults to ``"mixed"`` when present,
-    else the first domain. ``n`` prompts per domain (``n // 5`` per entropy quintile, see
+    else the first domain. ``n_prompts`` prompts per domain (``n_prompts // 5`` per entropy quintile, see
     :func:`bayes_lens.prompts.select`), drawn with ``seed``; the statistics use the same ``seed``.
     ``balance_kinds=None`` balances kinds for the mixed pool only.
 
@@ -236,7 +236,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
     ``pool_size`` of a seeded permutation, so the mixed candidates are also among those that
     ``bl.prompts.mixed(model, seed=seed)`` scored, and come from its cache). About 0.1 s per
     candidate on SmolLM2-135M on 2 quiet CPU cores: ``compare_domains(model)`` about 1-1.5 min,
-    ``compare_domains(model, ("mixed", "math"), n=40)`` about 20-30 s; ``pool_size=None`` scores the
+    ``compare_domains(model, ("mixed", "math"), n_prompts=40)`` about 20-30 s; ``pool_size=None`` scores the
     whole pools (1,100 + 3 × 240 candidates: about 3-4 min), as Paper A does.
     """
     from .collect import collect
@@ -260,7 +260,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
     sels, vms, afs, eas, xs = {}, {}, {}, {}, {}
     for label, pool in specs.items():
         bk = balance_kinds if balance_kinds is not None else (isinstance(pool, str) and pool == "mixed")
-        sel = select(model, pool, n, seed, balance_kinds=bk, batch_size=batch_size, progress=progress,
+        sel = select(model, pool, n_prompts, seed=seed, balance_kinds=bk, batch_size=batch_size, progress=progress,
                      pool_size=pool_size)
         col = collect(model, list(sel.prompts), desc=f"compare_domains: {label}", value_layers=[layer] if site == "v" else (),
                       resid_layers=[layer] if site != "v" else (), attention=True, attention_positions=positions,
@@ -287,7 +287,7 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
                   _diff_ci(boots[label][:, j], boots[reference][:, j], est, ci_method))
             diffs[key][label] = Estimate(est, ci, method, null=0.0, n=vms[label].n_prompts)
     return DomainComparison(
-        domains=tuple(specs), reference=reference, layer=layer, site=site, n=int(n), seed=int(seed),
+        domains=tuple(specs), reference=reference, layer=layer, site=site, n=int(n_prompts), seed=int(seed),
         model_name=info.name, selections=sels, value_manifold=vms, attention_focusing=afs, entropy_alignment=eas,
         key_orthogonality=keys, pc1_diff=diffs["pc1"], pc12_diff=diffs["pc12"], pr_diff=diffs["pr"],
         ci_method=ci_method,

@@ -52,7 +52,7 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
 from . import adapter
@@ -114,7 +114,7 @@ def last_index(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch"]
     return (pos - 1 - mask.flip(1).long().argmax(dim=1)).long()
 
 
-def check_finite(x: Tensor, what: str, indices: Optional[Tensor] = None) -> None:
+def check_finite(x: Shaped[Tensor, "batch *rest"], what: str, indices: Optional[Int[Tensor, "batch"]] = None) -> None:
     """Raise NonFiniteError naming the prompts (global ``indices`` when given) whose rows of ``x`` hold NaN/inf.
 
     A tensor on the ``meta`` device holds no values (shape-only runs) and passes.
@@ -132,8 +132,8 @@ def check_finite(x: Tensor, what: str, indices: Optional[Tensor] = None) -> None
         )
 
 
-def final_rows(act: Tensor, attention_mask: Optional[Tensor] = None, *, what: str = "activation",
-               indices: Optional[Tensor] = None) -> Float[Tensor, "batch d"]:
+def final_rows(act: Float[Tensor, "batch pos *rest"], attention_mask: Optional[Int[Tensor, "batch pos"]] = None, *,
+               what: str = "activation", indices: Optional[Int[Tensor, "batch"]] = None) -> Float[Tensor, "batch d"]:
     """``act[b, last_b]`` flattened over trailing dims, float32 on the CPU.
 
     ``act`` is ``[batch, pos, ...]`` (e.g. ``hook_v`` ``[batch, pos, n_kv_heads, d_head]`` →
@@ -159,7 +159,7 @@ def _check_pattern(pattern: Tensor, what: str) -> None:
                                 "key-value caching is not supported here.")
 
 
-def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
+def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
                      *, what: str = "hook_pattern") -> Float[Tensor, "batch head k"]:
     """The attention row of each prompt's final real query, ``pattern[b, :, last_b, :]`` (a copy, same dtype/device)."""
     _check_pattern(pattern, what)
@@ -168,8 +168,9 @@ def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: O
     return pattern[torch.arange(pattern.shape[0], device=pattern.device), :, idx, :]
 
 
-def key_entropy_bits(rows: Tensor, keys: Tensor, *, what: str = "hook_pattern",
-                     indices: Optional[Tensor] = None) -> Tensor:
+def key_entropy_bits(rows: Float[Tensor, "batch *rows k"], keys: Bool[Tensor, "batch *rows k"], *,
+                     what: str = "hook_pattern",
+                     indices: Optional[Int[Tensor, "batch"]] = None) -> Float[Tensor, "batch *rows"]:
     """Entropy in bits of attention rows ``[batch, ..., k]`` over the valid keys only (float64, rows' device).
 
     ``keys`` is a boolean mask broadcastable to ``rows`` (``[batch, 1, k]`` for final-query rows):
@@ -180,9 +181,9 @@ def key_entropy_bits(rows: Tensor, keys: Tensor, *, what: str = "hook_pattern",
     return entropy_bits(p / p.sum(-1, keepdim=True).clamp_min(1e-300))
 
 
-def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Tensor] = None,
-                         *, positions: str = "last", what: str = "hook_pattern",
-                         indices: Optional[Tensor] = None) -> Float[Tensor, "batch head"]:
+def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"],
+                         attention_mask: Optional[Int[Tensor, "batch pos"]] = None, *, positions: str = "last", what: str = "hook_pattern",
+                         indices: Optional[Int[Tensor, "batch"]] = None) -> Float[Tensor, "batch head"]:
     """Entropy in bits of attention rows over the valid keys, per head (float64 on the CPU).
 
     ``positions="last"``: the final real query row. ``positions="all"``: the mean over every real
@@ -236,8 +237,9 @@ def _layers(model, layers) -> List[int]:
 
 
 def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: str = "v", *,
-                      out: Dict[int, List[Tensor]], attention_mask: Optional[Tensor] = None,
-                      indices: Optional[Tensor] = None, check: bool = True) -> HookList:
+                      out: Dict[int, List[Float[Tensor, "batch d"]]],
+                      attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+                      indices: Optional[Int[Tensor, "batch"]] = None, check: bool = True) -> HookList:
     """Hooks that append the final-real-token activation of ``site`` at each layer to ``out[layer]``.
 
     ``site="v"`` reads ``hook_v`` per key/value head (never repeated query-head copies) and stores
@@ -264,9 +266,9 @@ def final_token_hooks(model, layers: Union[int, Sequence[int], str] = -1, site: 
 
 
 def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all", *,
-                            out: Dict[int, List[Tensor]], positions: str = "last",
-                            attention_mask: Optional[Tensor] = None, indices: Optional[Tensor] = None,
-                            check: bool = True) -> HookList:
+                            out: Dict[int, List[Float[Tensor, "batch head"]]], positions: str = "last",
+                            attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+                            indices: Optional[Int[Tensor, "batch"]] = None, check: bool = True) -> HookList:
     """Hooks on ``hook_pattern`` appending per-head attention entropies ``[batch, n_heads]`` (bits).
 
     Reads ``hook_pattern`` (post-softmax), never ``hook_attn_scores`` (post-softmax on some bridges).
@@ -291,8 +293,8 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
     return hooks
 
 
-def final_query_row_hooks(model, *, out: Dict[int, Tensor], attention_mask: Optional[Tensor] = None,
-                          check: bool = True) -> HookList:
+def final_query_row_hooks(model, *, out: Dict[int, Float[Tensor, "batch head k"]],
+                          attention_mask: Optional[Int[Tensor, "batch pos"]] = None, check: bool = True) -> HookList:
     """Hooks on every layer's ``hook_pattern`` that keep only the final query rows ``[batch, head, k]`` in ``out[layer]``.
 
     The runner reduces all layers' rows at once after the pass (:func:`key_entropy_bits` on the

@@ -40,7 +40,7 @@ Selection rules (deterministic for a seed; visible in :class:`Selection`):
   pool (the first ``pool_size`` of a permutation of the pool drawn with ``seed``: a smaller subsample
   is contained in a larger one for the same seed, so their entropies are reused from the cache).
   Scoring costs about 0.1 s per candidate on SmolLM2-135M on 2 quiet CPU cores (0.9 s measured
-  with the cores shared by other jobs), so ``mixed(model, n=75)`` takes about 20-30 s;
+  with the cores shared by other jobs), so ``mixed(model, n_prompts=75)`` takes about 20-30 s;
   ``pool_size=400`` is the full report's size, ``pool_size=None`` scores the whole shipped pool
   as Paper A does (1,100 candidates: about 2 min quiet, 15 min under load). :func:`select`
   scores the whole pool unless given ``pool_size``. User pools are never subsampled.
@@ -52,8 +52,8 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> model = bl.load_model()                                   # doctest: +SKIP
->>> prompts = bl.prompts.mixed(model, n=75, seed=0)           # 75 strings, 15 per entropy quintile  # doctest: +SKIP
->>> sel = bl.prompts.select(model, "math", n=75, seed=0)      # doctest: +SKIP
+>>> prompts = bl.prompts.mixed(model, n_prompts=75, seed=0)           # 75 strings, 15 per entropy quintile  # doctest: +SKIP
+>>> sel = bl.prompts.select(model, "math", n_prompts=75, seed=0)      # doctest: +SKIP
 >>> sel.to_dataframe().groupby("quintile").size().tolist()    # doctest: +SKIP
 [15, 15, 15, 15, 15]
 >>> len(bl.prompts.pool("philosophy"))
@@ -70,6 +70,7 @@ from importlib import resources
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from jaxtyping import Float, Int
 
 from . import adapter
 from ._results import Result, fmt, plotly
@@ -239,7 +240,7 @@ def clear_cache(model=None) -> None:
 
 
 def entropies(model, prompts: PoolLike, *, batch_size: int = 16, cache: bool = True,
-              progress: Optional[bool] = None) -> np.ndarray:
+              progress: Optional[bool] = None) -> Float[np.ndarray, "n_prompts"]:
     """Next-token entropy (bits, full vocabulary) at the final real token of each prompt.
 
     ``prompts`` is a pool name or a list of strings/records. Batched with padding and the attention
@@ -310,12 +311,12 @@ class Selection(Result):
     balance_kinds: bool
     prompts: Tuple[str, ...]
     kinds: Tuple[str, ...]
-    pool_index: np.ndarray           # [n] position of each selected prompt in the pool
-    quintile: np.ndarray             # [n] entropy quintile (0 = lowest)
-    entropy_bits: np.ndarray         # [n] next-token entropy of each selected prompt
-    pool_entropy_bits: np.ndarray    # [pool size] entropy of every candidate
-    pool_quintile: np.ndarray        # [pool size]
-    quintile_edges_bits: np.ndarray  # [4] entropy boundaries between consecutive quintiles
+    pool_index: Int[np.ndarray, "n"]              # position of each selected prompt in the pool
+    quintile: Int[np.ndarray, "n"]                # entropy quintile (0 = lowest)
+    entropy_bits: Float[np.ndarray, "n"]          # next-token entropy of each selected prompt
+    pool_entropy_bits: Float[np.ndarray, "pool"]  # entropy of every scored candidate
+    pool_quintile: Int[np.ndarray, "pool"]
+    quintile_edges_bits: Float[np.ndarray, "4"]   # entropy boundaries between consecutive quintiles
     model_name: str
 
     def __len__(self) -> int:
@@ -358,13 +359,14 @@ class Selection(Result):
         return fig
 
 
-def _check_n(n) -> int:
+def _check_n(n, name: str = "n_prompts") -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"n must be a positive integer, got {n!r}.")
+        raise InvalidInputError(f"{name} must be a positive integer, got {n!r}.")
     return int(n)
 
 
-def subsample_index(size_of_pool: int, pool_size: Optional[int], seed: int) -> Optional[np.ndarray]:
+def subsample_index(size_of_pool: int, pool_size: Optional[int], *,
+                    seed: int) -> Optional[Int[np.ndarray, "pool_size"]]:
     """Positions (sorted) of the seeded scoring subsample of a pool of ``size_of_pool`` candidates.
 
     The first ``pool_size`` entries of ``numpy.random.default_rng(seed).permutation(size_of_pool)``,
@@ -376,33 +378,33 @@ def subsample_index(size_of_pool: int, pool_size: Optional[int], seed: int) -> O
     return np.sort(np.random.default_rng(int(seed)).permutation(size_of_pool)[: int(pool_size)])
 
 
-def select(model, pool: PoolLike = "mixed", n: int = 75, seed: int = 0, *, balance_kinds: Optional[bool] = None,
-           batch_size: int = 16, cache: bool = True, progress: Optional[bool] = None,
-           pool_size: Optional[int] = None) -> Selection:
-    """Draw ``n`` prompts from ``pool`` stratified by the model's next-token entropy quintiles.
+def select(model, pool: PoolLike = "mixed", n_prompts: int = 75, *, seed: int = 0,
+           balance_kinds: Optional[bool] = None, batch_size: int = 16, cache: bool = True,
+           progress: Optional[bool] = None, pool_size: Optional[int] = None) -> Selection:
+    """Draw ``n_prompts`` prompts from ``pool`` stratified by the model's next-token entropy quintiles.
 
     ``pool`` is a name from :data:`POOLS` or a list of strings/records. ``balance_kinds`` defaults
     to True for the mixed pool and False otherwise (see the module docstring). ``pool_size``
-    (shipped pools only; at least ``n``): score a seeded subsample of that many candidates instead
+    (shipped pools only; at least ``n_prompts``): score a seeded subsample of that many candidates instead
     of the whole pool (see the module docstring); ``pool_index`` still counts positions in the whole
     shipped pool, while ``pool_entropy_bits`` and ``pool_quintile`` cover the scored candidates.
     Raises :class:`~bayes_lens.errors.InvalidInputError` for an unknown pool name, a pool with fewer
-    than ``n`` candidates, duplicates, or empty prompts.
+    than ``n_prompts`` candidates, duplicates, or empty prompts.
     """
-    n = _check_n(n)
+    n = _check_n(n_prompts)
     seed = check_seed(seed)  # before any forward pass: a bad seed must not cost an entropy pass
     if pool_size is not None:
-        pool_size = _check_n(pool_size)
+        pool_size = _check_n(pool_size, "pool_size")
     name, recs = _as_records(pool)
     positions = None
     if isinstance(pool, str):
-        positions = subsample_index(len(recs), None if pool_size is None else max(pool_size, n), seed)
+        positions = subsample_index(len(recs), None if pool_size is None else max(pool_size, n), seed=seed)
         if positions is not None:
             recs = [recs[i] for i in positions]
     if len(recs) < n:
         raise InvalidInputError(
-            f"the pool {name!r} has {len(recs)} prompts but n={n} were requested; pass a smaller n or a "
-            f"larger pool (at least n candidates are needed for {N_QUANTILES} entropy quintiles)."
+            f"the pool {name!r} has {len(recs)} prompts but n_prompts={n} were requested; pass a smaller "
+            f"n_prompts or a larger pool (at least n_prompts candidates are needed for {N_QUANTILES} entropy quintiles)."
         )
     if balance_kinds is None:
         balance_kinds = name == "mixed"
@@ -428,9 +430,9 @@ def select(model, pool: PoolLike = "mixed", n: int = 75, seed: int = 0, *, balan
     )
 
 
-def mixed(model, n: int = 75, seed: int = 0, *, pool: Optional[PoolLike] = None, balance_kinds: bool = True,
+def mixed(model, n_prompts: int = 75, *, seed: int = 0, pool: Optional[PoolLike] = None, balance_kinds: bool = True,
           pool_size: Optional[int] = DEFAULT_POOL_SIZE, **kwargs) -> List[str]:
-    """``n`` entropy-stratified prompts from the mixed pool (or ``pool``), balanced over kinds.
+    """``n_prompts`` entropy-stratified prompts from the mixed pool (or ``pool``), balanced over kinds.
 
     Scores a seeded subsample of ``pool_size`` = 200 of the 1,100 shipped candidates (about 20-30 s
     on SmolLM2-135M, 2 quiet CPU cores); ``pool_size=400`` is the full report's size and
@@ -439,15 +441,15 @@ def mixed(model, n: int = 75, seed: int = 0, *, pool: Optional[PoolLike] = None,
     Returns a list of strings, ready for :func:`bayes_lens.geometry`; :func:`select` returns the
     full :class:`Selection` (entropies, quintiles, kinds).
     """
-    return list(select(model, "mixed" if pool is None else pool, n, seed, balance_kinds=balance_kinds,
+    return list(select(model, "mixed" if pool is None else pool, n_prompts, seed=seed, balance_kinds=balance_kinds,
                        pool_size=pool_size, **kwargs).prompts)
 
 
-def domain(model, name: PoolLike, n: int = 75, seed: int = 0, *, balance_kinds: bool = False,
+def domain(model, name: PoolLike, n_prompts: int = 75, *, seed: int = 0, balance_kinds: bool = False,
            pool_size: Optional[int] = DEFAULT_POOL_SIZE, **kwargs) -> List[str]:
-    """``n`` entropy-stratified prompts from the restricted pool ``name`` ("math", "code",
+    """``n_prompts`` entropy-stratified prompts from the restricted pool ``name`` ("math", "code",
     "philosophy"; also "mixed") or from a user pool passed in place of the name.
 
     ``pool_size`` as in :func:`mixed` (the restricted pools have 240 candidates, so all are scored)."""
-    return list(select(model, name, n, seed, balance_kinds=balance_kinds, pool_size=pool_size,
+    return list(select(model, name, n_prompts, seed=seed, balance_kinds=balance_kinds, pool_size=pool_size,
                        **kwargs).prompts)

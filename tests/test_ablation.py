@@ -222,22 +222,22 @@ def test_random_controls_unit_orthogonal_seeded(tiny):
     axis = _random_axis(tiny, layers=(0, 1))
     dirs = []
     for seed in range(4):
-        patch = axis.random_control(seed)
+        patch = axis.random_control(seed=seed)
         assert patch.is_random_control and patch.random_seed == seed and patch.layers == (0, 1)
         for layer, r in patch.directions.items():
             assert float(r.double().norm()) == pytest.approx(1.0, abs=1e-6)
             assert abs(float(r.double() @ axis.axes_[layer].double())) < 1e-6
         dirs.append(patch.directions[0])
-    assert torch.equal(axis.random_control(2).directions[0], dirs[2])  # same seed, same direction
+    assert torch.equal(axis.random_control(seed=2).directions[0], dirs[2])  # same seed, same direction
     assert not torch.allclose(dirs[0], dirs[1])
-    assert not torch.allclose(axis.random_control(0).directions[0], axis.random_control(0).directions[1])
+    assert not torch.allclose(axis.random_control(seed=0).directions[0], axis.random_control(seed=0).directions[1])
     # same op, λ and layers as the axis patch it controls
-    ctrl = axis.removal(lam=0.5, layers=1).random_like(3)
+    ctrl = axis.removal(lam=0.5, layers=1).random_like(seed=3)
     assert ctrl.kind == "removal" and ctrl.params["lam"] == 0.5 and ctrl.layers == (1,)
     # and it really removes its own direction
     toks, mask = tokenize(tiny, TEXTS[:3])
-    _, act = _read(tiny, toks, mask, hook_name(tiny, 0, "v"), axis.random_control(5, layers=0))
-    assert (_flat(act).double() @ axis.random_direction(5, 0).double()).abs().max() < 1e-5
+    _, act = _read(tiny, toks, mask, hook_name(tiny, 0, "v"), axis.random_control(seed=5, layers=0))
+    assert (_flat(act).double() @ axis.random_direction(0, seed=5).double()).abs().max() < 1e-5
 
 
 def test_exception_inside_patched_leaves_no_hooks(tiny):
@@ -747,7 +747,7 @@ def test_conditions_group_random_controls_over_seeds(tiny):
     from bayes_lens.ablation._compare import _conditions
 
     axis = _random_axis(tiny, layers=(0, 1))
-    conds = _conditions([axis.removal(), axis.random_control(0), axis.keep_only(layers=1)], 3)
+    conds = _conditions([axis.removal(), axis.random_control(seed=0), axis.keep_only(layers=1)], 3)
     labels = [c.label for c in conds]
     assert labels == ["removal λ=1 @L0,1", "random ⟂ removal λ=1 @L0,1", "keep-only @L1", "random ⟂ keep-only @L1"]
     assert conds[1].seeds == (0, 1, 2) and conds[1].is_random and conds[3].seeds == (0, 1, 2)

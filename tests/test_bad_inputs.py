@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from unittest import mock
 
 import numpy as np
@@ -242,7 +241,7 @@ CASES = [
     ("report_override_dict_unknown_key", lambda t: report_prepare(
         t, overrides={"martingale_permutation": {"bogus": 1}}), E, r"unknown keys \['bogus'\]"),
     ("report_override_dict_bad_value", lambda t: report_prepare(
-        t, overrides={"martingale_permutation": {"n": -3}}), E, r"martingale_permutation.n"),
+        t, overrides={"martingale_permutation": {"seq_len": -3}}), E, r"martingale_permutation.seq_len"),
     ("report_override_layer", lambda t: report_prepare(t, overrides={"ablation_layer": 1.5}), E,
      r"'middle' or an integer layer index"),
     ("report_not_a_model", lambda t: bl.report(object(), t / "o", progress=False), E,
@@ -279,8 +278,8 @@ CASES = [
     ("gap_n_seqs_one", lambda t: gap(laplace, range(10, 20, 2), n_seqs=1), E, r"n_seqs must be >= 2"),
     ("gap_too_few_ns", lambda t: gap(laplace, [10, 12]), E, r"at least 3 values of n"),
     ("spectrum_seed_none", lambda t: positional_spectrum(laplace, seed=None), E, r"seed must be"),
-    ("spectrum_short", lambda t: positional_spectrum(laplace, length=8), E, r"length must be >= 16"),
-    ("spectrum_length_float", lambda t: positional_spectrum(laplace, length=32.0), E, r"length must be an integer"),
+    ("spectrum_short", lambda t: positional_spectrum(laplace, seq_len=8), E, r"seq_len must be >= 16"),
+    ("spectrum_length_float", lambda t: positional_spectrum(laplace, seq_len=32.0), E, r"seq_len must be an integer"),
     ("permutation_seed_negative", lambda t: permutation_average(laplace, seed=-1), E, r"seed must be"),
     ("permutation_n_perms_str", lambda t: permutation_average(laplace, n_perms="8"), E, r"pass the number itself"),
     ("falck_seed_str", lambda t: falck_checks(laplace, seed="0"), E, r"seed must be"),
@@ -501,10 +500,10 @@ def test_report_override_values_are_used(tmp_path, monkeypatch):
     monkeypatch.setattr(_sections, "SECTIONS", fake)
     bl.report(tiny_model("bridge"), tmp_path, sections="geometry", progress=False, quick=True,
               overrides={"geometry_n": np.int64(7), "geometry_domains": ["code"], "ablation_layer": 3,
-                         "martingale_permutation": {"n": 9}})
+                         "martingale_permutation": {"seq_len": 9}})
     assert seen["geometry_n"] == 7 and type(seen["geometry_n"]) is int
     assert seen["geometry_domains"] == ("code",) and seen["ablation_layer"] == 3
-    assert seen["martingale_permutation"] == {"n": 9, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)}
+    assert seen["martingale_permutation"] == {"seq_len": 9, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)}
 
 
 # ----------------------------------------------------------------------- the command line (exit 2, one line)

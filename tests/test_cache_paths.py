@@ -136,7 +136,7 @@ def test_compare_patched_from_caches_equals_streaming(tiny):
         removed, _, _ = _pair(tiny, items.texts, f)
     rand = []
     for s in range(2):
-        with bl.patched(tiny, axis.random_control(s)):
+        with bl.patched(tiny, axis.random_control(seed=s)):
             rand.append(_pair(tiny, items.texts, f)[0])
     group = next(c for c in stream.conditions if c.startswith("random"))
     cached = bl.compare_patched(items, clean=clean, patched={"removed": removed, group: rand}, axis=axis,

@@ -7,7 +7,7 @@ from scipy.stats import entropy as scipy_entropy
 
 import bayes_lens as bl
 from bayes_lens.adapter import hook_name, tokenize
-from bayes_lens.collect import Batch, collect, forward_batches, reduce_cache
+from bayes_lens.collect import Batch, collect, forward_batches
 from bayes_lens.reduced import ReducedCache
 
 PROMPTS = [

@@ -24,7 +24,6 @@ from torch.overrides import TorchFunctionMode
 import bayes_lens as bl
 from bayes_lens import adapter
 from bayes_lens.collect import Batch, collect, forward_batches, reduce_cache
-from bayes_lens.reduced import ReducedCache
 from bayes_lens.hooks import final_query_rows, key_entropy_bits, pattern_entropy_bits
 from bayes_lens.metrics import stats
 from bayes_lens.models.tiny import tiny_model

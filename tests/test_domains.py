@@ -51,7 +51,7 @@ def comparison():
     from bayes_lens.models.tiny import tiny_model
 
     model = tiny_model("hooked" if has_hooked_transformer() else "bridge", gqa=True, rotary=True)
-    return model, bl.compare_domains(model, _pools(), n=10, seed=0, **FAST)
+    return model, bl.compare_domains(model, _pools(), n_prompts=10, seed=0, **FAST)
 
 
 def test_table_matches_independent_pca_and_entropies(comparison):
@@ -120,7 +120,7 @@ def test_collapses_dict_plot(comparison):
 
 def test_deterministic(comparison):
     model, cmp = comparison
-    again = bl.compare_domains(model, {"math": _pools()["math"], "code": _pools()["code"]}, n=10, seed=0, **FAST)
+    again = bl.compare_domains(model, {"math": _pools()["math"], "code": _pools()["code"]}, n_prompts=10, seed=0, **FAST)
     a, b = cmp.to_dataframe().set_index("domain"), again.to_dataframe().set_index("domain")
     for d in ("math", "code"):
         assert cmp.selections[d].prompts == again.selections[d].prompts
@@ -149,25 +149,25 @@ def test_diff_ci_formula():
 def test_bad_domains(comparison, domains, msg):
     model, _ = comparison
     with pytest.raises(InvalidInputError, match=msg):
-        bl.compare_domains(model, domains, n=10)
+        bl.compare_domains(model, domains, n_prompts=10)
 
 
 def test_bad_pools_and_reference(comparison):
     model, _ = comparison
-    with pytest.raises(BayesLensError, match="has 4 prompts but n=10"):
-        bl.compare_domains(model, {"small": ["a b c", "d e f", "g h i", "j k l"]}, n=10)
+    with pytest.raises(BayesLensError, match="has 4 prompts but n_prompts=10"):
+        bl.compare_domains(model, {"small": ["a b c", "d e f", "g h i", "j k l"]}, n_prompts=10)
     with pytest.raises(InvalidInputError, match="duplicate"):
-        bl.compare_domains(model, {"dup": ["a b c", "a b c", "d e f"]}, n=2)
+        bl.compare_domains(model, {"dup": ["a b c", "a b c", "d e f"]}, n_prompts=2)
     with pytest.raises(InvalidInputError, match="is empty"):
-        bl.compare_domains(model, {"empty": ["a b c", "", "d e f"]}, n=2)
+        bl.compare_domains(model, {"empty": ["a b c", "", "d e f"]}, n_prompts=2)
     with pytest.raises(InvalidInputError, match="reference 'mixed'"):
-        bl.compare_domains(model, {"a": ["x y", "z w", "q r"]}, n=3, reference="mixed")
+        bl.compare_domains(model, {"a": ["x y", "z w", "q r"]}, n_prompts=3, reference="mixed")
 
 
 @pytest.mark.real
 def test_smol_two_small_domains(smol):
     pools = {"math": [r.text for r in P.pool("math")[:15]], "philosophy": [r.text for r in P.pool("philosophy")[:15]]}
-    cmp = bl.compare_domains(smol, pools, n=10, seed=0, **FAST)
+    cmp = bl.compare_domains(smol, pools, n_prompts=10, seed=0, **FAST)
     df = cmp.to_dataframe().set_index("domain")
     x, ent = _independent(smol, list(cmp.selections["math"].prompts))
     pc1, pc12, pr, _ = _sk_stats(x)

@@ -183,7 +183,7 @@ def test_selection_is_stratified_and_matches_independent_entropies(tiny_hooked):
     model = tiny_hooked
     P.clear_cache()
     pool = _user_pool(60)
-    sel = P.select(model, pool, n=20, seed=3)
+    sel = P.select(model, pool, n_prompts=20, seed=3)
     texts = [r.text for r in pool]
     ref = _entropy_independent(model, texts)
     np.testing.assert_allclose(sel.pool_entropy_bits, ref, atol=1e-4)
@@ -210,19 +210,19 @@ def test_selection_deterministic_for_a_seed(tiny_hooked, monkeypatch):
     model = tiny_hooked
     pool = [r.text for r in _user_pool(40)]
     P.clear_cache()
-    a = P.select(model, pool, n=15, seed=7)
+    a = P.select(model, pool, n_prompts=15, seed=7)
     P.clear_cache()  # recompute from scratch: still identical
-    b = P.select(model, pool, n=15, seed=7)
+    b = P.select(model, pool, n_prompts=15, seed=7)
     assert a.prompts == b.prompts
     np.testing.assert_array_equal(a.entropy_bits, b.entropy_bits)
-    others = {P.select(model, pool, n=15, seed=s).prompts for s in range(8, 12)}
+    others = {P.select(model, pool, n_prompts=15, seed=s).prompts for s in range(8, 12)}
     assert any(o != a.prompts for o in others)  # the seed matters
     # mixed()/domain() return plain strings, equal to select()'s prompts
-    assert P.domain(model, pool, n=15, seed=7) == list(a.prompts)
+    assert P.domain(model, pool, n_prompts=15, seed=7) == list(a.prompts)
 
 
 def test_remainder_and_plot(tiny_hooked):
-    sel = P.select(tiny_hooked, [r.text for r in _user_pool(40)], n=13, seed=0)
+    sel = P.select(tiny_hooked, [r.text for r in _user_pool(40)], n_prompts=13, seed=0)
     assert np.bincount(sel.quintile, minlength=5).tolist() == [3, 3, 3, 2, 2]
     pytest.importorskip("plotly")
     fig = sel.plot()
@@ -231,13 +231,13 @@ def test_remainder_and_plot(tiny_hooked):
 
 def test_whole_pool_when_n_equals_size(tiny_hooked):
     pool = [r.text for r in _user_pool(25)]
-    sel = P.select(tiny_hooked, pool, n=25, seed=0)
+    sel = P.select(tiny_hooked, pool, n_prompts=25, seed=0)
     assert sorted(sel.prompts) == sorted(pool)
 
 
 def test_kind_balance_round_robin(tiny_hooked):
     pool = _user_pool(60)  # 12 of each kind
-    sel = P.select(tiny_hooked, pool, n=25, seed=1, balance_kinds=True)
+    sel = P.select(tiny_hooked, pool, n_prompts=25, seed=1, balance_kinds=True)
     kinds = np.array([r.kind for r in pool])
     for k in range(5):
         avail = collections.Counter(kinds[sel.pool_quintile == k])
@@ -264,12 +264,12 @@ def test_cache_per_model_and_text(tiny_hooked, monkeypatch):
 
     monkeypatch.setattr(C, "collect", counting)
     pool = [r.text for r in _user_pool(30)]
-    P.select(tiny_hooked, pool, n=10, seed=0)
+    P.select(tiny_hooked, pool, n_prompts=10, seed=0)
     assert calls == [30]
-    P.select(tiny_hooked, pool, n=10, seed=1)  # same pool, new seed: no forward pass
-    P.select(tiny_hooked, pool[:20] + ["A brand new prompt that nobody has seen before"], n=10, seed=0)
+    P.select(tiny_hooked, pool, n_prompts=10, seed=1)  # same pool, new seed: no forward pass
+    P.select(tiny_hooked, pool[:20] + ["A brand new prompt that nobody has seen before"], n_prompts=10, seed=0)
     assert calls == [30, 1]  # only the new text ran
-    P.select(tiny_hooked, pool, n=10, seed=0, cache=False)
+    P.select(tiny_hooked, pool, n_prompts=10, seed=0, cache=False)
     assert calls == [30, 1, 30]
 
 
@@ -296,10 +296,10 @@ def test_unknown_pool_name(tiny_hooked):
 
 
 def test_pool_smaller_than_n(tiny_hooked):
-    with pytest.raises(InvalidInputError, match="has 3 prompts but n=5"):
-        P.select(tiny_hooked, ["a b c d", "e f g h", "i j k l"], n=5)
-    with pytest.raises(InvalidInputError, match="has 240 prompts but n=241"):
-        P.domain(tiny_hooked, "math", n=241)
+    with pytest.raises(InvalidInputError, match="has 3 prompts but n_prompts=5"):
+        P.select(tiny_hooked, ["a b c d", "e f g h", "i j k l"], n_prompts=5)
+    with pytest.raises(InvalidInputError, match="has 240 prompts but n_prompts=241"):
+        P.domain(tiny_hooked, "math", n_prompts=241)
 
 
 @pytest.mark.parametrize("pool, msg", [
@@ -313,27 +313,27 @@ def test_pool_smaller_than_n(tiny_hooked):
 ])
 def test_bad_pools(tiny_hooked, pool, msg):
     with pytest.raises(InvalidInputError, match=msg):
-        P.select(tiny_hooked, pool, n=1)
+        P.select(tiny_hooked, pool, n_prompts=1)
 
 
 @pytest.mark.parametrize("n", [0, -3, 2.5, True, "75"])
 def test_bad_n(tiny_hooked, n):
-    with pytest.raises(InvalidInputError, match="n must be a positive integer"):
-        P.select(tiny_hooked, ["one two", "three four"], n=n)
+    with pytest.raises(InvalidInputError, match="n_prompts must be a positive integer"):
+        P.select(tiny_hooked, ["one two", "three four"], n_prompts=n)
 
 
 def test_user_records_keep_kinds(tiny_hooked):
     pool = [{"text": f"Item number {i} in the list is", "kind": "a" if i % 2 else "b"} for i in range(10)]
-    sel = P.select(tiny_hooked, pool, n=5, seed=0, balance_kinds=True)
+    sel = P.select(tiny_hooked, pool, n_prompts=5, seed=0, balance_kinds=True)
     assert set(sel.kinds) <= {"a", "b"} and sel.pool_name == "user"
 
 
 def test_mixed_balances_kinds_by_default(tiny_hooked):
     pool = _user_pool(50)  # 10 of each of the five kinds
-    got = P.mixed(tiny_hooked, n=10, seed=2, pool=pool)
-    sel = P.select(tiny_hooked, pool, n=10, seed=2, balance_kinds=True)
+    got = P.mixed(tiny_hooked, n_prompts=10, seed=2, pool=pool)
+    sel = P.select(tiny_hooked, pool, n_prompts=10, seed=2, balance_kinds=True)
     assert got == list(sel.prompts) and sel.balance_kinds
-    plain = P.select(tiny_hooked, pool, n=10, seed=2)
+    plain = P.select(tiny_hooked, pool, n_prompts=10, seed=2)
     assert not plain.balance_kinds  # a user pool draws plainly unless asked
     # with 2 prompts per quintile, round robin never takes two of one kind in a quintile
     for k in range(5):
@@ -353,7 +353,7 @@ def test_public_names():
 @pytest.mark.real
 def test_smol_slice_entropies_and_strata(smol):
     pool = [r.text for r in P.pool("math")[:10]] + [r.text for r in P.pool("mixed")[::110]]
-    sel = P.select(smol, pool, n=10, seed=0)
+    sel = P.select(smol, pool, n_prompts=10, seed=0)
     ref = _entropy_independent(smol, pool)
     np.testing.assert_allclose(sel.pool_entropy_bits, ref, atol=2e-3)
     assert np.bincount(sel.quintile, minlength=5).tolist() == [2, 2, 2, 2, 2]

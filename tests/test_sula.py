@@ -287,7 +287,7 @@ def test_evaluate_against_unbatched_reference(tiny):
         assert row["brier"] == pytest.approx(np.mean((pm[sel] - y[sel]) ** 2))
         assert row["label_mass"] == pytest.approx(res.model_label_mass.numpy()[sel].mean())
         # each k group bootstraps with its own child stream of the seed (independent random streams)
-        stream = child_rngs(3, len(res.table) + 3)[gi]
+        stream = child_rngs(len(res.table) + 3, seed=3)[gi]
         lo, hi = bootstrap_ci(lambda a, b: np.abs(a - b).mean(), hm[sel], hb[sel], n_boot=200, seed=stream)
         assert (row["mae_bits_ci_low"], row["mae_bits_ci_high"]) == pytest.approx((lo, hi))
         assert row["mae_ignore_evidence_bits"] == pytest.approx(np.abs(1 - hb[sel]).mean())

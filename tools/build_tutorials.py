@@ -171,7 +171,7 @@ prompts the interval of ρ is about ±0.4 wide, so different prompts move it tha
     code('''N = 25 if QUICK else 75                 # prompts, 5 per entropy quintile
 POOL_SIZE = 100 if QUICK else 400       # candidates scored (a seeded subsample of the 1,100 shipped); ~0.1 s each
 STATS = dict(n_boot=300 if QUICK else 1000, n_null=50 if QUICK else 200, n_perm=300 if QUICK else 1000)
-prompts = bl.prompts.mixed(model, n=N, seed=0, pool_size=POOL_SIZE)   # quick: ~15 s, full: ~1 min
+prompts = bl.prompts.mixed(model, n_prompts=N, seed=0, pool_size=POOL_SIZE)   # quick: ~15 s, full: ~1 min
 prompts[:3]'''),
     md("## All four measurements in one pass"),
     code('''geo = bl.geometry(model, prompts, seed=0, **STATS)   # one forward pass + the statistics: ~10 s quick
@@ -207,13 +207,13 @@ repeats the numbers of the `geometry` cell. (An earlier version passed the pool 
 list is not "the mixed pool", so it was not balanced over kinds, the draw differed, and mixed
 PC1+PC2 read 12.4% in one cell and 14.4% in the next.)"""),
     code('''domains = ("mixed", "math") if QUICK else ("mixed", "math", "code", "philosophy")
-cmp = bl.compare_domains(model, domains, n=N, seed=0, pool_size=POOL_SIZE, **STATS)   # quick: ~30 s, full: ~3 min
+cmp = bl.compare_domains(model, domains, n_prompts=N, seed=0, pool_size=POOL_SIZE, **STATS)   # quick: ~30 s, full: ~3 min
 print(f"mixed PC1+PC2: {cmp.value_manifold['mixed'].pc12:.2%} here, {vm.pc12:.2%} in the geometry cell (same prompts)")
 cmp.to_dataframe()[["domain", "pc1_fraction", "pc12_fraction", "pc12_ci_low", "pc12_ci_high",
                     "null_pc12_fraction", "pc12_diff_vs_reference"]]'''),
     code('cmp.plot()'),
     md("## A model from the hub"),
-    code(HUB.replace("__HUB_BODY__", '''hub_prompts = bl.prompts.mixed(hub_model, n=75, seed=0)
+    code(HUB.replace("__HUB_BODY__", '''hub_prompts = bl.prompts.mixed(hub_model, n_prompts=75, seed=0)
     print(bl.geometry(hub_model, hub_prompts).to_dataframe().head(12))''')),
     md("""**Read next:** `02_sula_and_ablation.ipynb` (does the model *use* this geometry?) and
 `03_martingales.ipynb`. `bl.report(model, "report/")` runs everything and writes an HTML report."""),
@@ -353,13 +353,13 @@ gap = bl.martingale.gap(model, ns, n_seqs=6 if QUICK else 50, seed=0, n_boot=200
 gap.fits_table()'''),
     code('gap.plot()'),
     md("## Averaging over orderings"),
-    code('''perm = bl.martingale.permutation_average(model, n=16 if QUICK else 30, n_seqs=3 if QUICK else 16,
+    code('''perm = bl.martingale.permutation_average(model, seq_len=16 if QUICK else 30, n_seqs=3 if QUICK else 16,
                                          n_perms=8 if QUICK else 32, ks=(1, 2, 4) if QUICK else (1, 2, 4, 8, 16),
                                          seed=0, n_boot=200 if QUICK else 1000)
 print(f"log-log slope {perm.slope:.2f}, 95% CI {perm.slope.ci}; theory -0.5, Paper B -0.48")
 perm.plot()'''),
     md("## Compression efficiency"),
-    code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), length=30 if QUICK else 100,
+    code('''comp = bl.martingale.compression(model, thetas=(0.3, 0.7), seq_len=30 if QUICK else 100,
                                  n_seqs=4 if QUICK else 30, seed=0, n_boot=200 if QUICK else 1000)
 comp.n_to(0.9)   # the first n from which the mean efficiency stays >= 90%'''),
     md("""`comp.n_to_99` (= `comp.n_to(0.99)`, Paper B's "99% of optimal compression") is NaN for every
@@ -486,7 +486,7 @@ def study(name_or_model):
     model = bl.load_model(name_or_model, device=DEVICE) if isinstance(name_or_model, str) else name_or_model
     info = bl.adapter.model_info(model)
     r = dict(info=info, windows=[bl.adapter.attention_window(model, l) for l in range(info.n_layers)])
-    r["domains"] = bl.compare_domains(model, ("mixed", "math", "code"), n=N, seed=0, pool_size=POOL,
+    r["domains"] = bl.compare_domains(model, ("mixed", "math", "code"), n_prompts=N, seed=0, pool_size=POOL,
                                       n_null=N_NULL, **STATS)
     r["long"] = bl.attention_focusing(model, long_prompts(model, N_LONG), **STATS)
     items = bl.sula.make_prompts(model, n_per_k=N_PER_K, seed=0)
@@ -898,7 +898,7 @@ check("Pearson r", r, res.pearson, tol=1e-6)"""),
 Paper A's first signature: the value vectors (`hook_v`) of the last token, across prompts, lie close
 to a low-dimensional manifold. bayes_lens z-scores every coordinate (over prompts), takes PCA, and
 reports PC1's share of the variance next to Gaussian noise of the same size."""),
-    code('''prompts = bl.prompts.mixed(model, n=25 if QUICK else 75, seed=0, pool_size=100 if QUICK else 400)   # ~15 s quick
+    code('''prompts = bl.prompts.mixed(model, n_prompts=25 if QUICK else 75, seed=0, pool_size=100 if QUICK else 400)   # ~15 s quick
 tokens, mask = bl.adapter.tokenize(model, prompts)
 last_layer = model.cfg.n_layers - 1
 name = f"blocks.{last_layer}.attn.hook_v"

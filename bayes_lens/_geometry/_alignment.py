@@ -101,7 +101,7 @@ def alignment_from(coords: np.ndarray, ent: np.ndarray, *, layer, site, seed, n_
     )
 
 
-def entropy_alignment(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
+def entropy_alignment(source, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
                       tokens=None, logits=None, model=None, seed: int = 0, n_boot: int = 1000, n_perm: int = 1000,
                       batch_size: int = 16, padding_side: str = "right",
                       progress: Optional[bool] = None) -> EntropyAlignment:
@@ -117,7 +117,7 @@ from .._results import Estimate, Result, fmt, fmt_ci, plotly
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_perm=n_perm)
-    rc, m = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
+    rc, m = as_reduced(source, prompts, model=model, logits=logits, attention_mask=attention_mask,
                        tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]},
                        batch_size=batch_size, padding_side=padding_side, progress=progress,
                        desc="entropy_alignment: collect", min_prompts=3)

@@ -125,7 +125,7 @@ def focusing_from_entropies(ent: np.ndarray, *, uniform, positions: str, seed: i
         with np.errstate(invalid="ignore", divide="ignore"):
             return (c[..., 0] - c[..., -1]) / c[..., 0]
 
-    idx = bootstrap_indices(n, n_boot, seed)
+    idx = bootstrap_indices(n, n_boot, seed=seed)
     boot = per_prompt[idx].mean(axis=1)  # [B, L]
     lo, hi = percentile_interval(boot, axis=0, min_finite=0.0) if n > 1 else (np.full_like(curve, np.nan),) * 2
     nan_ci = (float("nan"), float("nan"))
@@ -178,7 +178,7 @@ def focusing_uniform(rc, model, positions: str):
     return uniform_entropy_bits(rc.n_tokens.numpy(), positions, windows)
 
 
-def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
+def attention_focusing(source, prompts=None, *, positions: str = "last", attention_mask=None, tokens=None,
                        model=None, seed: int = 0, n_boot: int = 1000, batch_size: int = 16,
                        padding_side: str = "right", progress: Optional[bool] = None) -> AttentionFocusing:
     """Per-layer, per-head attention entropy of the final query row over valid keys (METHODS.md §3).
@@ -198,7 +198,7 @@ def attention_focusing(model_or_cache, prompts=None, *, positions: str = "last",
     if positions not in ("last", "all"):
         raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
     check_stats(seed, n_boot=n_boot)
-    rc, m = as_reduced(model_or_cache, prompts, model=model, attention=True, attention_positions=positions,
+    rc, m = as_reduced(source, prompts, model=model, attention=True, attention_positions=positions,
                        attention_mask=attention_mask, tokens=tokens, batch_size=batch_size,
                        padding_side=padding_side, progress=progress, desc="attention_focusing: collect")
     entropies = rc.attention_entropy_bits(None if m is None else int(m.cfg.n_layers))

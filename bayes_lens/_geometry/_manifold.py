@@ -126,14 +126,14 @@ def manifold_from_samples(x: np.ndarray, *, layer, site, name, seed, n_boot, n_n
     )
 
 
-def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
+def value_manifold(source, prompts=None, *, layer: int = -1, site: str = "v", attention_mask=None,
                    tokens=None, model=None, seed: int = 0, n_boot: int = 1000, n_null: int = 200,
                    n_components: int = 10, expand_kv: bool = False, ci_method: str = "recentered",
                    batch_size: int = 16, padding_side: str = "right",
                    progress: Optional[bool] = None) -> ValueManifold:
     """Standardized PCA of final-token value vectors across prompts (Paper A §4.2; METHODS.md §1).
 
-    ``model_or_cache`` is a model (then ``prompts`` is a list of ≥ 3 strings), what
+    ``source`` is a model (then ``prompts`` is a list of ≥ 3 strings), what
     ``run_with_cache`` returned (the ``(logits, cache)`` pair, the cache, or ``dict(cache.items())``
     with ``model=``; made with ``names_filter=bl.hook_filter()``; pass the ``tokens`` you ran, or
     their ``attention_mask``, when the batch is padded) or a :class:`~bayes_lens.reduced.ReducedCache`.
@@ -163,7 +163,7 @@ def value_manifold(model_or_cache, prompts=None, *, layer: int = -1, site: str =
     s = check_site(site)
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    rc, m = as_reduced(model_or_cache, prompts, model=model, attention_mask=attention_mask, tokens=tokens,
+    rc, m = as_reduced(source, prompts, model=model, attention_mask=attention_mask, tokens=tokens,
                        **{"value_layers" if s == "v" else "resid_layers": [layer]}, batch_size=batch_size,
                        padding_side=padding_side, progress=progress, desc="value_manifold: collect", min_prompts=3)
     layer = resolve_layer(rc, m, layer, s)

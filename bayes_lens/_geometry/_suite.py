@@ -90,14 +90,14 @@ class Geometry(Result):
 
 
 
-def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
+def geometry(source, prompts=None, *, layer: int = -1, site: str = "v", positions: str = "last",
              reference=None, attention_mask=None, tokens=None, logits=None, model=None, seed: int = 0,
              n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000, expand_kv: bool = False,
              ci_method: str = "recentered", batch_size: int = 16, padding_side: str = "right",
              on_processed: str = "warn", progress: Optional[bool] = None) -> Geometry:
     """Value manifold, key orthogonality, attention focusing and entropy alignment in one pass.
 
-    ``model_or_cache``: a model with ``prompts`` (one batched forward pass keeps the final-token
+    ``source``: a model with ``prompts`` (one batched forward pass keeps the final-token
     rows at ``layer`` and the per-head attention entropies), what ``run_with_cache`` returned (the
     ``(logits, cache)`` pair, or the cache / ``dict(cache.items())`` with ``logits=``, holding
     ``hook_v`` and ``hook_pattern``; key orthogonality then reads the weights of the model the cache
@@ -124,7 +124,7 @@ def geometry(model_or_cache, prompts=None, *, layer: int = -1, site: str = "v", 
         raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
-    rc, m = as_reduced(model_or_cache, prompts, model=model, logits=logits, attention_mask=attention_mask,
+    rc, m = as_reduced(source, prompts, model=model, logits=logits, attention_mask=attention_mask,
                        tokens=tokens, **{"value_layers" if s == "v" else "resid_layers": [layer]}, attention=True,
                        attention_positions=positions, batch_size=batch_size, padding_side=padding_side,
                        progress=progress, desc="geometry: collect", min_prompts=3)

@@ -25,7 +25,7 @@ entropy-ordered direction of its value space. This module answers with three pub
     paper's public code had λ reversed, with 0 meaning removal: not copied here);
   - ``axis.keep_only()``: v ← (v·u) u;
   - ``axis.shift(s)``: v ← v + s·σ·u, σ the standard deviation of the clean coordinate;
-  - ``axis.random_control(seed)``: the same intervention along a random unit direction r,
+  - ``axis.random_control(seed=seed)``: the same intervention along a random unit direction r,
     orthogonalized against u (a seeded Gaussian draw per layer, Gram–Schmidt); a random shift moves
     by the same distance s·σ.
 

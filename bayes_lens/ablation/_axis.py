@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, TransformerMixin
 from torch import Tensor
 
 from .. import adapter
@@ -152,8 +153,14 @@ def axis_from_pca(x: np.ndarray, standardize: str) -> Tuple[np.ndarray, np.ndarr
 
 
 
-class EntropyAxis:
-    """The entropy axis of Paper A §4.5 (METHODS.md §7), scikit-learn style.
+class EntropyAxis(TransformerMixin, BaseEstimator):
+    """The entropy axis of Paper A §4.5 (METHODS.md §7), a scikit-learn transformer.
+
+    It is a ``sklearn.base.BaseEstimator``: ``get_params(deep=True)``, ``set_params`` and
+    ``sklearn.base.clone`` work, ``__init__`` stores each parameter unchanged (they are checked in
+    :meth:`fit`), fitted attributes end in ``_``. :meth:`transform` maps final-token activations to the
+    axis coordinate, ``[n, n_layers]`` as scikit-learn expects; :meth:`fit_transform` returns the
+    coordinates of the rows it was fitted on.
 
     Parameters (stored as given; no work in ``__init__``)
     ----------
@@ -193,11 +200,7 @@ class EntropyAxis:
         self.batch_size = batch_size
         self.progress = progress
 
-    # --- parameters ---
-    def get_params(self) -> dict:
-        return {"layer": self.layer, "site": self.site, "standardize": self.standardize,
-                "sign_by": self.sign_by, "batch_size": self.batch_size, "progress": self.progress}
-
+    # --- parameters (get_params / set_params: sklearn.base.BaseEstimator) ---
     def _check_params(self) -> None:
         check_site(self.site)
         if self.standardize not in STANDARDIZE:
@@ -325,6 +328,9 @@ class EntropyAxis:
             sigma[layer] = float(coord.std(ddof=1))
             evr[layer] = ratio
             corr[layer] = float(r)
+        rows = getattr(self, "_fit_rows", None)  # set by fit_transform: the rows it returns the coordinates of
+        if rows is not None:
+            rows.update(values)
         self._set_fitted(model, meta, axes, means, scales, sigma, evr, corr, n_prompts=len(entropy))
 
     def _set_fitted(self, model, meta, axes, means, scales, sigma, evr, corr, *, n_prompts, versions=None):
@@ -405,15 +411,69 @@ class EntropyAxis:
         """The coordinate hook point of a single-layer axis (``blocks.{l}.hook_v_axis``)."""
         return self.coord_hook_names_[self._single("coord_hook_name_")]
 
-    def transform(self, values: Tensor, layer: Optional[int] = None) -> Tensor:
-        """The coordinate (v − mean)·u of final-token activations ``values`` [n, dim] at ``layer``."""
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "axes_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True  # fit(values, entropy) needs the signing entropy; fit(model, prompts)
+        return tags
+
+    def transform(self, X, *, layer: Optional[int] = None):
+        """The axis coordinate (v − mean)·u of final-token activations, one column per layer.
+
+        ``X`` is ``[n, dim]`` (a numpy array or a tensor) for a single-layer axis, or for the axis at
+        ``layer`` of a multi-layer one; or ``{layer: [n, dim]}``, one column per key in increasing
+        layer order. Returns ``[n, n_columns]`` float64 (scikit-learn's shape: ``[:, 0]`` is the
+        coordinate of a single-layer axis): a numpy array when ``X`` holds numpy arrays, else a tensor.
+
+        >>> axis.transform(values)[:, 0]                   # doctest: +SKIP
+        >>> axis.transform({3: v3, 5: v5})                 # [n, 2]  # doctest: +SKIP
+        """
         self.check_fitted()
-        layer = self._pick_layers(layer)[0] if layer is not None else self._single("transform without layer")
-        u = self.axes_[layer].double()
-        v = torch.as_tensor(values).double()
-        if v.shape[-1] != u.shape[0]:
-            raise InvalidInputError(f"values have dimension {v.shape[-1]}, the axis {u.shape[0]}.")
-        return (v - self.means_[layer].double()) @ u
+        if isinstance(X, dict):
+            if layer is not None:
+                raise InvalidInputError("pass layer= with one array of activations, not with a {layer: values} dict.")
+            if not X:
+                raise InvalidInputError("X is an empty dict; pass {layer: [n, dim]} for at least one fitted layer.")
+            keys = [self._pick_layers([k])[0] for k in X]
+            if len(set(keys)) != len(keys):
+                raise InvalidInputError(f"the layers {list(X)} name a layer twice (resolved to {keys}).")
+            pairs = sorted(zip(keys, X.values()), key=lambda kv: kv[0])
+        else:
+            k = self._pick_layers(layer)[0] if layer is not None else self._single("transform of one array "
+                                                                                   "without layer=")
+            pairs = [(k, X)]
+        cols, n = [], None
+        for k, v in pairs:
+            v = torch.as_tensor(v).detach().cpu().double()
+            u = self.axes_[k].double()
+            if v.ndim != 2 or v.shape[1] != u.shape[0]:
+                raise InvalidInputError(f"the activations at layer {k} must be [n_prompts, {u.shape[0]}] (site "
+                                        f"{self.site_!r}), got shape {list(v.shape)}.")
+            if n is not None and v.shape[0] != n:
+                raise InvalidInputError(f"the activations have {n} rows at one layer and {v.shape[0]} at layer {k}.")
+            n = v.shape[0]
+            cols.append((v - self.means_[k].double()) @ u)
+        out = torch.stack(cols, dim=1)
+        return out.numpy() if _holds_numpy(X) else out
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit (the same forms and keywords as :meth:`fit`), then return the coordinates of the rows it
+        was fitted on: ``[n_prompts, n_layers]`` float64, columns in ``layers_`` order; a numpy array
+        when ``X`` holds numpy arrays, else a tensor.
+
+        For arrays it equals ``fit(X, y).transform(X)``; for a model or a cache, the transform of the
+        activations the fit collected (no second forward pass).
+        """
+        rows: Dict[int, Tensor] = {}
+        self._fit_rows = rows
+        try:
+            self.fit(X, y, **fit_params)
+        finally:
+            del self._fit_rows
+        out = self.transform({k: rows[k] for k in self.layers_})
+        return out.numpy() if _holds_numpy(X) else out
 
     # --- patch builders ---
     def _pick_layers(self, layers) -> List[int]:
@@ -529,7 +589,7 @@ class EntropyAxis:
         return Patch(parts, label=f"shift {sigmas:+g}σ @{tag}", kind="shift", axis=self,
                      params={"sigmas": sigmas}, model_meta=self.model_meta_)
 
-    def random_direction(self, seed: int, layer: int) -> Tensor:
+    def random_direction(self, layer: int, *, seed: int) -> Tensor:
         """A seeded random unit vector orthogonal to the axis at ``layer`` (float32)."""
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
@@ -543,7 +603,7 @@ class EntropyAxis:
         r = r / np.linalg.norm(r)
         return torch.tensor(r, dtype=torch.float32)
 
-    def random_control(self, seed: int, *, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
+    def random_control(self, *, seed: int, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
                        layers=None, center: bool = False) -> Patch:
         """The same intervention along a random direction orthogonal to the axis (one per layer).
 
@@ -559,7 +619,7 @@ class EntropyAxis:
         picked = self._pick_layers(layers)
         if op != "shift":
             self._warn_basis(f"random_control(op={op!r})", center)
-        dirs = {layer: self.random_direction(seed, layer) for layer in picked}
+        dirs = {layer: self.random_direction(layer, seed=seed) for layer in picked}
         parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs, center=center)
         tag = self._layer_tag(picked)
         what = {"removal": f"removal λ={lam:g}", "keep_only": "keep-only",
@@ -703,9 +763,18 @@ class EntropyAxis:
         return axis
 
     def __repr__(self) -> str:
-        p = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if k not in ("batch_size", "progress"))
+        # ours, not BaseEstimator's: every parameter that changes the axis (sklearn shows only non-default
+        # ones) and the fitted layers
+        p = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("layer", "site", "standardize", "sign_by"))
         fitted = f" fitted on layers {list(self.layers_)}" if hasattr(self, "layers_") else ""
         return f"EntropyAxis({p}){fitted}"
+
+
+def _holds_numpy(X) -> bool:
+    """Whether ``X`` is a numpy array or a non-empty dict of them (transform then returns numpy)."""
+    if isinstance(X, dict):
+        return bool(X) and all(isinstance(v, np.ndarray) for v in X.values())
+    return isinstance(X, np.ndarray)
 
 
 def check_loaded(meta: dict, model, path, strict: bool) -> None:

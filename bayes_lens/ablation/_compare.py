@@ -103,7 +103,7 @@ def _conditions(patches, n_random_seeds: int) -> List[_Condition]:
         if isinstance(p, Patch) and not p.is_random_control and p.axis is not None and \
                 p.kind in ("removal", "keep_only", "shift"):
             for s in range(n_random_seeds):
-                r = p.random_like(s)
+                r = p.random_like(seed=s)
                 add(r.group, r.kind, r, s, r.layers, True)
     return [_Condition(label=k, kind=groups[k]["kind"], patches=tuple(groups[k]["patches"]),
                        seeds=tuple(groups[k]["seeds"]), layers=tuple(groups[k]["layers"]),
@@ -445,7 +445,7 @@ def _check_common(correlation, n_random_seeds, n_boot, seed=0):
         raise InvalidInputError(f"n_boot must be an integer ≥ 10, got {n_boot!r}.")
 
 
-def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901
+def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901
                     axis: Optional[EntropyAxis] = None, readout_layers="auto", n_random_seeds: int = 3,
                     correlation: str = "pearson", calibration="auto", n_boot: int = 1000, seed: int = 0,
                     attention_mask=None, tokens=None, model=None, batch_size: int = 16,
@@ -520,10 +520,10 @@ def compare_patched(model_or_prompts, prompts=None, patches=None, *, clean=None,
             raise InvalidInputError("from caches pass both clean=(logits, cache) and patched={label: (logits, cache)}.")
         if prompts is not None or patches is not None:
             raise InvalidInputError("from caches call compare_patched(prompts, clean=..., patched=..., axis=...).")
-        return _from_caches(model_or_prompts, clean, patched, axis=axis, readout_layers=readout_layers,
+        return _from_caches(source, clean, patched, axis=axis, readout_layers=readout_layers,
                             correlation=correlation, calibration=calibration, n_boot=n_boot, seed=seed,
                             attention_mask=attention_mask, tokens=tokens, model=model)
-    model = model_or_prompts
+    model = source
     adapter.check_model(model)
     if patches is None:
         raise InvalidInputError("pass the patches to compare, e.g. compare_patched(model, prompts, [axis.removal()]).")
@@ -680,7 +680,7 @@ def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]],
         return {k: (values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, entropy
 
     members_of = {label: [coords(r) for r in rs] for label, rs in runs.items()}
-    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed)])  # row 0 = full sample
+    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed)])  # row 0 = full sample
     clean_c, _ = members_of["clean"][0]
     entropies = [("model", None)] + ([("bayes", bayes)] if bayes is not None else [])
 

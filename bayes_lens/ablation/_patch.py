@@ -194,11 +194,11 @@ class Patch:
             h.update(p.digest().encode())
         return h.hexdigest()
 
-    def random_like(self, seed: int) -> "Patch":
+    def random_like(self, *, seed: int) -> "Patch":
         """The random-direction control of this patch: same op, λ/shift, layers and site."""
         if self.axis is None or self.kind not in ("removal", "keep_only", "shift"):
             raise InvalidInputError("random_like needs a patch made by an EntropyAxis (removal, keep_only or shift).")
-        return self.axis.random_control(seed, op=self.kind, lam=self.params.get("lam", 1.0),
+        return self.axis.random_control(seed=seed, op=self.kind, lam=self.params.get("lam", 1.0),
                                         sigmas=self.params.get("sigmas"), layers=self.layers,
                                         center=bool(self.params.get("center", False)))
 

@@ -18,7 +18,7 @@ The model's first symbol is scored with its predictive given only the template p
 Example
 -------
 >>> from bayes_lens.martingale import compression, laplace
->>> res = compression(laplace, thetas=(0.5,), length=50, n_seqs=20, n_boot=0)
+>>> res = compression(laplace, thetas=(0.5,), seq_len=50, n_seqs=20, n_boot=0)
 >>> bool(res.curves.query("predictor == 'laplace' and n == 50").efficiency.iloc[0] < 1)
 True
 """
@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
+from jaxtyping import Float, Int
 from scipy.special import gammaln
 from scipy.stats import binom
 
@@ -44,12 +45,13 @@ __all__ = ["CompressionResult", "compression", "bernoulli_entropy_bits", "mixtur
            "expected_ce_bits"]
 
 
-def bernoulli_entropy_bits(theta) -> np.ndarray:
+def bernoulli_entropy_bits(theta: Float[np.ndarray, "*shape"] | float) -> Float[np.ndarray, "*shape"]:
     """H(θ) in bits."""
     return binary_entropy_bits(theta)
 
 
-def mixture_codelength_bits(k, n, a: float = 1.0, b: float = 1.0) -> np.ndarray:
+def mixture_codelength_bits(k: Int[np.ndarray, "*shape"] | int, n: Int[np.ndarray, "*shape"] | int, a: float = 1.0,
+                            b: float = 1.0) -> Float[np.ndarray, "*shape"]:
     """−log₂ of the Beta(a, b)-Bernoulli marginal probability of a sequence with k ones in n symbols."""
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
@@ -58,7 +60,7 @@ def mixture_codelength_bits(k, n, a: float = 1.0, b: float = 1.0) -> np.ndarray:
     return -logp / np.log(2.0)
 
 
-def expected_ce_bits(theta: float, n, a: float = 1.0, b: float = 1.0) -> np.ndarray:
+def expected_ce_bits(theta: float, n: Int[np.ndarray, "k"] | int, a: float = 1.0, b: float = 1.0) -> Float[np.ndarray, "k"]:
     """E[CE_n] in bits/symbol for the Beta(a, b) Bayes predictive on i.i.d. Bernoulli(θ) data (exact)."""
     out = []
     for m in np.atleast_1d(n).astype(int):
@@ -128,12 +130,12 @@ class CompressionResult(Result):
         return fig
 
 
-def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int = 100, n_seqs: int = 50,
+def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), seq_len: int = 100, n_seqs: int = 50,
                 seed: int = 0, clip: float = 0.01, template: Optional[BernoulliTemplate] = None,
                 n_boot: int = 1000, batch_size: int = 8, progress: Optional[bool] = None) -> CompressionResult:
     """Cumulative cross-entropy per symbol vs H(θ) for the model and the three reference predictors."""
     seed = check_seed(seed)
-    length = check_int(length, "length")
+    length = check_int(seq_len, "seq_len")
     n_seqs = check_int(n_seqs, "n_seqs")
     n_boot = check_nonneg_int(n_boot, "n_boot")
     batch_size = check_positive_int(batch_size, "batch_size")
@@ -141,7 +143,7 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
     if not thetas or any(not 0 < t < 1 for t in thetas):
         raise InvalidInputError(f"thetas must be non-empty and in (0, 1), got {thetas}.")
     if length < 1 or n_seqs < 1:
-        raise InvalidInputError(f"length and n_seqs must be >= 1, got {length} and {n_seqs}.")
+        raise InvalidInputError(f"seq_len and n_seqs must be >= 1, got {length} and {n_seqs}.")
     rng = np.random.default_rng(seed)
     predictors = {"model": model, "laplace": laplace, "kt": krichevsky_trofimov, "clipped_mle": clipped_mle(clip)}
     ns = np.arange(1, length + 1)
@@ -165,7 +167,7 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), length: int
             mean = ce.mean(0)
             if n_boot and n_seqs >= 2:
                 brng = np.random.default_rng(seed + 11)
-                boot = ce[bootstrap_indices(n_seqs, n_boot, brng)].mean(1)
+                boot = ce[bootstrap_indices(n_seqs, n_boot, seed=brng)].mean(1)
                 lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)
             else:
                 lo = hi = np.full(length, np.nan)

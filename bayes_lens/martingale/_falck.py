@@ -57,6 +57,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
+from jaxtyping import Int
 
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, fmt_pct, plotly
@@ -89,7 +90,7 @@ def _iqr_keep(a: np.ndarray) -> np.ndarray:
 _FALCK_DTYPE = np.float32  # the reference code's completions are float32 (``.astype('f')``)
 
 
-def drop_outlier_paths(z: np.ndarray) -> np.ndarray:
+def drop_outlier_paths(z: Int[np.ndarray, "n_paths seq_len"]) -> Int[np.ndarray, "n_kept seq_len"]:
     """Paths [K, N] whose mean |z| lies inside Tukey's fences across paths (Falck et al.'s filter).
 
     Computed in float32, as the reference code does (its completions are float32); returns float32.
@@ -154,7 +155,8 @@ def t3(z: np.ndarray) -> float:
     return float(q75 - q25)
 
 
-def falck_statistics(z, lags: Sequence[int] = (2, 3, 4, 5), definition: str = "library") -> dict:
+def falck_statistics(z: Int[np.ndarray, "n_paths seq_len"], lags: Sequence[int] = (2, 3, 4, 5),
+                     definition: str = "library") -> dict:
     """T₁, T₂ (one value per lag) and T₃ of continuation paths ``z`` [K, N] under ``definition``.
 
     With ``definition="falck"`` the paths are first filtered by :func:`drop_outlier_paths`, as
@@ -169,19 +171,20 @@ def falck_statistics(z, lags: Sequence[int] = (2, 3, 4, 5), definition: str = "l
     return {"T1": t1(z, definition), "T2": t2(z, lags, definition), "T3": t3(z), "K": int(z.shape[0])}
 
 
-def resample_paths(model, data: np.ndarray, n_paths: int, length: int, *, seed: int = 0,
-                   template: Optional[BernoulliTemplate] = None, batch_size: int = 8) -> np.ndarray:
-    """Sample ``n_paths`` continuations of ``length`` symbols after ``data`` from the model's predictive.
+def resample_paths(model, data: Int[np.ndarray, "n_data"], n_paths: int, seq_len: int, *, seed: int = 0,
+                   template: Optional[BernoulliTemplate] = None,
+                   batch_size: int = 8) -> Int[np.ndarray, "n_paths seq_len"]:
+    """Sample ``n_paths`` continuations of ``seq_len`` symbols after ``data`` from the model's predictive.
 
-    Returns int array [n_paths, length]. One batched pass per step (no KV cache: cost grows as
-    length × (len(data) + length)).
+    Returns int array [n_paths, seq_len]. One batched pass per step (no KV cache: cost grows as
+    seq_len × (len(data) + seq_len)).
     """
     seed = check_seed(seed)
     n_paths = check_int(n_paths, "n_paths")
-    length = check_int(length, "length")
+    length = check_int(seq_len, "seq_len")
     batch_size = check_positive_int(batch_size, "batch_size")
     if n_paths < 1 or length < 1:
-        raise InvalidInputError(f"n_paths and length must be >= 1, got {n_paths} and {length}.")
+        raise InvalidInputError(f"n_paths and seq_len must be >= 1, got {n_paths} and {length}.")
     rng = np.random.default_rng(seed)
     data = np.asarray(data, dtype=np.int64).ravel()
     state = np.tile(data, (n_paths, 1))

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
+from jaxtyping import Float, Int
 
 from .._results import Estimate
 from ..metrics.stats import percentile_interval
@@ -158,7 +159,9 @@ def _check(ns, gaps, counts) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ns, gaps, counts
 
 
-def fit_gap(ns, gaps, counts=None, *, shape: str = "log", per_seq: Optional[Sequence[np.ndarray]] = None,
+def fit_gap(ns: Float[np.ndarray, "n_lengths"], gaps: Float[np.ndarray, "n_lengths"],
+            counts: Optional[Int[np.ndarray, "n_lengths"]] = None, *, shape: str = "log",
+            per_seq: Optional[Sequence[Float[np.ndarray, "n_seqs"]]] = None,
             n_boot: int = 0, seed=0, level: float = 0.95, weights: str = "fitted") -> GapFit:
     """Fit ``Δ = A·f(n) + B`` (f = log(n)/n for ``shape="log"``, 1/n for ``"inv"``) by weighted least squares.
 
@@ -214,7 +217,8 @@ def _bootstrap(ns, per_seq, X, *, n_boot: int, seed, level: float, weights: str)
     return percentile_interval(beta[:, 0], level, min_finite=0.0), percentile_interval(beta[:, 1], level, min_finite=0.0)
 
 
-def compare_fits(ns, gaps, counts=None, *, weights: str = "fitted") -> dict:
+def compare_fits(ns: Float[np.ndarray, "n_lengths"], gaps: Float[np.ndarray, "n_lengths"],
+                 counts: Optional[Int[np.ndarray, "n_lengths"]] = None, *, weights: str = "fitted") -> dict:
     """Likelihood-ratio comparison of the log(n)/n and 1/n shapes (one set of weights for every model).
 
     The weights are N_n / Δ̃_n² from IRLS on the encompassing model A·log(n)/n + C/n + B

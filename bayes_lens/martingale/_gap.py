@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
+from jaxtyping import Float, Int
 
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, fmt_ci, plotly
@@ -51,14 +52,14 @@ __all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "ma
 PAPER_B = {"A": 0.182, "A_se": 0.021, "B": -0.0043, "B_se": 0.0018, "adj_r2": 0.759, "model": "GPT-3 text-davinci-002"}
 
 
-def balanced_sequences(n: int, n_seqs: int, rng: np.random.Generator) -> np.ndarray:
+def balanced_sequences(n: int, n_seqs: int, rng: np.random.Generator) -> Int[np.ndarray, "n_seqs n"]:
     """``n_seqs`` uniformly shuffled sequences of length n with ⌊n/2⌋ ones."""
     base = np.zeros(n, dtype=np.int64)
     base[: n // 2] = 1
     return np.stack([rng.permutation(base) for _ in range(n_seqs)])
 
 
-def martingale_gap(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
+def martingale_gap(p1: Float[np.ndarray, "n_seqs n"], x: Int[np.ndarray, "n_seqs n"]) -> Float[np.ndarray, "n_seqs"]:
     """Per-sequence |log P(x_n | x_{1:n−1}) − log P(x_n | x_{1:n−2})| from predictives ``p1`` [N, n]."""
     xn = x[:, -1]
     a = prob_of(p1[:, -1], xn)
@@ -67,7 +68,7 @@ def martingale_gap(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.abs(np.log(a) - np.log(b))
 
 
-def laplace_expected_gap(n) -> np.ndarray:
+def laplace_expected_gap(n: Int[np.ndarray, "*shape"] | int) -> Float[np.ndarray, "*shape"]:
     """E Δ̂_n of Laplace's rule over uniformly shuffled balanced sequences (exact; n ≥ 3)."""
     n = np.asarray(n, dtype=np.float64)
     m = np.floor(n / 2)  # ones

@@ -42,7 +42,7 @@ is exchangeable or Bayesian. That is what ``sd_k1`` (order sensitivity) and
 Example
 -------
 >>> from bayes_lens.martingale import permutation_average, laplace
->>> res = permutation_average(laplace, n=20, n_seqs=4, n_perms=16, ks=(1, 2, 4, 8), n_boot=0)
+>>> res = permutation_average(laplace, seq_len=20, n_seqs=4, n_perms=16, ks=(1, 2, 4, 8), n_boot=0)
 >>> float(res.sd_k1), float(res.per_k.sd.max())
 (0.0, 0.0)
 """
@@ -149,21 +149,21 @@ class PermutationResult(Result):
         return fig
 
 
-def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 32,
+def permutation_average(model, *, seq_len: int = 30, n_seqs: int = 16, n_perms: int = 32,
                         ks: Sequence[int] = (1, 2, 4, 8, 16), p: float = 0.5, seed: int = 0,
                         template: Optional[BernoulliTemplate] = None, n_partitions: int = 50, n_boot: int = 1000,
                         batch_size: int = 8, progress: Optional[bool] = None) -> PermutationResult:
-    """SD of the predictive across random orderings of a length-``n`` prefix (headline: k = 1, against the
+    """SD of the predictive across random orderings of a length-``seq_len`` prefix (headline: k = 1, against the
     exchangeable reference 0) and of its average over k orderings, vs k (slope −0.5 by construction)."""
     seed = check_seed(seed)
-    n = check_int(n, "n")
+    n = check_int(seq_len, "seq_len")
     n_seqs = check_int(n_seqs, "n_seqs")
     n_perms = check_int(n_perms, "n_perms")
     n_partitions = check_int(n_partitions, "n_partitions")
     n_boot = check_nonneg_int(n_boot, "n_boot")
     batch_size = check_positive_int(batch_size, "batch_size")
     if n < 1:
-        raise InvalidInputError(f"n (prefix length) must be >= 1, got {n}.")
+        raise InvalidInputError(f"seq_len (prefix length) must be >= 1, got {n}.")
     ks = np.asarray(sorted({int(k) for k in ks}), dtype=np.int64)
     if ks.size == 0 or ks.min() < 1:
         raise InvalidInputError(f"every k must be >= 1 (number of orderings averaged), got {ks.tolist()}.")
@@ -193,7 +193,7 @@ def permutation_average(model, *, n: int = 30, n_seqs: int = 16, n_perms: int = 
     slope_ci = sd1_ci = (float("nan"), float("nan"))
     if n_boot and n_seqs >= 2:
         brng = np.random.default_rng(seed + 2)
-        idx = bootstrap_indices(n_seqs, n_boot, brng)
+        idx = bootstrap_indices(n_seqs, n_boot, seed=brng)
         sd1_ci = percentile_interval(sd1[idx].mean(1), min_finite=0.0)
         boot = sd[idx].mean(1)  # [n_boot, n_k]
         lo, hi = percentile_interval(boot, axis=0, min_finite=0.0)

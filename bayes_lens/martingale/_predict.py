@@ -42,6 +42,8 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from ..errors import InvalidInputError, TokenizationError
 from ..reduced import TAIL_LOGITS, TAIL_LOGSUMEXP
@@ -344,8 +346,11 @@ def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, b
     return p1, mass
 
 
-def predictive_from_logits(model, sequences, logits, tokens, *, template: Optional[BernoulliTemplate] = None,
-                           return_mass: bool = False):
+def predictive_from_logits(model, sequences: Int[np.ndarray | Tensor, "n_seqs seq_len"],
+                           logits: Float[Tensor, "n_seqs pos vocab"], tokens: Int[Tensor, "n_seqs pos"], *,
+                           template: Optional[BernoulliTemplate] = None, return_mass: bool = False
+                           ) -> Float[Tensor, "n_seqs seq_len"] | Tuple[Float[Tensor, "n_seqs seq_len"],
+                                                                      Float[Tensor, "n_seqs seq_len"]]:
     """:func:`predictive` from logits you computed: no forward pass.
 
     ``logits`` ``[n_seq, pos, vocab]`` and ``tokens`` ``[n_seq, pos]`` are those of the rendered
@@ -399,8 +404,10 @@ def predict_with_next(model_or_predictor, seqs: np.ndarray, **kw) -> Tuple[np.nd
     return predict_array(model_or_predictor, ext, **kw)
 
 
-def predictive(model, sequences, *, template: Optional[BernoulliTemplate] = None, include_next: bool = False,
-               return_mass: bool = False, batch_size: int = 8, progress: Optional[bool] = None):
+def predictive(model, sequences: Int[np.ndarray | Tensor, "n_seqs seq_len"], *,
+               template: Optional[BernoulliTemplate] = None, include_next: bool = False,
+               return_mass: bool = False, batch_size: int = 8, progress: Optional[bool] = None
+               ) -> Float[Tensor, "n_seqs cols"] | Tuple[Float[Tensor, "n_seqs cols"], Float[Tensor, "n_seqs cols"]]:
     """P(next symbol = 1 | prefix) at every prefix of every sequence, from one forward pass each.
 
     Parameters

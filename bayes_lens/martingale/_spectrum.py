@@ -43,7 +43,7 @@ how stable the peak is.
 Example
 -------
 >>> from bayes_lens.martingale import positional_spectrum, laplace
->>> res = positional_spectrum(laplace, length=128, n_seqs=8, seed=0, n_boot=0)
+>>> res = positional_spectrum(laplace, seq_len=128, n_seqs=8, seed=0, n_boot=0)
 >>> res.series.shape[0]
 126
 """
@@ -55,6 +55,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 import pandas as pd
+from jaxtyping import Float
 
 from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
 from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
@@ -79,8 +80,9 @@ def _detrend(ns: np.ndarray, g: np.ndarray) -> np.ndarray:
     return g - X @ beta
 
 
-def dominant_periods(ns: np.ndarray, g: np.ndarray, *, top: int = 3, min_period: float = 2.0
-                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dominant_periods(ns: Float[np.ndarray, "n"], g: Float[np.ndarray, "n"], *, top: int = 3,
+                     min_period: float = 2.0) -> Tuple[Float[np.ndarray, "top"], Float[np.ndarray, "top"],
+                                                       Float[np.ndarray, "top"]]:
     """Periods (in positions) of the ``top`` largest local maxima of the detrended series' power.
 
     Returns (periods, powers, (freqs, power) full spectrum stacked as [2, n_freq]).
@@ -100,7 +102,7 @@ def dominant_periods(ns: np.ndarray, g: np.ndarray, *, top: int = 3, min_period:
     return 1.0 / freqs[cand], power[cand], np.stack([freqs, power])
 
 
-def harmonic_fit(ns: np.ndarray, g: np.ndarray, period: float, n_harmonics: int = 3) -> dict:
+def harmonic_fit(ns: Float[np.ndarray, "n"], g: Float[np.ndarray, "n"], period: float, n_harmonics: int = 3) -> dict:
     """Least-squares fit of A/n + c + Σ_k (a_k sin + b_k cos)(2πkn/P); variance explained by harmonics."""
     if not np.isfinite(period) or period <= 0:
         raise InvalidInputError(f"period must be positive, got {period}.")
@@ -238,7 +240,7 @@ def _select_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics
     return best["period"], best["step"], rows
 
 
-def refine_period(ns: np.ndarray, g: np.ndarray, period_fft: float, n_harmonics: int = 3, *,
+def refine_period(ns: Float[np.ndarray, "n"], g: Float[np.ndarray, "n"], period_fft: float, n_harmonics: int = 3, *,
                   min_period: float = 2.0, n_grid: int = 400) -> Tuple[float, float]:
     """Least-squares period of the harmonic model near an FFT peak: (period, grid step).
 
@@ -322,12 +324,12 @@ def _tokens_per_symbol(model, template: BernoulliTemplate) -> float:
     return float(steps[0]) if np.all(steps == steps[0]) else float(np.mean(steps))
 
 
-def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float = 0.5, seed: int = 0,
+def positional_spectrum(model, *, seq_len: int = 256, n_seqs: int = 32, p: float = 0.5, seed: int = 0,
                         n_harmonics: int = 3, min_period: float = 4.0, top: int = 3,
                         template: Optional[BernoulliTemplate] = None, n_boot: int = 1000, batch_size: int = 8,
                         refine: bool = True, n_grid: int = 400, harmonic_scan: bool = True,
                         progress: Optional[bool] = None) -> SpectrumResult:
-    """Per-position gap over ``n_seqs`` i.i.d. Bernoulli(``p``) sequences of ``length`` symbols; FFT,
+    """Per-position gap over ``n_seqs`` i.i.d. Bernoulli(``p``) sequences of ``seq_len`` symbols; FFT,
     dominant periods (≥ ``min_period`` symbols), harmonic fit with ``n_harmonics`` and the debiased series.
 
     ``refine=True`` (default) refines the FFT peak's period by a least-squares scan of ``n_grid``
@@ -337,14 +339,14 @@ def positional_spectrum(model, *, length: int = 256, n_seqs: int = 32, p: float 
     low signal-to-noise; see the module docstring); ``period_candidates`` lists them.
     """
     seed = check_seed(seed)
-    length = check_int(length, "length")
+    length = check_int(seq_len, "seq_len")
     n_seqs = check_int(n_seqs, "n_seqs")
     n_harmonics = check_int(n_harmonics, "n_harmonics")
     top = check_positive_int(top, "top")
     n_boot = check_nonneg_int(n_boot, "n_boot")
     batch_size = check_positive_int(batch_size, "batch_size")
     if length < 16:
-        raise InvalidInputError(f"length must be >= 16 symbols for a spectrum, got {length}.")
+        raise InvalidInputError(f"seq_len must be >= 16 symbols for a spectrum, got {length}.")
     if n_seqs < 1:
         raise InvalidInputError(f"n_seqs must be >= 1, got {n_seqs}.")
     if not 0 < p < 1:

@@ -35,13 +35,16 @@ Example
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Union
 
 import numpy as np
 import torch
+from jaxtyping import Float
 
 from ..errors import InvalidInputError
 from .stats import entropy_bits
+
+_Array = Union[np.ndarray, torch.Tensor]  # what the shape annotations below accept (also nested sequences)
 
 __all__ = [
     "binary_entropy_bits",
@@ -78,20 +81,21 @@ def _same_shape(a: np.ndarray, b: np.ndarray, na: str, nb: str) -> None:
         raise InvalidInputError(f"{na} is empty; calibration metrics need at least one prediction.")
 
 
-def binary_entropy_bits(p) -> np.ndarray:
+def binary_entropy_bits(p: Float[_Array, "*shape"]) -> Float[np.ndarray, "*shape"]:
     """Entropy in bits of Bernoulli(p), elementwise (0 log 0 = 0)."""
     p = _prob(p, "p")
     return entropy_bits(np.stack([p, 1.0 - p], axis=-1))
 
 
-def mae_bits(h_model, h_ref) -> np.ndarray:
+def mae_bits(h_model: Float[_Array, "*batch n"], h_ref: Float[_Array, "*batch n"]) -> Float[np.ndarray, "*batch"]:
     """Mean absolute difference of two entropy arrays (bits) over the last axis."""
     a, b = _arr(h_model, "h_model"), _arr(h_ref, "h_ref")
     _same_shape(a, b, "h_model", "h_ref")
     return np.abs(a - b).mean(-1)
 
 
-def kl_bernoulli_bits(p, q, *, eps: float = 1e-12) -> np.ndarray:
+def kl_bernoulli_bits(p: Float[_Array, "*shape"], q: Float[_Array, "*shape"], *,
+                      eps: float = 1e-12) -> Float[np.ndarray, "*shape"]:
     """KL(Bernoulli(p) ‖ Bernoulli(q)) in bits, elementwise; ``q`` clipped to [eps, 1 − eps]."""
     p, q = _prob(p, "p"), _prob(q, "q")
     if p.shape != q.shape:
@@ -117,7 +121,8 @@ def _bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
     return np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
 
 
-def expected_calibration_error(probs, outcomes, *, n_bins: int = 10) -> np.ndarray:
+def expected_calibration_error(probs: Float[_Array, "*batch n"], outcomes: Float[_Array, "*batch n"], *,
+                               n_bins: int = 10) -> Float[np.ndarray, "*batch"]:
     """Expected calibration error with ``n_bins`` equal-width bins, over the last axis."""
     p = _prob(probs, "probs")
     y = _outcomes(outcomes, p)
@@ -137,14 +142,15 @@ def expected_calibration_error(probs, outcomes, *, n_bins: int = 10) -> np.ndarr
     return ece.reshape(lead) if lead else ece[0]
 
 
-def brier_score(probs, outcomes) -> np.ndarray:
+def brier_score(probs: Float[_Array, "*batch n"], outcomes: Float[_Array, "*batch n"]) -> Float[np.ndarray, "*batch"]:
     """Brier score: mean squared difference of probabilities and 0/1 outcomes over the last axis."""
     p = _prob(probs, "probs")
     y = _outcomes(outcomes, p)
     return ((p - y) ** 2).mean(-1)
 
 
-def reliability_bins(probs, outcomes, *, n_bins: int = 10) -> Dict[str, np.ndarray]:
+def reliability_bins(probs: Float[_Array, "n"], outcomes: Float[_Array, "n"], *,
+                     n_bins: int = 10) -> Dict[str, Float[np.ndarray, "n_bins"]]:
     """Reliability-diagram data for 1-D ``probs``: per equal-width bin, its edges, the number of
     predictions, their mean and the observed frequency of the event (NaN for empty bins)."""
     p = _prob(probs, "probs").ravel()

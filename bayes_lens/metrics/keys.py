@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
+from jaxtyping import Float
 
 from ..errors import InvalidInputError, NonFiniteError
 from .pca import small_blas
@@ -41,7 +43,8 @@ __all__ = [
 ]
 
 
-def mean_abs_offdiag_cosine(w) -> np.ndarray | float:
+def mean_abs_offdiag_cosine(w: Float[np.ndarray | torch.Tensor, "*heads d_model d_head"]
+                            ) -> Float[np.ndarray, "*heads"] | float:
     """Mean |cos| over pairs of distinct columns of ``w`` ``[..., d_model, d_head]`` (float64)."""
     w = as_numpy(w)
     if w.ndim < 2 or w.shape[-1] < 2:
@@ -75,7 +78,7 @@ def paper_abs_cosine_baseline(d_head: int) -> float:
 
 
 def simulate_gaussian_abs_cosine(d_model: int, d_head: int, *, n_sims: int = 200, seed: int = 0,
-                                 chunk: int = 25) -> np.ndarray:
+                                 chunk: int = 25) -> Float[np.ndarray, "n_sims"]:
     """[n_sims] draws of :func:`mean_abs_offdiag_cosine` for i.i.d. Gaussian d_model × d_head matrices.
 
     The statistic depends on W only through its Gram matrix G = WᵀW ~ Wishart(d_model, I_{d_head}), so

@@ -67,6 +67,8 @@ from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
+import torch
+from jaxtyping import Bool, Float
 
 from ..errors import InvalidInputError, NonFiniteError
 from .stats import as_numpy
@@ -141,7 +143,8 @@ def _check_matrix(x, min_rows: int = 3) -> np.ndarray:
     return x
 
 
-def standardize(x) -> Tuple[np.ndarray, np.ndarray]:
+def standardize(x: Float[np.ndarray | torch.Tensor, "n d"]
+                ) -> Tuple[Float[np.ndarray, "n d_kept"], Bool[np.ndarray, "d"]]:
     """Z-score columns (ddof = 0) in float64; returns ``(z[:, kept], kept)`` dropping constant columns."""
     x = as_numpy(x)
     mean = x.mean(axis=0)
@@ -151,7 +154,7 @@ def standardize(x) -> Tuple[np.ndarray, np.ndarray]:
     return (x[:, kept] - mean[kept]) / std[kept], kept
 
 
-def participation_ratio(eigenvalues) -> float:
+def participation_ratio(eigenvalues: Float[np.ndarray | torch.Tensor, "k"]) -> float:
     """(Σλ)² / Σλ² of non-negative component variances."""
     lam = np.clip(as_numpy(eigenvalues), 0.0, None)
     den = float((lam ** 2).sum())
@@ -162,13 +165,13 @@ def participation_ratio(eigenvalues) -> float:
 class PCAFit:
     """Result of :func:`pca` (all float64)."""
 
-    explained_variance: np.ndarray  # λ_i, descending, length min(n, d_kept)
-    explained_variance_ratio: np.ndarray
-    components: np.ndarray  # [k, d_kept] unit vectors in standardized coordinates
-    coords: np.ndarray  # [n, k] principal-component scores
-    kept: np.ndarray  # bool [d]: columns with non-zero variance
-    mean: np.ndarray  # [d]
-    scale: np.ndarray  # [d] standard deviations (ddof=0)
+    explained_variance: Float[np.ndarray, "n_eig"]  # λ_i, descending, length min(n, d_kept)
+    explained_variance_ratio: Float[np.ndarray, "n_eig"]
+    components: Float[np.ndarray, "k d_kept"]  # unit vectors in standardized coordinates
+    coords: Float[np.ndarray, "n k"]  # principal-component scores
+    kept: Bool[np.ndarray, "d"]  # columns with non-zero variance
+    mean: Float[np.ndarray, "d"]
+    scale: Float[np.ndarray, "d"]  # standard deviations (ddof=0)
 
     @property
     def participation_ratio(self) -> float:
@@ -179,7 +182,8 @@ class PCAFit:
         return int((~self.kept).sum())
 
 
-def pca(x, n_components: int | None = None, *, standardized: bool = True) -> PCAFit:
+def pca(x: Float[np.ndarray | torch.Tensor, "n d"], n_components: int | None = None, *,
+        standardized: bool = True) -> PCAFit:
     """PCA by SVD in float64 of the (z-scored, unless ``standardized=False``) centred data.
 
     Signs are fixed so that each component's largest-magnitude loading is positive.
@@ -256,7 +260,8 @@ def _map_chunks(fn, items, n_items: int) -> np.ndarray:
     return np.concatenate(out, axis=0)
 
 
-def bootstrap_pca_stats(x, *, n_boot: int = 1000, seed: int = 0, chunk: int = 50) -> np.ndarray:
+def bootstrap_pca_stats(x: Float[np.ndarray | torch.Tensor, "n d"], *, n_boot: int = 1000, seed: int = 0,
+                        chunk: int = 50) -> Float[np.ndarray, "n_boot 3"]:
     """[n_boot, 3] of (PC1, PC1+PC2, PR) on row-resamples of ``x``, each re-standardized.
 
     Columns constant in ``x`` are dropped first (as in :func:`pca`); a column that happens to be
@@ -274,7 +279,8 @@ def bootstrap_pca_stats(x, *, n_boot: int = 1000, seed: int = 0, chunk: int = 50
     return _map_chunks(lambda i: _batched_evr_stats(x[idx[i:i + chunk]], floor), starts, len(starts))
 
 
-def gaussian_null_pca_stats(n: int, d: int, *, n_sims: int = 200, seed: int = 0, chunk: int = 50) -> np.ndarray:
+def gaussian_null_pca_stats(n: int, d: int, *, n_sims: int = 200, seed: int = 0,
+                            chunk: int = 50) -> Float[np.ndarray, "n_sims 3"]:
     """[n_sims, 3] of (PC1, PC1+PC2, PR) for standardized i.i.d. Gaussian data of shape n × d."""
     if n < 3 or d < 1:
         raise InvalidInputError(f"the Gaussian null needs n >= 3 and d >= 1, got n={n}, d={d}.")
@@ -294,7 +300,7 @@ def _check_ci_method(method: str) -> str:
     return method
 
 
-def bootstrap_interval(replicates, estimate: float, method: str = "recentered", level: float = 0.95
+def bootstrap_interval(replicates: Float[np.ndarray, "n_boot"], estimate: float, method: str = "recentered", level: float = 0.95
                        ) -> Tuple[float, float]:
     """Interval at ``level`` from bootstrap ``replicates`` of a statistic whose estimate is ``estimate``.
 

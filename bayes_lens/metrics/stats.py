@@ -43,6 +43,7 @@ from typing import Callable, Optional, Tuple, Union
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Int
 
 from ..errors import InvalidInputError
 
@@ -70,9 +71,10 @@ __all__ = [
 
 _LN2 = math.log(2.0)
 Interval = Tuple[float, float]
+_Array = Union[np.ndarray, torch.Tensor]  # what the shape annotations below accept (also nested sequences)
 
 
-def as_numpy(x) -> np.ndarray:
+def as_numpy(x: Float[_Array, "*shape"]) -> Float[np.ndarray, "*shape"]:
     """A float64 numpy array from a tensor (also one that requires grad), an array or a sequence."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().double().numpy()
@@ -84,7 +86,7 @@ def as_numpy(x) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def entropy_bits(p, axis: int = -1, *, from_logits: bool = False):
+def entropy_bits(p: Float[_Array, "*shape"], axis: int = -1, *, from_logits: bool = False) -> Float[_Array, "*reduced"]:
     """Shannon entropy in bits along ``axis`` (probabilities, or logits with ``from_logits=True``).
 
     H = −Σ_j p_j log₂ p_j with 0·log 0 = 0. Works on torch tensors (returns a float64 tensor on the
@@ -114,8 +116,9 @@ def entropy_bits(p, axis: int = -1, *, from_logits: bool = False):
 CHUNK_ELEMENTS = 2 ** 22
 
 
-def chunked_entropy_bits(x: torch.Tensor, *, dim: int, keys: Optional[torch.Tensor] = None,
-                         from_logits: bool = False, max_elements: Optional[int] = None) -> torch.Tensor:
+def chunked_entropy_bits(x: Float[torch.Tensor, "*batch k"], *, dim: int,
+                         keys: Optional[Bool[torch.Tensor, "*batch k"]] = None, from_logits: bool = False,
+                         max_elements: Optional[int] = None) -> Float[torch.Tensor, "*batch"]:
     """:func:`entropy_bits` over the last axis of a torch tensor, ``max_elements`` float64 values at a time
     (default :data:`CHUNK_ELEMENTS`).
 
@@ -156,14 +159,14 @@ def chunked_entropy_bits(x: torch.Tensor, *, dim: int, keys: Optional[torch.Tens
 # --------------------------------------------------------------------------------------------
 
 
-def rank_rows(x: np.ndarray) -> np.ndarray:
+def rank_rows(x: Float[np.ndarray, "*rows n"]) -> Float[np.ndarray, "*rows n"]:
     """Average ranks along the last axis (ties share their mean rank), as scipy's ``rankdata``."""
     from scipy.stats import rankdata
 
     return rankdata(x, axis=-1)
 
 
-def pearson_rows(x, y) -> np.ndarray:
+def pearson_rows(x: Float[_Array, "*rows n"], y: Float[_Array, "*rows n"]) -> Float[np.ndarray, "*rows"]:
     """Pearson correlation of matching rows of ``x`` and ``y`` (``[..., n]``, broadcast).
 
     NaN where a row is (numerically) constant: the centred norm must exceed 1e-12 of the raw norm,
@@ -180,7 +183,7 @@ def pearson_rows(x, y) -> np.ndarray:
         return np.where(ok, num / np.where(ok, den, 1.0), np.nan)
 
 
-def spearman_rows(x, y) -> np.ndarray:
+def spearman_rows(x: Float[_Array, "*rows n"], y: Float[_Array, "*rows n"]) -> Float[np.ndarray, "*rows"]:
     """Spearman rank correlation of matching rows (average ranks for ties; NaN for a constant row)."""
     x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
     return pearson_rows(rank_rows(x), rank_rows(y))
@@ -193,19 +196,19 @@ def _pair(x, y) -> Tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def pearson(x, y) -> float:
+def pearson(x: Float[_Array, "n"], y: Float[_Array, "n"]) -> float:
     """Pearson correlation of two 1-D samples (NaN if either is constant)."""
     x, y = _pair(x, y)
     return float(pearson_rows(x, y))
 
 
-def spearman(x, y) -> float:
+def spearman(x: Float[_Array, "n"], y: Float[_Array, "n"]) -> float:
     """Spearman rank correlation of two 1-D samples (average ranks for ties; NaN if either is constant)."""
     x, y = _pair(x, y)
     return float(spearman_rows(x, y))
 
 
-def slope_rows(x, y) -> np.ndarray:
+def slope_rows(x: Float[_Array, "*rows n"], y: Float[_Array, "*rows n"]) -> Float[np.ndarray, "*rows"]:
     """Least-squares slope of y on x for matching rows (NaN where x is constant)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     xc = x - x.mean(-1, keepdims=True)
@@ -226,7 +229,7 @@ def _rng(seed_or_rng) -> np.random.Generator:
     return np.random.default_rng(seed_or_rng)
 
 
-def child_rngs(seed, n: int) -> Tuple[np.random.Generator, ...]:
+def child_rngs(n: int, *, seed) -> Tuple[np.random.Generator, ...]:
     """``n`` independent generators spawned from one seed (``np.random.SeedSequence(seed).spawn(n)``).
 
     Use one per random purpose (bootstrap, permutations, data) so that changing the number of draws
@@ -284,12 +287,14 @@ def keyed_seed(seed, *keys: int) -> int:
     return int(_keyed_sequence(seed, keys).generate_state(2, np.uint64)[0] >> 1)
 
 
-def bootstrap_indices(n: int, n_boot: int, seed_or_rng=0) -> np.ndarray:
-    """``[n_boot, n]`` row indices drawn with replacement: one bootstrap resample per row."""
-    return _rng(seed_or_rng).integers(0, n, size=(n_boot, n))
+def bootstrap_indices(n: int, n_boot: int, *, seed=0) -> Int[np.ndarray, "n_boot n"]:
+    """``[n_boot, n]`` row indices drawn with replacement: one bootstrap resample per row (``seed``: an
+    int or a ``numpy.random.Generator``)."""
+    return _rng(seed).integers(0, n, size=(n_boot, n))
 
 
-def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5, axis: Optional[int] = None):
+def percentile_interval(reps: Float[_Array, "n_boot *rest"], level: float = 0.95, *, min_finite: float = 0.5,
+                        axis: Optional[int] = None):
     """Percentile interval [q_α/2, q_1−α/2] of bootstrap replicates, NaN replicates dropped.
 
     (NaN, NaN) when fewer than ``min_finite`` of the replicates are finite. With ``axis`` (the axis of
@@ -316,13 +321,14 @@ def percentile_interval(reps, level: float = 0.95, *, min_finite: float = 0.5, a
     return float(lo), float(hi)
 
 
-def basic_interval(estimate: float, reps, level: float = 0.95, *, min_finite: float = 0.5) -> Interval:
+def basic_interval(estimate: float, reps: Float[_Array, "n_boot"], level: float = 0.95, *,
+                   min_finite: float = 0.5) -> Interval:
     """Basic (reverse-percentile) bootstrap interval [2θ̂ − q_1−α/2, 2θ̂ − q_α/2]."""
     lo, hi = percentile_interval(reps, level, min_finite=min_finite)
     return 2 * estimate - hi, 2 * estimate - lo
 
 
-def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_or_rng=0,
+def permutation_pvalue_rows(x: Float[_Array, "n"], y: Float[_Array, "n"], observed: float, *, n_perm: int = 1000, seed=0,
                             rank: bool = False) -> float:
     """Two-sided permutation p-value of a correlation: (#{|r(x, π y)| ≥ |r|} + 1) / (n_perm + 1).
 
@@ -334,7 +340,7 @@ def permutation_pvalue_rows(x, y, observed: float, *, n_perm: int = 1000, seed_o
         return float("nan")
     if rank:
         x, y = rank_rows(x), rank_rows(y)
-    rng = _rng(seed_or_rng)
+    rng = _rng(seed)
     perms = np.argsort(rng.random((n_perm, y.size)), axis=1)
     null = pearson_rows(np.broadcast_to(x, perms.shape), y[perms])
     null = np.where(np.isfinite(null), np.abs(null), 0.0)
@@ -351,7 +357,7 @@ class CorrelationInference:
     method: str  # "pearson" | "spearman"
 
 
-def correlation_inference(x, y, *, method: str = "spearman", n_boot: int = 1000, n_perm: int = 1000,
+def correlation_inference(x: Float[_Array, "n"], y: Float[_Array, "n"], *, method: str = "spearman", n_boot: int = 1000, n_perm: int = 1000,
                           seed: int = 0, level: float = 0.95) -> CorrelationInference:
     """r(x, y) (Pearson or Spearman), its percentile bootstrap interval over the pairs, and a
     two-sided permutation p-value; bootstrap and permutations use independent child streams of
@@ -361,10 +367,10 @@ def correlation_inference(x, y, *, method: str = "spearman", n_boot: int = 1000,
     x, y = _pair(x, y)
     corr = spearman_rows if method == "spearman" else pearson_rows
     r = float(corr(x, y))
-    boot_rng, perm_rng = child_rngs(seed, 2)
-    idx = bootstrap_indices(x.size, n_boot, boot_rng)
+    boot_rng, perm_rng = child_rngs(2, seed=seed)
+    idx = bootstrap_indices(x.size, n_boot, seed=boot_rng)
     ci = percentile_interval(corr(x[idx], y[idx]), level)
-    p = permutation_pvalue_rows(x, y, r, n_perm=n_perm, seed_or_rng=perm_rng, rank=method == "spearman")
+    p = permutation_pvalue_rows(x, y, r, n_perm=n_perm, seed=perm_rng, rank=method == "spearman")
     return CorrelationInference(value=r, ci=ci, pvalue=p, method=method)
 
 
@@ -385,12 +391,12 @@ def bootstrap_ci(stat: Callable[..., float], *arrays, n_boot: int = 1000, seed: 
         raise InvalidInputError("all arrays passed to bootstrap_ci must have the same number of rows.")
     if n < 2:
         return float("nan"), float("nan")
-    idx = bootstrap_indices(n, n_boot, seed)
+    idx = bootstrap_indices(n, n_boot, seed=seed)
     reps = np.array([stat(*[a[i] for a in arrs]) for i in idx], dtype=np.float64)
     return percentile_interval(reps, level)
 
 
-def permutation_pvalue(x, y, stat: Callable[[np.ndarray, np.ndarray], float] = spearman, *,
+def permutation_pvalue(x: Float[_Array, "n"], y: Float[_Array, "n"], stat: Callable[[np.ndarray, np.ndarray], float] = spearman, *,
                        n_perm: int = 1000, seed: Union[int, np.random.Generator] = 0) -> float:
     """Two-sided permutation p-value of an arbitrary ``stat(x, y)``: P(|stat(x, π y)| ≥ |stat(x, y)|)."""
     x, y = _pair(x, y)

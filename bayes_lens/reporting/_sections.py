@@ -53,8 +53,8 @@ QUICK: Dict[str, object] = {
     "ablation_random_seeds": (0,),
     "martingale_ns": (8, 16, 24, 32, 40),
     "martingale_n_seqs": 8,
-    "martingale_permutation": {"n": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
-    "martingale_compression": {"thetas": (0.3, 0.7), "length": 32, "n_seqs": 6},
+    "martingale_permutation": {"seq_len": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
+    "martingale_compression": {"thetas": (0.3, 0.7), "seq_len": 32, "n_seqs": 6},
     "n_boot": 300,
 }
 
@@ -70,8 +70,8 @@ FULL: Dict[str, object] = {
     "ablation_random_seeds": (0, 1, 2),
     "martingale_ns": tuple(range(10, 200, 20)),
     "martingale_n_seqs": 20,
-    "martingale_permutation": {"n": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
-    "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "length": 100, "n_seqs": 20},
+    "martingale_permutation": {"seq_len": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
+    "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "seq_len": 100, "n_seqs": 20},
     "n_boot": 1000,
 }
 
@@ -93,7 +93,7 @@ def _mean_over_heads(per_head: np.ndarray, n_boot: int, seed: int):
     v = per_head[np.isfinite(per_head)].ravel()
     if v.size < 2 or n_boot < 1:
         return float(np.mean(v)) if v.size else float("nan"), None
-    return float(v.mean()), tuple(percentile_interval(v[bootstrap_indices(v.size, n_boot, seed)].mean(1)))
+    return float(v.mean()), tuple(percentile_interval(v[bootstrap_indices(v.size, n_boot, seed=seed)].mean(1)))
 
 
 def _geometry(ctx: Context) -> SectionOutput:
@@ -108,7 +108,7 @@ def _geometry(ctx: Context) -> SectionOutput:
                                   "n_boot": nb, "n_null": z["geometry_n_null"]})
     # the API's own seeded subsample (bl.prompts.select's pool_size): the report draws exactly the
     # prompts bl.compare_domains(model, domains, pool_size=...) draws, and balances kinds in "mixed"
-    cmp = bl.compare_domains(model, domains, n=n, seed=ctx.seed, reference="mixed", n_boot=nb,
+    cmp = bl.compare_domains(model, domains, n_prompts=n, seed=ctx.seed, reference="mixed", n_boot=nb,
                              n_null=int(z["geometry_n_null"]), n_perm=nb, progress=ctx.progress,
                              pool_size=z["geometry_pool"])
     ctx.shared["geometry"] = cmp

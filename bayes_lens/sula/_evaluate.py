@@ -121,7 +121,7 @@ def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins:
 
     point = {key: float(np.asarray(v).ravel()[0]) for key, v in stats(np.arange(n)[None, :]).items()}
     out = {"n": n, "h_bayes_mean_bits": float(h_b.mean())}
-    reps = stats(bootstrap_indices(n, n_boot, rng)) if n >= 2 else {key: np.full(1, np.nan) for key in point}
+    reps = stats(bootstrap_indices(n, n_boot, seed=rng)) if n >= 2 else {key: np.full(1, np.nan) for key in point}
     for key in _METRICS:
         lo, hi = percentile_interval(reps[key])
         out[key] = point[key]
@@ -135,14 +135,14 @@ def _slope_with_ci(x: np.ndarray, y: np.ndarray, *, n_boot: int, rng) -> Tuple[f
     point = float(slope_rows(x, y))
     if len(x) < 2 or not np.isfinite(point):
         return point, (float("nan"), float("nan"))
-    idx = bootstrap_indices(len(x), n_boot, rng)
+    idx = bootstrap_indices(len(x), n_boot, seed=rng)
     return point, percentile_interval(slope_rows(x[idx], y[idx]))
 
 
 def _geometry_table(pc1, h_b, h_m, k, *, n_boot: int, boot_rng, perm_rng) -> pd.DataFrame:
     rows = []
     n = len(pc1)
-    idx = bootstrap_indices(n, n_boot, boot_rng) if n >= 2 else None
+    idx = bootstrap_indices(n, n_boot, seed=boot_rng) if n >= 2 else None
 
     def within_k(a):  # subtract each k's mean: what is left cannot be explained by k (or length)
         out = np.asarray(a, dtype=np.float64).copy()
@@ -165,7 +165,7 @@ def _geometry_table(pc1, h_b, h_m, k, *, n_boot: int, boot_rng, perm_rng) -> pd.
         rows.append({"pair": name, "pearson": r, "pearson_ci_low": lo, "pearson_ci_high": hi,
                      "abs_pearson": abs(r) if np.isfinite(r) else float("nan"),
                      "spearman": rs, "spearman_ci_low": slo, "spearman_ci_high": shi,
-                     "perm_pvalue": permutation_pvalue_rows(a, b, r, n_perm=n_boot, seed_or_rng=perm_rng), "n": n})
+                     "perm_pvalue": permutation_pvalue_rows(a, b, r, n_perm=n_boot, seed=perm_rng), "n": n})
     return pd.DataFrame(rows)
 
 
@@ -414,7 +414,7 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
     h_prior = binary_entropy_bits(np.array([it.prior for it in items], dtype=np.float64))
 
     groups = [(int(kv), k == kv) for kv in dict.fromkeys(k.tolist())] + [("all", np.ones_like(k, dtype=bool))]
-    streams = child_rngs(seed, len(groups) + 3)
+    streams = child_rngs(len(groups) + 3, seed=seed)
     rows = []
     for gi, (name, sel) in enumerate(groups):
         st = _group_stats(h_m[sel], h_b[sel], p_m[sel], p_b[sel], outcome[sel], mass[sel],
@@ -465,7 +465,7 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
 
 
 def evaluate(
-    model_or_cache,
+    source,
     prompts: Optional[Sequence[SulaItem]] = None,
     *,
     layer: int = -1,
@@ -484,7 +484,7 @@ def evaluate(
 
     Parameters
     ----------
-    model_or_cache:
+    source:
         A TransformerLens model (the prompts are run in batches), or what ``run_with_cache`` returned
         on the prompts' texts: the ``(logits, cache)`` pair (or the cache with ``logits=``; a dict of
         its tensors with ``model=``), holding ``hook_v`` at ``layer``; pass the ``tokens`` (or their
@@ -519,16 +519,16 @@ def evaluate(
     """
     _check_n_boot(n_boot)
     check_seed(seed)
-    m = source_model(model_or_cache, model)
+    m = source_model(source, model)
     if m is None:
         raise InvalidInputError("a plain dict of tensors or a reduced cache does not record its model; pass model=.")
     if prompts is None:
-        if is_cache_like(model_or_cache) or isinstance(model_or_cache, ReducedCache):
+        if is_cache_like(source) or isinstance(source, ReducedCache):
             raise InvalidInputError("with a cache pass the SULA items it was made from: evaluate(cache, prompts).")
         prompts = make_prompts(m, seed=seed)
     items = as_prompts(prompts)
     layer = adapter.resolve_layer(m, layer)
-    rc, _ = as_reduced(model_or_cache, items.texts, model=model, logits=logits, attention_mask=attention_mask,
+    rc, _ = as_reduced(source, items.texts, model=model, logits=logits, attention_mask=attention_mask,
                        tokens=tokens, value_layers=[layer], token_ids=list(label_token_ids(m, items.labels)),
                        fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc="sula.evaluate:")
     return evaluate_reduced(rc, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)

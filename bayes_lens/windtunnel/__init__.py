@@ -21,7 +21,7 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> model, task = bl.windtunnel.load("bijection")                         # doctest: +SKIP
->>> bl.windtunnel.evaluate(model, task, n=1000, seed=0).mae_bits           # doctest: +SKIP
+>>> bl.windtunnel.evaluate(model, task, n_seqs=1000, seed=0).mae_bits           # doctest: +SKIP
 >>> base, _ = bl.windtunnel.untrained("bijection", seed=0)                  # doctest: +SKIP
 >>> bl.windtunnel.compare(model, base, task).table                          # doctest: +SKIP
 """
@@ -89,7 +89,7 @@ def load(name="bijection", kind: str = "auto", *, device=None):
     return model, ckpt.task
 
 
-def untrained(name="bijection", seed: int = 0, kind: str = "auto", *, device=None):
+def untrained(name="bijection", kind: str = "auto", *, seed: int = 0, device=None):
     """An untrained model of the same shape as checkpoint ``name`` (Hugging Face init, seeded): ``(model, task)``."""
     from .._validate import check_device, check_seed
     from .model import random_weights

@@ -53,7 +53,7 @@ def _cmd_train(args) -> int:
         resume = False
     run = train(task, cfg, steps=args.steps, seed=args.seed, out=args.out, resume=resume,
                 overwrite=args.overwrite, checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
-                eval_n=args.eval_n, threads=args.threads,
+                n_eval_seqs=args.eval_n, threads=args.threads,
                 extra={"command": _command_line(args)})
     print(run.history.to_string(index=False))
     print(f"task {task!r}: final MAE {run.final_mae_bits:.5f} bits after {run.steps} steps "
@@ -72,7 +72,7 @@ def _cmd_eval(args) -> int:
             model, task = untrained(args.checkpoint, seed=args.seed, kind=args.kind, device=device)
         else:
             model, task = load(args.checkpoint, kind=args.kind, device=device)
-        res = evaluate(model, task, n=args.n, seed=args.seed)
+        res = evaluate(model, task, n_seqs=args.n, seed=args.seed)
     if args.json:
         print(json.dumps({k: v for k, v in res.to_dict().items()
                           if k not in ("model_entropy_bits", "bayes_entropy_bits")}, indent=1))

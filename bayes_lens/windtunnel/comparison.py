@@ -22,7 +22,7 @@ columns. Paper I's models were larger (6 layers, width 192, V = 20) than ours.
 Example
 -------
 >>> import bayes_lens as bl
->>> cmp = bl.windtunnel.compare("bijection", n=200, seed=0)      # doctest: +SKIP
+>>> cmp = bl.windtunnel.compare("bijection", n_prompts=200, seed=0)      # doctest: +SKIP
 >>> cmp.table                                                     # doctest: +SKIP
 """
 
@@ -80,16 +80,17 @@ class WindTunnelComparison(Result):
         return fig
 
 
-def geometry_prompts(task, n: int = 200, seed: int = 0):
-    """``(prompts, bayes_entropy_bits, position)``: ``n`` task prefixes ending at a scored position.
+def geometry_prompts(task, n_prompts: int = 200, *, seed: int = 0):
+    """``(prompts, bayes_entropy_bits, position)``: ``n_prompts`` task prefixes ending at a scored position.
 
     The scored position k of prompt i is ``i mod K`` + 1 (so every k appears n/K times); the
     sequences themselves are fresh draws with ``seed``.
     """
     task = make_task(task)
+    n = n_prompts
     if isinstance(n, bool) or not isinstance(n, int) or n < 3:
-        raise InvalidInputError(f"n must be an integer >= 3, got {n!r}.")
-    batch = task.sample(n, seed)
+        raise InvalidInputError(f"n_prompts must be an integer >= 3, got {n!r}.")
+    batch = task.sample(n, seed=seed)
     K = len(batch.target_positions)
     k = np.arange(n) % K
     ends = batch.target_positions[k] + 1
@@ -97,15 +98,17 @@ def geometry_prompts(task, n: int = 200, seed: int = 0):
     return texts, batch.bayes_entropy_bits[np.arange(n), k], k + 1
 
 
-def compare(trained, untrained=None, task=None, *, n: int = 200, seed: int = 0, layer: int = -1,
-            n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000, eval_n: int = 1000,
+def compare(model, untrained=None, task=None, *, n_prompts: int = 200, seed: int = 0, layer: int = -1,
+            n_boot: int = 1000, n_null: int = 200, n_perm: int = 1000, n_eval_seqs: int = 1000,
             progress: Optional[bool] = None) -> WindTunnelComparison:
-    """Geometry suite and entropy error on ``trained`` vs ``untrained`` (same shape, same prompts).
+    """Geometry suite and entropy error on the trained ``model`` vs ``untrained`` (same shape, same prompts).
 
-    ``trained`` is a TransformerLens model built for ``task``'s vocabulary, or the name / folder of a
+    ``model`` is a trained TransformerLens model built for ``task``'s vocabulary, or the name / folder of a
     checkpoint (``"bijection"``, ``"hmm"``): then ``task`` comes from it and ``untrained`` defaults
-    to a same-shape random model (seed ``seed``). ``n`` prompts (stratified over positions, seeded).
+    to a same-shape random model (seed ``seed``). ``n_prompts`` prompts (stratified over positions,
+    seeded); ``n_eval_seqs`` sequences for the entropy error (:func:`bayes_lens.windtunnel.evaluate`).
     """
+    trained = model
     from .._geometry import geometry
     from ..metrics.stats import bootstrap_ci, pearson, permutation_pvalue, spearman
     from . import load, untrained as make_untrained
@@ -120,15 +123,15 @@ def compare(trained, untrained=None, task=None, *, n: int = 200, seed: int = 0, 
         if untrained is None:
             untrained, _ = make_untrained(name, seed=seed)
     if task is None or untrained is None:
-        raise InvalidInputError("pass both models and the task: compare(trained, untrained, task), or a checkpoint "
+        raise InvalidInputError("pass both models and the task: compare(model, untrained, task), or a checkpoint "
                                 "name: compare('bijection').")
     task = make_task(task)
-    prompts, h_bayes, _ = geometry_prompts(task, n=n, seed=seed)
+    prompts, h_bayes, _ = geometry_prompts(task, n_prompts=n_prompts, seed=seed)
     kw = dict(layer=layer, seed=seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm, progress=progress)
     geo_t = geometry(trained, prompts, reference=untrained, **kw)
     geo_u = geometry(untrained, prompts, **kw)
-    ev_t = evaluate(trained, task, n=eval_n, seed=seed, n_boot=n_boot, progress=progress)
-    ev_u = evaluate(untrained, task, n=eval_n, seed=seed, n_boot=n_boot, progress=progress)
+    ev_t = evaluate(trained, task, n_seqs=n_eval_seqs, seed=seed, n_boot=n_boot, progress=progress)
+    ev_u = evaluate(untrained, task, n_seqs=n_eval_seqs, seed=seed, n_boot=n_boot, progress=progress)
 
     def bayes_alignment(geo, stat):
         pc1 = geo.value_manifold.coords[:, 0].numpy().astype(np.float64)

@@ -20,7 +20,7 @@ Example
 -------
 >>> import bayes_lens as bl
 >>> model, task = bl.windtunnel.load("bijection")              # the shipped checkpoint (V = 10)
->>> ev = bl.windtunnel.evaluate(model, task, n=20, seed=0, n_boot=50)
+>>> ev = bl.windtunnel.evaluate(model, task, n_seqs=20, seed=0, n_boot=50)
 >>> bool(ev.mae_bits < 0.1)                                     # within a tenth of a bit of Bayes
 True
 """
@@ -131,21 +131,22 @@ def _check_model_vocab(model, task) -> None:
         )
 
 
-def evaluate(model, task, n: int = 1000, seed: int = 0, *, batch_size: int = 250, n_boot: int = 1000,
+def evaluate(model, task, n_seqs: int = 1000, *, seed: int = 0, batch_size: int = 250, n_boot: int = 1000,
              progress: Optional[bool] = None) -> WindTunnelEval:
-    """Evaluate ``model`` on ``n`` fresh sequences of ``task`` (seeded) against the exact posterior.
+    """Evaluate ``model`` on ``n_seqs`` fresh sequences of ``task`` (seeded) against the exact posterior.
 
     ``model`` is a TransformerLens model (HookedTransformer or TransformerBridge) built for the
     task's vocabulary, or the Hugging Face ``LlamaForCausalLM`` used in training. ``task`` is a
     task object or a name (``"bijection"``/``"hmm"`` with default parameters).
     """
     task = make_task(task)
+    n = n_seqs
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise InvalidInputError(f"n must be an integer >= 2 (the bootstrap needs two sequences), got {n!r}.")
+        raise InvalidInputError(f"n_seqs must be an integer >= 2 (the bootstrap needs two sequences), got {n!r}.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}.")
     _check_model_vocab(model, task)
-    batch = task.sample(int(n), seed)
+    batch = task.sample(int(n), seed=seed)
     try:
         device = next(model.parameters()).device
     except (StopIteration, AttributeError):

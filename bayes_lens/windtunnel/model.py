@@ -111,7 +111,7 @@ def build_hf(cfg: ModelConfig, d_vocab: int, *, seed: int = 0, attn: str = "sdpa
     return model
 
 
-def random_weights(cfg: ModelConfig, d_vocab: int, seed: int = 0) -> Dict[str, torch.Tensor]:
+def random_weights(cfg: ModelConfig, d_vocab: int, *, seed: int = 0) -> Dict[str, torch.Tensor]:
     """The weights of an untrained model of the same shape (Hugging Face init, seeded)."""
     return {k: v.detach().clone() for k, v in build_hf(cfg, d_vocab, seed=seed).state_dict().items()}
 

@@ -98,7 +98,7 @@ def _check_int(name: str, value, minimum: int, hint: str) -> int:
 
 
 def _check_n_seed(n, seed) -> None:
-    _check_int("n", n, 1, "ask for at least one sequence.")
+    _check_int("n_seqs", n, 1, "ask for at least one sequence.")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
 
@@ -177,8 +177,9 @@ class BijectionTask(_Task):
         """``[V]`` the exact Bayes entropy log2(V − k + 1) before y_k, k = 1 … V."""
         return np.log2(self.V - np.arange(self.V, dtype=np.float64))
 
-    def sample(self, n: int, seed: int) -> Batch:
-        """``n`` sequences, each with its own random bijection and input order (seeded)."""
+    def sample(self, n_seqs: int, *, seed: int) -> Batch:
+        """``n_seqs`` sequences, each with its own random bijection and input order (seeded)."""
+        n = n_seqs
         _check_n_seed(n, seed)
         rng = np.random.default_rng(seed)
         order = np.argsort(rng.random((n, self.V)), axis=1)        # which input comes k-th
@@ -295,17 +296,19 @@ class HMMTask(_Task):
     def n_targets(self) -> int:
         return self.K
 
-    def sample_parameters(self, n: int, seed: int):
-        """``(T, E)`` quantized parameters ``[n, S, S]``, ``[n, S, V]`` as integer counts out of Q."""
+    def sample_parameters(self, n_seqs: int, *, seed: int):
+        """``(T, E)`` quantized parameters ``[n_seqs, S, S]``, ``[n_seqs, S, V]`` as integer counts out of Q."""
+        n = n_seqs
         _check_n_seed(n, seed)
         rng = np.random.default_rng(seed)
         T = _quantize_rows(rng.dirichlet(np.full(self.S, self.alpha), size=(n, self.S)), self.Q)
         E = _quantize_rows(rng.dirichlet(np.full(self.V, self.alpha), size=(n, self.S)), self.Q)
         return T, E, rng
 
-    def sample(self, n: int, seed: int) -> Batch:
-        """``n`` sequences, each with its own random quantized HMM (seeded)."""
-        Tc, Ec, rng = self.sample_parameters(n, seed)
+    def sample(self, n_seqs: int, *, seed: int) -> Batch:
+        """``n_seqs`` sequences, each with its own random quantized HMM (seeded)."""
+        n = n_seqs
+        Tc, Ec, rng = self.sample_parameters(n, seed=seed)
         T, E = Tc / self.Q, Ec / self.Q
         rows = np.arange(n)
         obs = np.empty((n, self.K), dtype=np.int64)

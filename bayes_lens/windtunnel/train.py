@@ -109,7 +109,7 @@ class TrainResult(Result):
     """A finished (or resumed-and-finished) training run.
 
     ``history`` has one row per evaluation: ``step``, ``loss_nats`` (mean training loss since the
-    previous row), ``mae_bits`` (Paper I's error on ``eval_n`` held-out sequences). ``model(kind)``
+    previous row), ``mae_bits`` (Paper I's error on ``n_eval_seqs`` held-out sequences). ``model(kind)``
     builds a TransformerLens model from the final weights.
     """
 
@@ -188,7 +188,7 @@ def _restore_optimizer(model, opt, tensors: Dict[str, torch.Tensor], path) -> No
 
 
 def _quick_eval(model, task, n: int, seed: int) -> float:
-    batch = task.sample(n, seed)
+    batch = task.sample(n, seed=seed)
     was = model.training
     model.eval()
     with torch.inference_mode():
@@ -199,9 +199,9 @@ def _quick_eval(model, task, n: int, seed: int) -> float:
     return position_mae_bits(h, batch.bayes_entropy_bits)
 
 
-def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: int = 0, *, out=None,
+def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, *, seed: int = 0, out=None,
           resume: bool = False, overwrite: bool = False, checkpoint_every: Optional[int] = None,
-          eval_every: Optional[int] = None, eval_n: int = 500, threads: Optional[int] = None,
+          eval_every: Optional[int] = None, n_eval_seqs: int = 500, threads: Optional[int] = None,
           stop_at: Optional[int] = None, extra: Optional[dict] = None,
           progress: Optional[bool] = None) -> TrainResult:
     """Train a wind-tunnel model on ``task`` for ``steps`` optimizer steps (CPU by default).
@@ -219,7 +219,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
         yet the run starts at step 0 with a :class:`UserWarning` saying so (a job script that always
         passes ``resume=True`` works from its first run on; a mistyped ``out`` is not silent).
     overwrite: allow starting afresh over an existing checkpoint in ``out``.
-    eval_every / eval_n: held-out MAE (bits) every so many steps on ``eval_n`` sequences.
+    eval_every / n_eval_seqs: held-out MAE (bits) every so many steps on ``n_eval_seqs`` sequences.
     threads: torch CPU threads during training (restored afterwards).
     stop_at: stop (and checkpoint) after this many steps while keeping the learning-rate schedule of
         ``steps``: train in chunks and continue later with ``resume=True``.
@@ -229,7 +229,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
     config = TrainConfig() if config is None else config
     if not isinstance(config, TrainConfig):
         raise InvalidInputError(f"config must be a bl.windtunnel.TrainConfig, got {type(config).__name__}.")
-    for name, v, lo in (("steps", steps, 1), ("seed", seed, 0), ("eval_n", eval_n, 2)):
+    for name, v, lo in (("steps", steps, 1), ("seed", seed, 0), ("n_eval_seqs", n_eval_seqs, 2)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise InvalidInputError(f"{name} must be an integer >= {lo}, got {v!r}.")
     if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, (int, np.integer))
@@ -286,7 +286,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
         for step in bar:
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, steps, config)
-            batch = task.sample(config.batch_size, _batch_seed(seed, _TRAIN_STREAM, step))
+            batch = task.sample(config.batch_size, seed=_batch_seed(seed, _TRAIN_STREAM, step))
             logits = model(input_ids=torch.as_tensor(batch.tokens)).logits[:, torch.as_tensor(batch.target_positions)]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                      torch.as_tensor(batch.targets).reshape(-1))
@@ -297,7 +297,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
             losses.append(loss.detach().item())
             done = step + 1
             if done % eval_every == 0 or done == end:
-                mae = _quick_eval(model, task, eval_n, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
+                mae = _quick_eval(model, task, n_eval_seqs, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
                 history.append({"step": done, "loss_nats": float(np.mean(losses)), "mae_bits": mae,
                                 "wall_s": wall_before + time.perf_counter() - t0})
                 losses = []
@@ -312,7 +312,7 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, seed: i
 
     hist = pd.DataFrame(history, columns=["step", "loss_nats", "mae_bits", "wall_s"])
     final = float(hist["mae_bits"].iloc[-1]) if len(hist) else _quick_eval(
-        model, task, eval_n, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
+        model, task, n_eval_seqs, _batch_seed(config.eval_seed, _EVAL_STREAM, 0))
     return TrainResult(task=task, config=config, steps=max(end, start), seed=int(seed), final_mae_bits=final,
                        wall_s=float(hist["wall_s"].iloc[-1]) if len(hist) else 0.0, history=hist,
                        path=str(out) if out is not None else None, _weights=weights)

@@ -359,7 +359,7 @@ def test_uncentred_removal_on_raw_weights_does_not_warn():
         warnings.simplefilter("error")
         axis.removal()
         axis.keep_only()
-        axis.random_control(0)
+        axis.random_control(seed=0)
 
 
 @pytest.mark.parametrize("family,kind", _params([(f, k) for f in FAMILIES for k in FAMILY_KINDS if (f, k) not in SLOW]))

@@ -7,9 +7,7 @@ are small functions so the runner's own behaviour is checked quickly and exactly
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import math
 import re
 
 import jsonschema
@@ -199,7 +197,7 @@ def test_public_names_have_one_meaning_however_imported():
         assert inspect.isfunction(obj), name
         assert not isinstance(obj, types.ModuleType)
     assert list(inspect.signature(bl.report).parameters)[:2] == ["model", "out"]
-    assert list(inspect.signature(bl.geometry).parameters)[:2] == ["model_or_cache", "prompts"]
+    assert list(inspect.signature(bl.geometry).parameters)[:2] == ["source", "prompts"]
 
 
 def test_schema_rejects_broken_documents(tiny_model, fake_sections, tmp_path):

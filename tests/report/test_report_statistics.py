@@ -88,8 +88,8 @@ def _mixture64(sequences):
 
 def test_martingale_section_states_the_shape_caveat_and_the_floor():
     sizes = dict(_sections.QUICK, martingale_ns=(8, 16, 24, 32), martingale_n_seqs=6, n_boot=50,
-                 martingale_permutation={"n": 12, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
-                 martingale_compression={"thetas": (0.3,), "length": 16, "n_seqs": 4})
+                 martingale_permutation={"seq_len": 12, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
+                 martingale_compression={"thetas": (0.3,), "seq_len": 16, "n_seqs": 4})
     out = _sections._martingale(Context(model=_mixture64, quick=True, seed=0, progress=False, sizes=sizes))
     m = {x.key: x for x in out.metrics}
     r2 = m["martingale.adj_r2"].note

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from bayes_lens._results import Estimate
 from bayes_lens.reporting import _html, _sections

@@ -19,17 +19,17 @@ SMALL = TrainConfig(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64, batc
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("wt") / "bij"
-    run = train(BijectionTask(V=5), SMALL, steps=300, seed=0, out=out, eval_every=100, eval_n=200, threads=1)
+    run = train(BijectionTask(V=5), SMALL, steps=300, seed=0, out=out, eval_every=100, n_eval_seqs=200, threads=1)
     return run
 
 
 def test_training_beats_untrained_and_context_free(trained_run, tiny_kind):
     task = trained_run.task
     model = trained_run.model(kind=tiny_kind)
-    res = evaluate(model, task, n=400, seed=1)
+    res = evaluate(model, task, n_seqs=400, seed=1)
     base = to_tl(build_hf(SMALL.model_config(task), task.d_vocab, seed=123).state_dict(), SMALL.model_config(task),
                  task.vocab, tiny_kind)
-    res0 = evaluate(base, task, n=400, seed=1)
+    res0 = evaluate(base, task, n_seqs=400, seed=1)
     # best predictor that ignores the context: uniform over V at every position
     context_free = np.mean([abs(math.log2(5) - math.log2(5 - k)) for k in range(5)])
     assert res0.mae_bits.value > 1.0
@@ -44,8 +44,8 @@ def test_evaluate_matches_independent_entropies(trained_run):
     task = trained_run.task
     hf = build_hf(SMALL.model_config(task), task.d_vocab, attn="eager")
     hf.load_state_dict(trained_run.weights, strict=False)
-    res = evaluate(hf, task, n=50, seed=5, n_boot=100)
-    batch = task.sample(50, 5)
+    res = evaluate(hf, task, n_seqs=50, seed=5, n_boot=100)
+    batch = task.sample(50, seed=5)
     with torch.no_grad():
         logits = hf(input_ids=torch.as_tensor(batch.tokens)).logits.double()
     probs = torch.softmax(logits, -1).numpy()[:, batch.target_positions]
@@ -68,7 +68,7 @@ def test_tl_models_match_training_network(trained_run, tiny_kind):
     hf.load_state_dict(trained_run.weights, strict=False)
     hf.eval()
     model = bl.windtunnel.load(trained_run.path, kind=tiny_kind)[0]
-    prompts = task.to_text(task.sample(4, 9).tokens)
+    prompts = task.to_text(task.sample(4, seed=9).tokens)
     tokens, mask = bl.adapter.tokenize(model, prompts)
     np.testing.assert_array_equal(tokens.numpy(), task.from_text(prompts))  # word-level, no BOS
     with torch.no_grad():
@@ -89,11 +89,11 @@ def test_checkpoint_round_trip(trained_run):
 def test_resume_is_exact(tmp_path):
     task = HMMTask(S=2, V=2, K=4, Q=4)
     cfg = TrainConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, d_mlp=32, batch_size=8, warmup=5)
-    full = train(task, cfg, steps=24, seed=3, out=tmp_path / "full", eval_every=6, eval_n=20, threads=1)
+    full = train(task, cfg, steps=24, seed=3, out=tmp_path / "full", eval_every=6, n_eval_seqs=20, threads=1)
     # the same 24-step schedule, interrupted after 12 steps, then resumed from the checkpoint
-    part = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", eval_every=6, eval_n=20, threads=1, stop_at=12)
+    part = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", eval_every=6, n_eval_seqs=20, threads=1, stop_at=12)
     assert read_checkpoint(tmp_path / "part").step == 12 and part.steps == 12
-    resumed = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", resume=True, eval_every=6, eval_n=20,
+    resumed = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", resume=True, eval_every=6, n_eval_seqs=20,
                     threads=1)
     for k, v in full.weights.items():
         torch.testing.assert_close(resumed.weights[k], v, atol=1e-6, rtol=1e-5)
@@ -101,7 +101,7 @@ def test_resume_is_exact(tmp_path):
     assert list(resumed.history["step"]) == list(full.history["step"]) == [6, 12, 18, 24]
     np.testing.assert_allclose(resumed.history["mae_bits"], full.history["mae_bits"], atol=1e-5)
     # resuming a finished run does nothing and returns its weights
-    again = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", resume=True, eval_n=20, threads=1)
+    again = train(task, cfg, steps=24, seed=3, out=tmp_path / "part", resume=True, n_eval_seqs=20, threads=1)
     torch.testing.assert_close(again.weights["lm_head.weight"], resumed.weights["lm_head.weight"], atol=0, rtol=0)
 
 
@@ -191,9 +191,9 @@ def test_missing_checkpoint_and_bad_names(tmp_path):
 def test_evaluate_rejects_other_vocabulary(trained_run, tiny_kind):
     model = trained_run.model(kind=tiny_kind)
     with pytest.raises(bl.InvalidInputError, match="vocabulary"):
-        evaluate(model, BijectionTask(V=7), n=10)
-    with pytest.raises(bl.InvalidInputError, match="n must be"):
-        evaluate(model, trained_run.task, n=1)
+        evaluate(model, BijectionTask(V=7), n_seqs=10)
+    with pytest.raises(bl.InvalidInputError, match="n_seqs must be"):
+        evaluate(model, trained_run.task, n_seqs=1)
 
 
 def test_cli_train_and_eval(tmp_path, capsys):
@@ -220,8 +220,8 @@ def test_resume_without_a_checkpoint_says_it_starts_afresh(tmp_path, capsys):
     task = BijectionTask(V=4)
     cfg = TrainConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, d_mlp=32, batch_size=8, warmup=2)
     with pytest.warns(UserWarning, match="holds no checkpoint .* starting a new run at step 0"):
-        run = train(task, cfg, steps=3, seed=0, out=tmp_path / "fresh", resume=True, eval_n=10, threads=1)
-    ref = train(task, cfg, steps=3, seed=0, out=tmp_path / "ref", eval_n=10, threads=1)
+        run = train(task, cfg, steps=3, seed=0, out=tmp_path / "fresh", resume=True, n_eval_seqs=10, threads=1)
+    ref = train(task, cfg, steps=3, seed=0, out=tmp_path / "ref", n_eval_seqs=10, threads=1)
     assert all(torch.equal(run.weights[k], ref.weights[k]) for k in ref.weights)  # a run from step 0
     with pytest.raises(bl.InvalidInputError, match="no out was given"):
         train(task, cfg, steps=3, resume=True)
