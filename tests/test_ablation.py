@@ -286,14 +286,14 @@ def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch
 
     monkeypatch.setattr(hookpoints, "move_along", move)
     monkeypatch.setattr(_Part, "coordinate_op", op)
-    for patch in (axis.removal(lam=0.5), axis.random_control(0, lam=0.5)):
+    for patch in (axis.removal(lam=0.5), axis.random_control(seed=0, lam=0.5)):
         calls.clear()
         with bl.patched(tiny, patch), torch.inference_mode():
             tiny(toks, attention_mask=mask)
         (part,) = patch.parts
         assert [c[0] for c in calls] == ["move_along", "coordinate_op"], (patch.label, calls)
         assert calls[0][2] == (model_info(tiny).kv_dim,) and calls[1][1:] == (part.hook_name, part.on_coordinate)
-    assert axis.removal().parts[0].on_coordinate and not axis.random_control(0).parts[0].on_coordinate
+    assert axis.removal().parts[0].on_coordinate and not axis.random_control(seed=0).parts[0].on_coordinate
 
 
 @pytest.mark.parametrize("op,kw", [("removal", {"lam": 1.0}), ("removal", {"lam": 0.5}),

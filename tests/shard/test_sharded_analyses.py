@@ -20,26 +20,14 @@ import torch
 import bayes_lens as bl
 import bayes_lens.shard as sh
 from bayes_lens.models.tiny import tiny_model
+from test_shard import assert_same_result  # tests/shard is on sys.path (pytest's rootdir-less import)
 
 PROMPTS = [f"the cat {i} is a {'dog ' * (i % 4)}tree" for i in range(14)]  # 4 batches of 4 -> 2 shards
 
 
 def assert_same(a, b, tol=1e-12):
-    """Two to_dict() trees equal: numbers to ``tol``, arrays elementwise, everything else exactly."""
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b)
-        for k in a:
-            assert_same(a[k], b[k], tol)
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y, tol)
-    elif isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, bool):
-        assert np.isclose(float(a), float(b), atol=tol, rtol=0, equal_nan=True), (a, b)
-    elif isinstance(a, (np.ndarray, torch.Tensor)):
-        np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), atol=tol, rtol=0)
-    else:
-        assert a == b
+    """Two to_dict() trees equal: numbers to ``tol`` (bit-level by default), arrays elementwise."""
+    assert_same_result(a, b, tol)
 
 
 def folders(d: Path) -> dict:
@@ -91,7 +79,7 @@ def test_geometry_parts_sharded_equal_one_process(model, tmp_path):
 def test_compare_domains_sharded_equals_one_process(tiny_kind, tmp_path):
     pools = {"a": [f"the cat {i} sat on the {'mat ' * (i % 3)}" for i in range(20)],
              "b": [f"{i} plus {i % 7} is" for i in range(20)]}
-    kw = dict(n=10, seed=1, layer=1, n_boot=20, n_null=10, n_perm=20, batch_size=4, progress=False)
+    kw = dict(n_prompts=10, seed=1, layer=1, n_boot=20, n_null=10, n_perm=20, batch_size=4, progress=False)
     ref = bl.compare_domains(tiny_model(tiny_kind), pools, **kw)
     # a fresh model object: the prompt scores are cached per model, and the scoring must run sharded too
     with sh.sharded(tiny_model(tiny_kind), shard_dir=tmp_path, **ENG) as m:
@@ -108,7 +96,7 @@ def test_compare_domains_sharded_equals_one_process(tiny_kind, tmp_path):
 def test_martingale_predictive_and_permutation_average_sharded_equal_one_process(model, tmp_path):
     seqs = np.random.default_rng(0).integers(0, 2, size=(9, 7))
     p_ref, m_ref = bl.martingale.predictive(model, seqs, return_mass=True, include_next=True, batch_size=4)
-    kw = dict(n=6, n_seqs=4, n_perms=4, ks=(1, 2), seed=2, n_partitions=5, n_boot=20, batch_size=4, progress=False)
+    kw = dict(seq_len=6, n_seqs=4, n_perms=4, ks=(1, 2), seed=2, n_partitions=5, n_boot=20, batch_size=4, progress=False)
     ref_perm = bl.martingale.permutation_average(model, **kw)
     with sh.sharded(model, shard_dir=tmp_path, **ENG) as m:
         p_sh, m_sh = bl.martingale.predictive(m, seqs, return_mass=True, include_next=True, batch_size=4)
