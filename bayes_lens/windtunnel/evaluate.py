@@ -21,7 +21,7 @@ Example
 >>> import bayes_lens as bl
 >>> model, task = bl.windtunnel.load("bijection")              # the shipped checkpoint (V = 10)
 >>> ev = bl.windtunnel.evaluate(model, task, n_seqs=20, seed=0, n_boot=50)
->>> bool(ev.mae_bits < 0.1)                                     # within a tenth of a bit of Bayes
+>>> bool(ev.mae_bits.value < 0.1)                                   # within a tenth of a bit of Bayes
 True
 """
 
