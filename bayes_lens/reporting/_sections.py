@@ -183,6 +183,11 @@ _CTRL_LABEL = {"lexical_remap": "lexical remap", "shuffled_labels": "shuffled la
                "evidence_removed": "evidence removed", "carriers_masked": "carriers masked"}
 
 
+def _row(table, k="all"):
+    rows = table[table["k"].astype(str) == str(k)]
+    return rows.iloc[0] if len(rows) else None
+
+
 def _geo_row(geometry, pair):
     rows = geometry[geometry["pair"] == pair]
     return rows.iloc[0] if len(rows) else None
