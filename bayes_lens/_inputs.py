@@ -27,7 +27,7 @@ from torch import Tensor
 from . import adapter
 from .collect import check_prompts, collect, reduce_cache
 from .errors import InvalidInputError, LayerIndexError
-from .reduced import ENTROPY_NAME, TOKEN_LOGPROBS, ReducedCache, row_name
+from .reduced import TOKEN_LOGPROBS, ReducedCache, row_name
 
 __all__ = ["as_reduced", "classify", "is_cache_like", "source_model", "is_layer_dict"]
 
@@ -163,7 +163,6 @@ def _check_holds(rc: ReducedCache, v_layers: Sequence[int], r_layers: Sequence[i
             raise InvalidInputError(f"the reduced cache holds attention entropies at positions="
                                     f"{rc.attention_positions!r}, not {attention_positions!r}; collect it again with "
                                     f"attention_positions={attention_positions!r}, or pass that value.")
-        rc.require(ENTROPY_NAME.format(layer=0), "collect with attention=True.")
     if token_ids is not None:
         lp = rc.require(TOKEN_LOGPROBS, "collect with token_ids= (the label token ids).")
         if int(lp.shape[1]) != len(list(token_ids)):

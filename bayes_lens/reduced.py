@@ -202,12 +202,6 @@ class ReducedCache(Mapping):
         return self.require(TOKEN_LOGPROBS, "collect with token_ids= (from a cache: pass the logits too).")
 
     # ---- combining and storing --------------------------------------------------------------------
-    def select(self, names: Iterable[str]) -> "ReducedCache":
-        """A reduced cache of only ``names`` (same rows)."""
-        names = list(names)
-        return ReducedCache({k: self.require(k, "collect it first.") for k in names}, n_tokens=self.n_tokens,
-                            indices=self.indices, attention_positions=self.attention_positions)
-
     @classmethod
     def merge(cls, parts: Sequence["ReducedCache"]) -> "ReducedCache":
         """Concatenate shards in order (all must hold the same keys, trailing shapes and attention positions)."""
