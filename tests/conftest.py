@@ -32,6 +32,21 @@ def pytest_report_header(config):
     return f"transformer-lens {md.version('transformer-lens')}; model kinds under test: {KINDS}"
 
 
+@pytest.fixture(autouse=True)
+def _restore_grad_mode():
+    """Put torch's global grad mode back after every test.
+
+    The README quickstart and the tutorials run as written, in this process, and they call
+    ``torch.set_grad_enabled(False)`` as TransformerLens's demos do; without this, every later test
+    that trains or uses backward hooks would run with autograd off.
+    """
+    import torch
+
+    before = torch.is_grad_enabled()
+    yield
+    torch.set_grad_enabled(before)
+
+
 @pytest.fixture(params=KINDS)
 def tiny_kind(request) -> str:
     return request.param
