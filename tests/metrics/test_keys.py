@@ -64,6 +64,8 @@ def test_monte_carlo_agrees_with_exact_formula():
     assert sims.shape == (40,)
     assert sims.mean() == pytest.approx(gaussian_abs_cosine(576), rel=0.01)
     assert np.array_equal(sims, simulate_gaussian_abs_cosine(576, 64, n_sims=40, seed=0))
+    sims[:] = 0.0  # the draws are remembered; a caller's copy is its own
+    assert simulate_gaussian_abs_cosine(576, 64, n_sims=40, seed=0).mean() == pytest.approx(gaussian_abs_cosine(576), rel=0.01)
 
 
 @pytest.mark.parametrize("d,m", [(20, 5), (8, 8), (64, 16)])

@@ -112,6 +112,35 @@ def test_bootstrap_replicates_match_direct_resamples():
     assert np.array_equal(boot, bootstrap_pca_stats(x, n_boot=7, seed=3))
 
 
+@pytest.mark.parametrize("n,d,seed", [(12, 40, 0), (64, 192, 1), (20, 25, 2)])
+def test_bootstrap_of_fewer_rows_than_columns_matches_sklearn_per_resample(n, d, seed):
+    """n < d: each resample goes through its distinct rows (weighted) unless a column is nearly
+    constant in it; both routes equal scikit-learn's PCA of the re-standardized resample."""
+    x = _data(n, d, seed=seed)
+    x[:, 3] = np.where(np.arange(n) < n // 2, 1.0, 2.0) + 1e3   # two values, far from 0: often constant in small resamples
+    x[:, 5] = 7.0
+    x[0, 5] = 7.5                                                 # constant except one row
+    boot = bootstrap_pca_stats(x, n_boot=40, seed=seed)
+    idx = np.random.default_rng(seed).integers(0, n, size=(40, n))
+    x = x[:, x.std(axis=0) > 0]
+    for b in range(40):
+        xb = x[idx[b]]
+        keep = xb.std(axis=0) > 0
+        ref = PCA().fit(StandardScaler().fit_transform(xb[:, keep]))
+        evr = ref.explained_variance_ratio_
+        assert boot[b, 0] == pytest.approx(evr[0], abs=1e-10)
+        assert boot[b, 1] == pytest.approx(evr[:2].sum(), abs=1e-10)
+        assert boot[b, 2] == pytest.approx(1.0 / (evr ** 2).sum(), rel=1e-9)
+
+
+def test_gaussian_null_is_remembered_but_each_caller_gets_its_own_copy():
+    a = gaussian_null_pca_stats(20, 30, n_sims=10, seed=4)
+    a[:] = -1.0
+    b = gaussian_null_pca_stats(20, 30, n_sims=10, seed=4)
+    assert np.all(b > 0) and b.flags.writeable
+    assert not np.array_equal(b, gaussian_null_pca_stats(20, 30, n_sims=10, seed=5))
+
+
 def test_gaussian_null_matches_marchenko_pastur():
     # n = 400 samples in d = 100 dimensions: top eigenvalue of the correlation matrix -> (1 + sqrt(d/n))^2
     null = gaussian_null_pca_stats(400, 100, n_sims=20, seed=0)
