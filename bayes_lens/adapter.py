@@ -66,6 +66,8 @@ __all__ = [
     "visible_keys",
     "processing",
     "tokenize",
+    "encode_prompts",
+    "pad_batch",
     "model_device",
     "input_device",
     "model_lock",
@@ -717,8 +719,17 @@ def tokenize(
 
     ``prepend_bos`` defaults to the model's own setting (``cfg.default_prepend_bos``; False for the
     GGUF models, whose tokenizer adds no BOS). Raises for an empty list, a non-string, an empty
-    prompt, or a prompt longer than the model's context.
+    prompt, or a prompt longer than the model's context. The same as
+    ``pad_batch(model, encode_prompts(model, prompts), padding_side=...)``.
     """
+    if padding_side not in ("left", "right"):
+        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    return pad_batch(model, encode_prompts(model, prompts, prepend_bos=prepend_bos), padding_side=padding_side)
+
+
+def encode_prompts(model, prompts: Sequence[str], *, prepend_bos: Optional[bool] = None) -> List[List[int]]:
+    """The token ids of each prompt (BOS first when ``prepend_bos``, default the model's setting), checked
+    as :func:`tokenize` checks them; errors name the prompt by its position in ``prompts``."""
     if isinstance(prompts, str):
         raise InvalidInputError("prompts must be a list of strings, not one string; wrap it: [prompt].")
     prompts = list(prompts)
@@ -729,8 +740,6 @@ def tokenize(
             raise InvalidInputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
         if not p:
             raise InvalidInputError(f"prompt {i} is the empty string; every prompt needs at least one token.")
-    if padding_side not in ("left", "right"):
-        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
     tok = _tokenizer(model)
     if prepend_bos is None:
         prepend_bos = bool(getattr(model.cfg, "default_prepend_bos", False))
@@ -748,6 +757,16 @@ def tokenize(
             raise TokenizationError(
                 f"prompt {i} has {len(seq)} tokens but the model's context is {n_ctx}; shorten it."
             )
+    return ids
+
+
+def pad_batch(model, ids: Sequence[Sequence[int]], *, padding_side: str = "right"
+              ) -> Tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """Token id lists (from :func:`encode_prompts`) as a padded ``(tokens, attention_mask)`` batch on
+    :func:`input_device`, padded with the tokenizer's pad token (else EOS) on ``padding_side``."""
+    if padding_side not in ("left", "right"):
+        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    tok = _tokenizer(model)
     width = max(len(s) for s in ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     tokens = torch.full((len(ids), width), int(pad), dtype=torch.long)

@@ -4,6 +4,9 @@ Three variants on the same 64 prompts (batch size 16, right padding):
 
 * ``bare``     — the user's plain forward passes: ``model(tokens, attention_mask=mask)`` per batch, with
   full logits at every position (tokenization included, as in the other variants);
+* ``bare_grouped`` — the same plain passes with prompts of similar length batched together
+  (``forward_batches(..., sort_by_length=True)``'s batches): what length grouping, which the runner does
+  not do (it would break the bit-for-bit equality of sharded and one-process runs), would save;
 * ``geometry`` — ``bl.geometry(model, prompts)`` with its defaults (1,000 bootstrap resamples,
   200 null simulations, 1,000 permutations): one streaming pass with metric hooks + statistics;
 * ``naive``    — ``model.run_with_cache(tokens, attention_mask=mask)`` of *every* hook for every
@@ -17,9 +20,10 @@ after loading the model and a warm-up pass the peak-RSS counter is reset (``/pro
 "5"), and the extra peak is ``VmHWM`` after the run minus ``VmRSS`` before it. The memory target
 compares what each variant adds *above the bare forward pass's own peak* (logits, activations).
 
-Targets: geometry time ≤ 0.9 × bare (the runner computes the unembedding at the final token
-only, so it does less than a plain forward); geometry extra peak ≤ 10% of naive's extra peak (the runner keeps
-only the final-position reductions, a naive ``run_with_cache`` keeps every activation).
+Targets: geometry time ≤ 0.85 × bare at the short and ≈ 64-token prompts, ≤ 0.9 × at 1,024 tokens (the
+runner computes the unembedding at the final token only, so it does less than a plain forward); geometry extra peak ≤ 10% of naive's extra peak (the runner keeps only the final-position
+reductions, a naive ``run_with_cache`` keeps every activation). Each time ratio is given as best wall over
+best wall and as the median of the per-round ratios.
 
 Kinds: ``--kind all`` (the default) runs every kind available, each in a subprocess: the
 TL 3 ``HookedTransformer`` and ``TransformerBridge`` of the TL 3 venv and the TL 4 bridge of the TL 4
@@ -136,6 +140,21 @@ def run_bare(model, prompts):
             model(toks, attention_mask=mask)
 
 
+def run_bare_grouped(model, prompts):
+    """The bare forward with prompts of similar length batched together (a stable sort by token count)."""
+    import torch
+
+    from bayes_lens import adapter
+
+    b = SETTINGS["batch"]
+    ids = adapter.encode_prompts(model, prompts)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    with torch.inference_mode():
+        for s in range(0, len(order), b):
+            toks, mask = adapter.pad_batch(model, [ids[i] for i in order[s:s + b]])
+            model(toks, attention_mask=mask)
+
+
 def run_geometry(model, prompts):
     import bayes_lens as bl
 
@@ -182,7 +201,8 @@ def run_naive(model, prompts):
     return vm, keys, foc, al
 
 
-VARIANTS = {"bare": run_bare, "geometry": run_geometry, "naive": run_naive}
+VARIANTS = {"bare": run_bare, "bare_grouped": run_bare_grouped, "geometry": run_geometry, "naive": run_naive}
+MEMORY_VARIANTS = ("bare", "geometry", "naive")  # bare_grouped is timed only
 
 
 def memory_child(variant: str, kind: str) -> dict:
@@ -368,11 +388,12 @@ def run_all(args) -> None:
                 rows.append(dict(kind=kind, tl=tl, python=py, **d))
     print("\n### summary\n")
     print("| kind | transformer-lens | prompts × tokens (mean), batch | geometry / bare, best wall | best CPU | "
-          "median wall | extra peak above bare, % of naive's |")
-    print("|---|---|---|---:|---:|---:|---:|")
+          "median wall | median of round ratios | target | bare length-grouped / bare, median of round ratios | "
+          "extra peak above bare, % of naive's |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if r.get("failed"):
-            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | |")
+            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | | |")
             continue
         t, mem = r["timing"], r["memory"]
         best = {v: min(w) for v, w in t["wall_all"].items()}
@@ -382,8 +403,9 @@ def run_all(args) -> None:
         share = 100 * over["geometry"] / over["naive"] if over.get("naive", 0) > 0 else float("nan")
         st = t["settings"]
         print(f"| {t['kind']} | {r['tl']} | {st['n_prompts']} × {t['mean_tokens']:.0f}, {st['batch']} | "
-              f"{best['geometry'] / best['bare']:.2f}× | {cpu['geometry'] / cpu['bare']:.2f}× | "
-              f"{med['geometry'] / med['bare']:.2f}× | {share:.1f}% |")
+              f"{best['geometry'] / best['bare']:.3f}× | {cpu['geometry'] / cpu['bare']:.3f}× | "
+              f"{med['geometry'] / med['bare']:.3f}× | {round_ratio(t, 'bare'):.3f}× | ≤ {target(st)}× | "
+              f"{round_ratio(t, 'bare', 'bare_grouped'):.3f}× | {share:.1f}% |")
     print(f"\nload average at the end: {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
@@ -455,7 +477,7 @@ def main(argv=None):
     if args.timing_only:  # reuse the memory measurements of an earlier run
         with open(args.from_json) as f:
             mem = json.load(f)["memory"]
-    for v in ([] if args.timing_only else VARIANTS):
+    for v in ([] if args.timing_only else MEMORY_VARIANTS):
         mem[v] = _child(args, ["--_child", v])
     t = timing(args.kind, args.repeats)
     report(t, mem, args.repeats)
@@ -475,7 +497,7 @@ def report(t: dict, mem: dict, repeats: int) -> None:
     best = {v: min(w) for v, w in t["wall_all"].items()}
     best_cpu = {v: min(c) for v, c in t["cpu_all"].items()}
     med = {v: statistics.median(w) for v, w in t["wall_all"].items()}
-    over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in VARIANTS}
+    over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in MEMORY_VARIANTS}
     st = t.get("settings", {"n_prompts": N_PROMPTS, "batch": BATCH, "seq_len": None})
     size = f"{st['n_prompts']} prompts" + (f" of {st['seq_len']} random tokens" if st.get("seq_len") else "")
     print(f"SmolLM2-135M ({t['kind']}, transformer-lens {t.get('tl', '?')}), {size}, batch {st['batch']}, "
@@ -485,17 +507,36 @@ def report(t: dict, mem: dict, repeats: int) -> None:
     print("| variant | best wall (s) | × bare | median wall (s) | best CPU (s) | × bare | peak RSS above load (MiB) "
           "| above bare (MiB) | % of naive's |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for v in VARIANTS:
-        share = 100 * over[v] / over["naive"] if over["naive"] > 0 else float("nan")
-        print(f"| {v} | {best[v]:.1f} | {best[v] / best['bare']:.2f} | {med[v]:.1f} | {best_cpu[v]:.1f} | "
-              f"{best_cpu[v] / best_cpu['bare']:.2f} | {mem[v]['extra_peak_mib']:.0f} | {over[v]:.0f} | "
-              f"{share:.1f}% |")
-    g = best["geometry"] / best["bare"]
-    gm = over["geometry"] / over["naive"]
+    for v in t["wall_all"]:
+        if v in over:
+            share = 100 * over[v] / over["naive"] if over["naive"] > 0 else float("nan")
+            m = f"{mem[v]['extra_peak_mib']:.0f} | {over[v]:.0f} | {share:.1f}%"
+        else:
+            m = "— | — | —"
+        print(f"| {v} | {best[v]:.2f} | {best[v] / best['bare']:.2f} | {med[v]:.2f} | {best_cpu[v]:.2f} | "
+              f"{best_cpu[v] / best_cpu['bare']:.2f} | {m} |")
+    limit = target(st)
     print()
-    print(f"target geometry ≤ 0.9 × bare time: {'PASS' if g <= 0.9 else 'FAIL'} ({g:.2f}× best wall, "
-          f"{best_cpu['geometry'] / best_cpu['bare']:.2f}× best CPU); extra peak ≤ 10% of naive's: "
-          f"{'PASS' if gm <= 0.10 else 'FAIL'} ({100 * gm:.1f}%)")
+    g, r = best["geometry"] / best["bare"], round_ratio(t, "bare")
+    print(f"target geometry ≤ {limit} × bare: {'PASS' if max(g, r) <= limit else 'FAIL'} ({g:.3f}× best wall, "
+          f"{r:.3f}× median of the per-round ratios, {best_cpu['geometry'] / best_cpu['bare']:.3f}× best CPU)")
+    if "bare_grouped" in best:
+        print(f"length-grouped batches (not used by the runner): bare_grouped / bare = "
+              f"{best['bare_grouped'] / best['bare']:.3f}× best wall, {round_ratio(t, 'bare', 'bare_grouped'):.3f}× "
+              "median of the per-round ratios")
+    gm = over["geometry"] / over["naive"]
+    print(f"extra peak ≤ 10% of naive's: {'PASS' if gm <= 0.10 else 'FAIL'} ({100 * gm:.1f}%)")
+
+
+def target(settings: dict) -> float:
+    """The time target of these prompts: ≤ 0.85 × bare at short and ≈ 64-token prompts, ≤ 0.9 × at ≥ 1,024."""
+    return 0.9 if (settings.get("seq_len") or 0) >= 1024 else 0.85
+
+
+def round_ratio(t: dict, base: str, variant: str = "geometry") -> float:
+    """The median over the interleaved rounds of ``variant``'s wall time over ``base``'s in the same round
+    (a round's variants run back to back, so a slow spell of the machine hits both)."""
+    return statistics.median(g / b for g, b in zip(t["wall_all"][variant], t["wall_all"][base]))
 
 
 if __name__ == "__main__":

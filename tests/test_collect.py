@@ -113,6 +113,25 @@ def test_forward_batches_fields(tiny, side):
         torch.testing.assert_close(f.final_logits(), b.final_logits(), atol=1e-5, rtol=1e-5)
 
 
+def test_length_grouped_batches_keep_each_prompt_and_its_global_number(tiny):
+    """sort_by_length=True: batches of similar length, each row the prompt its index names (as
+    tokenized alone), fewer pad positions, and each row's logits those of its prompt alone."""
+    prompts = ["a", PROMPTS[2], "the", PROMPTS[2] + " and a dog", "cat", PROMPTS[0], "moon"]
+    lengths = [tokenize(tiny, [p])[0].shape[1] for p in prompts]
+    batches = list(forward_batches(tiny, prompts, batch_size=2, progress=False, sort_by_length=True, start_index=10))
+    order = [i - 10 for b in batches for i in b.indices.tolist()]
+    assert sorted(order) == list(range(len(prompts)))
+    assert [lengths[i] for i in order] == sorted(lengths)  # stable sort by token count
+    for b in batches:
+        for row, i in enumerate(b.indices.tolist()):
+            alone = tokenize(tiny, [prompts[i - 10]])[0][0]
+            assert torch.equal(b.tokens[row, : len(alone)], alone) and int(b.attention_mask[row].sum()) == len(alone)
+            torch.testing.assert_close(b.final_logits()[row], _alone(tiny, prompts[i - 10])[1].float(), atol=1e-4, rtol=1e-4)
+    as_given = list(forward_batches(tiny, prompts, batch_size=2, progress=False))
+    assert [b.indices.tolist() for b in as_given] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert sum(b.tokens.numel() for b in batches) < sum(b.tokens.numel() for b in as_given)
+
+
 def test_bad_input_errors(tiny):
     with pytest.raises(bl.InvalidInputError, match="empty"):
         collect(tiny, [], value_layers=[-1], progress=False)
