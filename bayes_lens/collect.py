@@ -80,7 +80,8 @@ from .metrics.stats import entropy_bits
 from .reduced import (ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, ReducedCache,
                       row_name)
 
-__all__ = ["Batch", "forward_batches", "collect", "reduce_cache", "check_prompts", "use_runner", "check_runnable"]
+__all__ = ["Batch", "forward_batches", "collect", "run_order", "reduce_cache", "check_prompts", "use_runner",
+           "check_runnable"]
 
 #: the runner of ``bl.shard.sharded(...)`` (an object with ``collect(model, prompts, **kw)``), or None
 _RUNNER: ContextVar = ContextVar("bayes_lens_runner", default=None)
@@ -146,7 +147,8 @@ def check_prompts(prompts) -> List[str]:
 
 def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padding_side: str = "right",
                     fwd_hooks: HookSource = (), logits: str = "final", progress: Optional[bool] = None,
-                    desc: str = "forward", start_index: int = 0, sort_by_length: bool = False) -> Iterator[Batch]:
+                    desc: str = "forward", start_index: int = 0, order: Optional[Sequence[int]] = None
+                    ) -> Iterator[Batch]:
     """Run ``prompts`` through ``model`` in padded batches; yield a :class:`Batch` per forward pass.
 
     ``fwd_hooks`` is a ``[(hook_name, fn)]`` list active in every pass, or a callable
@@ -156,12 +158,9 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
     unembedding at the final real token only; ``"all"`` at every position. ``start_index`` is the
     global index of the first prompt (for shards).
 
-    ``sort_by_length=True`` batches prompts of similar token counts together (a stable sort by length,
-    so the order is deterministic): far fewer pad positions are computed when lengths vary (on 64
-    prompts of the shipped pool, batch 16: 992 instead of 1,472 positions for 882 real tokens). Batches
-    then come in that order and each batch's ``indices`` are its prompts' global numbers, no longer
-    consecutive. :func:`collect` does not use it: a sharded collection equals a one-process one bit for
-    bit because both run the same batches, which grouping across shard boundaries would break.
+    ``order`` (a permutation of ``range(len(prompts))``, e.g. :func:`run_order`) runs the prompts in that
+    order: batch ``k`` holds ``prompts[order[k·batch_size : (k+1)·batch_size]]`` and its ``indices`` are
+    those prompts' global numbers (no longer consecutive). ``None``: the given order.
     """
     adapter.check_model(model)  # refuses a HookedTransformer split over several devices
     prompts = check_prompts(prompts)
@@ -178,9 +177,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
         if not start_index:
             raise
         raise type(err)(f"{err} (prompt numbers count from {start_index}, the first prompt of this run)") from err
-    order = list(range(len(ids)))
-    if sort_by_length:
-        order.sort(key=lambda i: len(ids[i]))
+    order = _check_order(order, len(ids))
     groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     batches = [adapter.pad_batch(model, [ids[i] for i in g], padding_side=padding_side) for g in groups]
     resolver = adapter.HookResolver(model)  # names resolved once per call, not per batch and hook
@@ -194,6 +191,32 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
             with final, attached_for(model, hooks), adapter.added_hooks(model, hooks, resolver):
                 out = model(tokens, attention_mask=mask, return_type="logits")
         yield dataclasses.replace(batch, logits=out[:, 0] if logits == "final" else out)
+
+
+def run_order(prompts: Sequence[str]) -> List[int]:
+    """The order in which :func:`collect` runs ``prompts``: a stable sort by length in characters.
+
+    Prompts of similar length share a batch, so far fewer pad positions are computed when lengths
+    vary (64 prompts of the shipped pool, batch 16: 1,152 instead of 1,472 positions for 882 real
+    tokens). Characters, not tokens, so that a sharded run can order its prompts without a tokenizer
+    (:func:`bayes_lens.shard.collect_sharded` plans on this order, and each shard of that plan, already
+    in order, runs the very batches one process runs). Stable: equal lengths keep their order, and a
+    list already in this order is left as it is.
+
+    >>> bl.collect.run_order(["a longer prompt", "hi", "mid size", "yo"])
+    [1, 3, 2, 0]
+    """
+    return sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+
+
+def _check_order(order, n: int) -> List[int]:
+    if order is None:
+        return list(range(n))
+    out = [int(i) for i in order]
+    if sorted(out) != list(range(n)):
+        raise InvalidInputError(f"order must be a permutation of range({n}) (each prompt once), got {list(order)[:10]}"
+                                f"{' ...' if len(out) > 10 else ''}.")
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -566,6 +589,11 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     doc lists the keys). Inside :func:`bayes_lens.shard.sharded` the same call runs in checked shards on
     that context's engine and returns the merged equal of the one-process result.
 
+    Prompts run in :func:`run_order` (similar lengths batched together: on the shipped prompt pool a
+    fifth fewer positions) and every row comes back in the order of ``prompts``. A per-batch
+    ``fwd_hooks`` factory therefore sees batches whose ``indices`` (the prompts' global numbers) need
+    not be consecutive.
+
     Parameters
     ----------
     value_layers, resid_layers:
@@ -638,9 +666,10 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         return hooks
 
     ents, lps, ntoks, tails = [], [], [], []
+    order = run_order(prompts)
     for batch in forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
                                  fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index,
-                                 logits="all" if tail else "final"):
+                                 logits="all" if tail else "final", order=order):
         fl = batch.final_logits()
         check_finite(fl, "the final-token logits", batch.indices)
         if tail:
@@ -676,7 +705,12 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     if tail:
         out[TAIL_LOGITS] = torch.cat([t[0] for t in tails])
         out[TAIL_LOGSUMEXP] = torch.cat([t[1] for t in tails])
-    return ReducedCache(out, n_tokens=torch.cat(ntoks), indices=torch.arange(start_index, start_index + len(prompts)),
+    n_tokens = torch.cat(ntoks)
+    if order != sorted(order):  # the rows ran in run_order: put them back in the order of ``prompts``
+        back = torch.argsort(torch.tensor(order))
+        out = {k: v[back] for k, v in out.items()}
+        n_tokens = n_tokens[back]
+    return ReducedCache(out, n_tokens=n_tokens, indices=torch.arange(start_index, start_index + len(prompts)),
                         attention_positions=attention_positions)
 
 

@@ -113,15 +113,16 @@ def test_forward_batches_fields(tiny, side):
         torch.testing.assert_close(f.final_logits(), b.final_logits(), atol=1e-5, rtol=1e-5)
 
 
-def test_length_grouped_batches_keep_each_prompt_and_its_global_number(tiny):
-    """sort_by_length=True: batches of similar length, each row the prompt its index names (as
-    tokenized alone), fewer pad positions, and each row's logits those of its prompt alone."""
+def test_run_order_batches_keep_each_prompt_and_its_global_number(tiny):
+    """order=run_order(prompts): batches of similar length, each row the prompt its index names (as
+    tokenized alone, with its own logits), fewer pad positions; collect runs that order and returns
+    every row in the prompts' order, also to a per-batch hook factory (global numbers)."""
     prompts = ["a", PROMPTS[2], "the", PROMPTS[2] + " and a dog", "cat", PROMPTS[0], "moon"]
-    lengths = [tokenize(tiny, [p])[0].shape[1] for p in prompts]
-    batches = list(forward_batches(tiny, prompts, batch_size=2, progress=False, sort_by_length=True, start_index=10))
-    order = [i - 10 for b in batches for i in b.indices.tolist()]
-    assert sorted(order) == list(range(len(prompts)))
-    assert [lengths[i] for i in order] == sorted(lengths)  # stable sort by token count
+    order = bl.collect.run_order(prompts)
+    assert [len(prompts[i]) for i in order] == sorted(len(p) for p in prompts)
+    assert bl.collect.run_order([prompts[i] for i in order]) == list(range(len(prompts)))  # stable: a fixed point
+    batches = list(forward_batches(tiny, prompts, batch_size=2, progress=False, order=order, start_index=10))
+    assert [i - 10 for b in batches for i in b.indices.tolist()] == order
     for b in batches:
         for row, i in enumerate(b.indices.tolist()):
             alone = tokenize(tiny, [prompts[i - 10]])[0][0]
@@ -130,6 +131,22 @@ def test_length_grouped_batches_keep_each_prompt_and_its_global_number(tiny):
     as_given = list(forward_batches(tiny, prompts, batch_size=2, progress=False))
     assert [b.indices.tolist() for b in as_given] == [[0, 1], [2, 3], [4, 5], [6]]
     assert sum(b.tokens.numel() for b in batches) < sum(b.tokens.numel() for b in as_given)
+    with pytest.raises(bl.InvalidInputError, match="permutation"):
+        next(forward_batches(tiny, prompts, order=[0, 0, 1, 2, 3, 4, 5]))
+    seen = []
+
+    def factory(batch):
+        seen.append(batch.indices.tolist())
+        return []
+
+    col = collect(tiny, prompts, value_layers=[0], token_ids=[3], batch_size=2, fwd_hooks=factory, progress=False)
+    assert [i for b in seen for i in b] == order
+    for i, p in enumerate(prompts):
+        one = collect(tiny, [p], value_layers=[0], token_ids=[3], progress=False)
+        torch.testing.assert_close(col.value_rows(0)[i], one.value_rows(0)[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(col.token_logprobs()[i], one.token_logprobs()[0], atol=1e-5, rtol=1e-4)
+    assert col.n_tokens.tolist() == [tokenize(tiny, [p])[0].shape[1] for p in prompts]
+    assert col.indices.tolist() == list(range(len(prompts)))
 
 
 def test_bad_input_errors(tiny):
@@ -154,11 +171,12 @@ def test_bad_input_errors(tiny):
 def test_non_finite_activations_raise_and_hooks_are_removed(tiny):
     name = hook_name(tiny, -1, "v")
 
-    def poison_for(batch):  # NaN in the second row of the second batch only: prompt 3
+    def poison_for(batch):  # NaN in the row of prompt 3 only, wherever the runner batches it
         def poison(v, hook=None):
-            if batch.indices.tolist() == [2, 3]:
+            rows = (batch.indices == 3).nonzero().flatten()
+            if len(rows):
                 v = v.clone()
-                v[1] = float("nan")
+                v[rows.to(v.device)] = float("nan")
             return v
         return [(name, poison)]
 

@@ -221,7 +221,7 @@ def _batched_evr_stats(xb: np.ndarray, floor) -> np.ndarray:
     Columns whose variance within a batch is not above ``floor`` (scalar or [d]) are dropped (set to
     0). Only the eigenvalues of the n × n (or d × d) Gram matrix are needed.
     """
-    n, d = xb.shape[1], xb.shape[2]
+    n = xb.shape[1]
     xb -= xb.mean(axis=1, keepdims=True)
     var = np.einsum("bnd,bnd->bd", xb, xb) / n
     ok = var > floor

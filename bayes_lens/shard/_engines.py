@@ -32,12 +32,12 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..collect import check_prompts
+from ..collect import check_prompts, run_order
 from ..reduced import ReducedCache
 from ..errors import InvalidInputError
 from ._errors import ShardEngineError, ShardError
 from ._job import write_plan
-from ._merge import merge
+from ._merge import in_prompt_order, merge
 from ._plan import plan, shards_for_rank
 from ._run import run_shards
 from ._spec import ModelSpec
@@ -219,11 +219,17 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
 
     ``model`` is a :class:`ModelSpec` (what every worker builds) or, for ``engine="local"`` or inside
     a torchrun script, a model object. ``n_shards`` defaults to the engine's ``n_shards``, else one
-    shard per 8 batches (at least one per worker); boundaries fall on batch boundaries, so the result equals ``collect(model, prompts,
-    ...)`` bit for bit. Rerunning resumes: finished shards are skipped. Returns the merged
+    shard per 8 batches (at least one per worker). The shards are ranges of the prompts in the runner's order
+    (:func:`bayes_lens.collect.run_order`) with boundaries on batch boundaries, so each runs the batches one
+    process runs and the result (rows in the order of ``prompts``) equals ``collect(model, prompts, ...)``
+    bit for bit. Rerunning resumes: finished shards are skipped. Returns the merged
     reduced cache (``None`` on torchrun ranks other than 0); ``merge_layers`` limits the rows merged.
     """
     prompts = check_prompts(prompts)
+    # the shards are ranges of the prompts in the runner's order (write_plan records it), so each shard,
+    # already in that order, runs the batches one process runs; the rows are put back at the end
+    order = run_order(prompts)
+    run = [prompts[i] for i in order]
     eng = resolve_engine(engine)
     if not isinstance(model, ModelSpec):  # bad layers are refused before plan.json is written
         check_layers(model, collect_kwargs)
@@ -245,5 +251,7 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     def prepare():  # the job file, written once (by rank 0 under torchrun)
         write_plan(out_dir, spec, prompts, shards, collect_kwargs, task, overwrite=overwrite)
 
-    return eng.run(model, prompts, shards, out_dir, task=task, overwrite=overwrite, merge_layers=merge_layers,
-                   collect_kwargs=collect_kwargs, prepare=prepare)
+    rc = eng.run(model, run, shards, out_dir, task=task, overwrite=overwrite, merge_layers=merge_layers,
+                 collect_kwargs=collect_kwargs, prepare=prepare)
+    return None if rc is None else in_prompt_order(rc, order)
+

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .._files import make_dir
-from ..collect import check_prompts
+from ..collect import check_prompts, run_order
 from ._errors import ShardIntegrityError, ShardMismatchError
 from ._plan import Shard
 from ._run import collect_settings, settings_hash
 from ._spec import ModelSpec
 from ._store import prompt_hashes, sha256_text, write_atomic, write_json_atomic
 
-__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT"]
+__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "read_plan_order", "PLAN_FORMAT"]
 
-PLAN_FORMAT = "bayes-lens-shard-plan/1"
+PLAN_FORMAT = "bayes-lens-shard-plan/2"  # /2: prompts.jsonl in run order, with the plan's "order"
 
 
 @dataclass
@@ -37,6 +37,17 @@ class Job:
     shards: List[Shard]
     collect_kwargs: Dict[str, Any] = field(default_factory=dict)
     task: Optional[str] = None
+    #: ``prompts[j]`` is prompt ``order[j]`` of the list the plan was made for (None: that list itself)
+    order: Optional[List[int]] = None
+
+    def given_prompts(self) -> List[str]:
+        """The prompts in the order the plan was made for (``prompts`` is the order the shards run them in)."""
+        if self.order is None:
+            return list(self.prompts)
+        out: List[str] = [""] * len(self.prompts)
+        for j, i in enumerate(self.order):
+            out[i] = self.prompts[j]
+        return out
 
 
 def _prompts_digest(prompts: Sequence[str]) -> str:
@@ -46,8 +57,16 @@ def _prompts_digest(prompts: Sequence[str]) -> str:
 def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Sequence[str],
                shards: Sequence[Shard], collect_kwargs: Optional[Dict[str, Any]] = None,
                task: Optional[str] = None, *, overwrite: bool = False) -> Path:
-    """Write ``plan.json`` and ``prompts.jsonl`` into ``out_dir``; an identical plan there is kept."""
+    """Write ``plan.json`` and ``prompts.jsonl`` into ``out_dir``; an identical plan there is kept.
+
+    The shards run the prompts in :func:`bayes_lens.collect.run_order` (similar lengths together), so
+    that each shard, already in that order, runs the batches one process runs: ``prompts.jsonl`` holds
+    them in that order, ``shards`` are ranges of it, and ``plan.json``'s ``"order"`` gives each line's
+    number in ``prompts`` (:func:`bayes_lens.shard.merge` puts the rows back in the order of ``prompts``).
+    """
     prompts = check_prompts(prompts)
+    order = run_order(prompts)
+    prompts = [prompts[i] for i in order]
     settings = collect_settings(dict(collect_kwargs or {}), task)
     out = make_dir(out_dir, "shard folder")
     doc = {
@@ -59,6 +78,7 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
         "settings": settings,
         "settings_sha256": settings_hash(settings),
         "shards": [[s.index, s.start, s.stop] for s in shards],
+        "order": order,
     }
     path = out / "plan.json"
     if path.exists() and not overwrite:
@@ -91,14 +111,21 @@ def read_plan(out_dir: Union[str, Path]) -> Job:
     except (OSError, ValueError, KeyError) as err:
         raise ShardIntegrityError(f"cannot read the plan in {str(out)!r} ({err}); make it again.") from err
     if doc.get("format") != PLAN_FORMAT:
-        raise ShardIntegrityError(f"{str(path)!r} is not a bayes_lens shard plan (format {doc.get('format')!r}).")
+        raise ShardIntegrityError(f"{str(path)!r} is not a plan this bayes_lens reads (format {doc.get('format')!r}, "
+                                  f"expected {PLAN_FORMAT!r}; plans of older versions ran the prompts in another "
+                                  "order): make the plan again.")
     if _prompts_digest(prompts) != doc["prompts_sha256"]:
         raise ShardIntegrityError(f"{str(out / doc['prompts_file'])!r} does not match plan.json (edited after "
                                   "planning?); make the plan again.")
     settings = dict(doc["settings"])
     task = settings.pop("task", None)
+    order = doc.get("order")
+    if order is not None and (not isinstance(order, list) or sorted(order) != list(range(len(prompts)))):
+        raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation of its prompts); make the "
+                                  "plan again.")
     return Job(spec=None if doc["model"] is None else ModelSpec.from_dict(doc["model"]), prompts=prompts,
-               shards=[Shard(i, a, b) for i, a, b in doc["shards"]], collect_kwargs=settings, task=task)
+               shards=[Shard(i, a, b) for i, a, b in doc["shards"]], collect_kwargs=settings, task=task,
+               order=order)
 
 
 def read_plan_shards(out_dir: Union[str, Path]) -> Optional[List[Shard]]:
@@ -111,3 +138,20 @@ def read_plan_shards(out_dir: Union[str, Path]) -> Optional[List[Shard]]:
         return [Shard(i, a, b) for i, a, b in doc["shards"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
+
+
+def read_plan_order(out_dir: Union[str, Path]) -> Optional[List[int]]:
+    """``plan.json``'s ``"order"`` in ``out_dir`` (each line of ``prompts.jsonl``'s number in the prompts the
+    plan was made for), or None when there is no plan (shards run by hand on a list as it was given)."""
+    path = Path(out_dir) / "plan.json"
+    if not path.is_file():
+        return None
+    try:
+        order = json.loads(path.read_text(encoding="utf-8")).get("order")
+    except (OSError, ValueError) as err:
+        raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
+    if order is None:
+        return None
+    if not isinstance(order, list) or sorted(order) != list(range(len(order))):
+        raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation); make the plan again.")
+    return [int(i) for i in order]

@@ -27,9 +27,10 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from ..collect import check_prompts
+from ..collect import check_prompts, run_order
 from ..reduced import ReducedCache, layer_of, row_name, site_of
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
+from ._job import read_plan_order
 from ._run import read_manifest
 from ._store import SAFETENSORS_DTYPES, prompt_hashes, read_into, read_safetensors_header, sha256_file
 
@@ -65,12 +66,29 @@ def _check_same(manifests: List[Dict[str, Any]], key: str, what: str, fix: str) 
     raise ShardMismatchError(f"the shards do not come from one run: {'; '.join(parts)}.{detail} {fix}")
 
 
-class ShardSet:
-    """Checked shards of one run in ``out_dir`` (made by :func:`open_shards`)."""
+def in_prompt_order(rc: ReducedCache, order: Sequence[int]) -> ReducedCache:
+    """``rc``'s rows, which ran in ``order`` (row j is prompt ``order[j]``), in the prompts' own order."""
+    order = [int(i) for i in order]
+    if order == sorted(order):
+        return rc
+    back = torch.argsort(torch.tensor(order))
+    tensors = {k: v[back] for k, v in rc.file_tensors().items()}
+    tensors["indices"] = torch.arange(len(order))
+    return ReducedCache.from_file_tensors(tensors, rc.attention_positions)
 
-    def __init__(self, out_dir: Path, manifests: List[Dict[str, Any]]):
+
+class ShardSet:
+    """Checked shards of one run in ``out_dir`` (made by :func:`open_shards`).
+
+    ``order``: row j of the shards is prompt ``order[j]`` of the list the rows are returned for (the
+    plan's run order); every read puts the rows back in that list's order. None: as stored.
+    """
+
+    def __init__(self, out_dir: Path, manifests: List[Dict[str, Any]], order: Optional[Sequence[int]] = None):
         self.out_dir = out_dir
         self.manifests = manifests
+        order = None if order is None else [int(i) for i in order]
+        self._back = None if order is None or order == sorted(order) else torch.argsort(torch.tensor(order))
         self.n_prompts = int(manifests[0]["n_prompts"])
         self.settings = manifests[0]["settings"]
         self.model_fingerprint = manifests[0]["model_fingerprint"]
@@ -123,6 +141,10 @@ class ShardSet:
                 raise
             except Exception as err:  # noqa: BLE001 - unreadable file
                 raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}); {fix}") from err
+        if self._back is not None:  # rows back in the prompts' order, one tensor at a time
+            for name in list(out):
+                out[name] = (torch.arange(self.n_prompts, dtype=out[name].dtype) if name == "indices"
+                             else out[name].index_select(0, self._back))
         return out
 
     def _names(self, layers: Optional[Iterable[int]], sites: Sequence[str]) -> List[str]:
@@ -207,17 +229,27 @@ def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = No
     if pos != n:
         raise ShardCoverageError(f"prompts [{pos}, {n}) of {n} are in no finished shard (after {prev['_file']}); "
                                  "run the missing shard(s), then merge again.")
+    # a plan (write_plan) ran the prompts in the runner's order and records it; shards run by hand ran the
+    # list as given. Rows come back in the order of ``prompts`` (else of the planned list).
+    order = read_plan_order(out)
+    if order is not None and len(order) != n:
+        raise ShardMismatchError(f"{str(out / 'plan.json')!r} plans {len(order)} prompts but the shards ran {n}; the "
+                                 "folder mixes two plans: delete one of them.")
     if prompts is not None:
         prompts = check_prompts(prompts)
         if len(prompts) != n:
             raise ShardMismatchError(f"the shards were run on {n} prompts, but {len(prompts)} were given now; pass "
                                      "the prompt list the shards were run on.")
+        if order is not None:
+            order = run_order(prompts)
+            prompts = [prompts[i] for i in order]
         hashes = prompt_hashes(prompts)
         for m in ms:
             start = m["shard"]["start"]
             for i, (a, b) in enumerate(zip(m["prompt_sha256"], hashes[start:m["shard"]["stop"]])):
                 if a != b:
-                    raise ShardMismatchError(f"prompt {start + i} differs from the one {m['_file']} ran (changed or "
+                    which = start + i if order is None else order[start + i]
+                    raise ShardMismatchError(f"prompt {which} differs from the one {m['_file']} ran (changed or "
                                              "reordered prompts); pass the prompt list the shards were run on, or "
                                              "rerun the shards on this one.")
     if verify_hashes:
@@ -235,7 +267,7 @@ def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = No
         if len(seen) > 1:
             warnings.warn(f"the shards ran on different {what}: {sorted(seen)}; results may differ in the last bits "
                           "from one process.", MixedShardsWarning, stacklevel=2)
-    return ShardSet(out, ms)
+    return ShardSet(out, ms, order)
 
 
 def merge(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,

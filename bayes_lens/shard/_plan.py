@@ -1,6 +1,8 @@
 """Plans: split ``n`` prompts into shards whose boundaries fall on batch boundaries.
 
-A shard is a half-open range ``[start, stop)`` of global prompt indices. When every boundary is a
+A shard is a half-open range ``[start, stop)`` of global prompt indices, of the prompts in the order
+the runner runs them (:func:`bayes_lens.collect.run_order`; :func:`bayes_lens.shard.write_plan` and
+:func:`bayes_lens.shard.collect_sharded` put them in that order). When every boundary is a
 multiple of ``batch_size``, each shard's batches are exactly the batches one process would run
 (same prompts, same padding width), so a sharded run equals one run bit for bit (padding depends on
 the batch, so a boundary inside one would change the rows; the runner is :func:`bayes_lens.collect.collect` with ``start_index=shard.start``). Work is spread by

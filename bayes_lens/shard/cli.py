@@ -126,7 +126,8 @@ def _cmd_run(args) -> int:
 def _cmd_merge(args) -> int:
     from . import open_shards, read_plan
 
-    prompts = read_plan(args.dir).prompts if (Path(args.dir) / "plan.json").is_file() else None
+    # the plan's prompts as they were given: the merged rows come back in that order
+    prompts = read_plan(args.dir).given_prompts() if (Path(args.dir) / "plan.json").is_file() else None
     shards = open_shards(args.dir, prompts)
     layers = _layers(args.layers) if args.layers else None
     col = shards.reduced(None if layers == "all" else layers)

@@ -128,9 +128,23 @@ def test_batch_aligned_shards_equal_one_process(tiny_kind, tmp_path):
     assert all(torch.equal(rows[k], ref.value_rows(k)) for k in ref.layers("v"))
     # a rerun resumes: every shard is skipped and no file changes
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
-    assert sh.run_shards(model, PROMPTS, sh.plan(23, 4, 3), tmp_path, **KW) == {0: "skipped", 1: "skipped",
-                                                                                2: "skipped"}
+    job = sh.read_plan(tmp_path)  # the plan runs the prompts in the runner's order and records the way back
+    assert job.prompts == [PROMPTS[i] for i in bl.collect.run_order(PROMPTS)] and job.given_prompts() == PROMPTS
+    assert sh.run_shards(model, job.prompts, sh.plan(23, 4, 3), tmp_path, **KW) == {0: "skipped", 1: "skipped",
+                                                                                    2: "skipped"}
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+
+
+def test_a_damaged_plan_order_is_refused(tmp_path):
+    model = tiny_model(KINDS[0])
+    sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=2, **KW)
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    doc["order"][0] = doc["order"][1]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(sh.ShardIntegrityError, match="damaged 'order'"):
+        sh.merge(tmp_path)
+    with pytest.raises(sh.ShardIntegrityError, match="damaged 'order'"):
+        sh.read_plan(tmp_path)
 
 
 def test_unaligned_shards_agree_to_1e5(tiny_kind, tmp_path):
@@ -308,16 +322,17 @@ def test_spec_resume_of_a_finished_folder_checks_the_weights(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = sh.ModelSpec("bl_swap_loader:model", {"kind": KINDS[0]})
     d, shards = tmp_path / "job", sh.plan(len(PROMPTS), 4, 3)
-    assert set(sh.run_shards(spec, PROMPTS, shards, d, **KW).values()) == {"done"}
-    assert set(sh.run_shards(spec, PROMPTS, shards, d, **KW).values()) == {"skipped"}  # same weights: resumed
+    run = [PROMPTS[i] for i in bl.collect.run_order(PROMPTS)]  # the order collect_sharded's plan runs them in
+    assert set(sh.run_shards(spec, run, shards, d, **KW).values()) == {"done"}
+    assert set(sh.run_shards(spec, run, shards, d, **KW).values()) == {"skipped"}  # same weights: resumed
     (tmp_path / "weights_seed.txt").write_text("1")  # other weights behind the unchanged spec
     with pytest.raises(sh.ShardMismatchError, match="another model: the model 'bl_swap_loader:model' loads now"):
-        sh.run_shards(spec, PROMPTS, shards, d, **KW)
+        sh.run_shards(spec, run, shards, d, **KW)
     with pytest.raises(sh.ShardMismatchError, match="fingerprint"):
         sh.collect_sharded(spec, PROMPTS, d, n_shards=3, **KW)
     # overwrite=True redoes them with the new weights, which then equal one process on those weights
-    sh.run_shards(spec, PROMPTS, shards, d, overwrite=True, **KW)
-    assert_equal_collections(sh.merge(d, PROMPTS), collect(tiny_model(KINDS[0], seed=1), PROMPTS, **KW))
+    sh.run_shards(spec, run, shards, d, overwrite=True, **KW)
+    assert_equal_collections(sh.merge(d, run), collect(tiny_model(KINDS[0], seed=1), run, **KW))
 
 
 def test_mixed_dtypes_warn(shards):
@@ -336,13 +351,16 @@ def test_mixed_dtypes_warn(shards):
 
 
 def test_nonfinite_value_is_reported_by_global_index(tmp_path):
-    """Prompt 9 is row 1 of shard [8, 16)'s first batch; the error names 9, not 1."""
+    """Row 1 of shard [8, 16)'s first batch is the shard's second prompt in the runner's order; the error
+    names its global number, not 1."""
 
     def poison(act, hook):
         act[1] = float("nan")
         return act
 
-    with pytest.raises(bl.NonFiniteError, match=r"prompt\(s\) \[9\]"):
+    which = 8 + bl.collect.run_order(PROMPTS[8:16])[1]
+    assert which != 1
+    with pytest.raises(bl.NonFiniteError, match=rf"prompt\(s\) \[{which}\]"):
         sh.run_shard(tiny_model(KINDS[0]), PROMPTS, sh.Shard(1, 8, 16), tmp_path, task="poison row 1",
                      fwd_hooks=[("blocks.1.hook_resid_post", poison)], **KW)
     assert not (tmp_path / "shard-00001.json").exists()
