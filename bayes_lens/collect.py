@@ -209,6 +209,13 @@ def run_order(prompts: Sequence[str]) -> List[int]:
     return sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
 
 
+def inverse_order(order: Sequence[int]) -> Optional[Tensor]:
+    """The indices that put rows run in ``order`` (row j is prompt ``order[j]``) back in the prompts'
+    order, or None when ``order`` is already that order."""
+    order = [int(i) for i in order]
+    return None if order == sorted(order) else torch.argsort(torch.tensor(order))
+
+
 def _check_order(order, n: int) -> List[int]:
     if order is None:
         return list(range(n))
@@ -706,8 +713,8 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         out[TAIL_LOGITS] = torch.cat([t[0] for t in tails])
         out[TAIL_LOGSUMEXP] = torch.cat([t[1] for t in tails])
     n_tokens = torch.cat(ntoks)
-    if order != sorted(order):  # the rows ran in run_order: put them back in the order of ``prompts``
-        back = torch.argsort(torch.tensor(order))
+    back = inverse_order(order)
+    if back is not None:  # the rows ran in run_order: put them back in the order of ``prompts``
         out = {k: v[back] for k, v in out.items()}
         n_tokens = n_tokens[back]
     return ReducedCache(out, n_tokens=n_tokens, indices=torch.arange(start_index, start_index + len(prompts)),

@@ -119,10 +119,7 @@ def read_plan(out_dir: Union[str, Path]) -> Job:
                                   "planning?); make the plan again.")
     settings = dict(doc["settings"])
     task = settings.pop("task", None)
-    order = doc.get("order")
-    if order is not None and (not isinstance(order, list) or sorted(order) != list(range(len(prompts)))):
-        raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation of its prompts); make the "
-                                  "plan again.")
+    order = _checked_order(doc.get("order"), len(prompts), path)
     return Job(spec=None if doc["model"] is None else ModelSpec.from_dict(doc["model"]), prompts=prompts,
                shards=[Shard(i, a, b) for i, a, b in doc["shards"]], collect_kwargs=settings, task=task,
                order=order)
@@ -150,8 +147,14 @@ def read_plan_order(out_dir: Union[str, Path]) -> Optional[List[int]]:
         order = json.loads(path.read_text(encoding="utf-8")).get("order")
     except (OSError, ValueError) as err:
         raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
+    return None if order is None else _checked_order(order, len(order) if isinstance(order, list) else -1, path)
+
+
+def _checked_order(order, n: int, path: Path) -> Optional[List[int]]:
+    """``plan.json``'s ``"order"`` as a list, or the ShardIntegrityError of one that is not a permutation of ``n``."""
     if order is None:
         return None
-    if not isinstance(order, list) or sorted(order) != list(range(len(order))):
-        raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation); make the plan again.")
+    if not isinstance(order, list) or sorted(order) != list(range(n)):
+        raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation of its prompts); make the "
+                                  "plan again.")
     return [int(i) for i in order]

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from ..collect import check_prompts, run_order
+from ..collect import check_prompts, inverse_order, run_order
 from ..reduced import ReducedCache, layer_of, row_name, site_of
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._job import read_plan_order
@@ -68,10 +68,9 @@ def _check_same(manifests: List[Dict[str, Any]], key: str, what: str, fix: str) 
 
 def in_prompt_order(rc: ReducedCache, order: Sequence[int]) -> ReducedCache:
     """``rc``'s rows, which ran in ``order`` (row j is prompt ``order[j]``), in the prompts' own order."""
-    order = [int(i) for i in order]
-    if order == sorted(order):
+    back = inverse_order(order)
+    if back is None:
         return rc
-    back = torch.argsort(torch.tensor(order))
     tensors = {k: v[back] for k, v in rc.file_tensors().items()}
     tensors["indices"] = torch.arange(len(order))
     return ReducedCache.from_file_tensors(tensors, rc.attention_positions)
@@ -87,8 +86,7 @@ class ShardSet:
     def __init__(self, out_dir: Path, manifests: List[Dict[str, Any]], order: Optional[Sequence[int]] = None):
         self.out_dir = out_dir
         self.manifests = manifests
-        order = None if order is None else [int(i) for i in order]
-        self._back = None if order is None or order == sorted(order) else torch.argsort(torch.tensor(order))
+        self._back = None if order is None else inverse_order(order)
         self.n_prompts = int(manifests[0]["n_prompts"])
         self.settings = manifests[0]["settings"]
         self.model_fingerprint = manifests[0]["model_fingerprint"]
