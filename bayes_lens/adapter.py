@@ -293,8 +293,13 @@ def hooked_points(model) -> List[str]:
 
 def check_hooks(model, names: Iterable[str]) -> None:
     """Raise MissingHookError listing every name in ``names`` the model has no hook point for."""
-    have = hook_names(model)
-    missing = [n for n in names if n not in have]
+    names = list(names)
+    resolver = HookResolver(model)
+    unresolved = [n for n in names if resolver.find(n) is None]
+    if not unresolved:
+        return
+    have = hook_names(model)  # the slow, complete list (a bridge's alias registries too)
+    missing = [n for n in unresolved if n not in have]
     if missing:
         raise MissingHookError(
             f"the model ({type(model).__name__}) has no hook point(s) {missing}; bayes_lens needs them "
@@ -345,32 +350,71 @@ def register_hook_points(model, points) -> None:
 
 
 class HookResolver:
-    """Hook name → ``HookPoint`` for one model, read from ``hook_dict`` once.
+    """Hook name → ``HookPoint`` for one model, ``hook_dict`` read once per model, not per call.
 
-    A bridge's ``hook_dict`` is a property that rebuilds its legacy aliases on every access, and its
-    ``hooks()`` reads it twice per hook added: adding a few hooks per batch that way cost more than the
-    forward pass of short prompts (TL 3.9). A runner resolves each name once per call instead. bayes_lens's
-    own points (attached per batch, possibly by another thread) are not kept: they are looked up as
-    module paths each time.
+    A bridge's ``hook_dict`` is a property that rebuilds its legacy aliases on every access (≈ 15 ms on
+    SmolLM2, TL 3.9), and its ``hooks()`` reads it twice per hook added: adding a few hooks per batch
+    that way cost more than the forward pass of short prompts. The name table is kept on the model
+    (a plain attribute: a ``copy.deepcopy`` carries a table of its own points) and trusted only while each
+    point it hands out is still the module at its path: a point that was replaced (an SAELens SAE
+    spliced in, a module swapped) makes the table be read again, as does a name it lacks. bayes_lens's own
+    points (attached per batch, possibly by another thread) are never in the table: they are looked up
+    as module paths each time.
     """
 
     def __init__(self, model):
         self.model = model
-        with model_lock(model):  # bayes_lens's own points come and go with attachments: always looked up live
-            self._names = {k: hp for k, hp in model.hook_dict.items() if not getattr(hp, "_bl_point", False)}
+
+    def _read(self) -> dict:
+        with model_lock(self.model):  # bayes_lens's own points come and go with attachments: left out
+            table = {k: hp for k, hp in self.model.hook_dict.items() if not getattr(hp, "_bl_point", False)}
+        self.model.__dict__[_NAME_TABLE] = table
+        return table
+
+    def _live(self, hp) -> bool:
+        path = getattr(hp, "name", None)
+        try:
+            return bool(path) and self.model.get_submodule(path) is hp
+        except AttributeError:
+            return False
+
+    def _by_path(self, name: str):
+        from transformer_lens.hook_points import HookPoint
+
+        try:
+            hp = self.model.get_submodule(name)
+        except AttributeError:
+            return None
+        return hp if isinstance(hp, HookPoint) else None
+
+    def find(self, name: str):
+        """The ``HookPoint`` behind ``name`` now, or ``None`` when the model has none by that name."""
+        table = self.model.__dict__.get(_NAME_TABLE)
+        fresh = table is None
+        if fresh:
+            table = self._read()
+        hp = table.get(name)
+        if hp is not None and not self._live(hp):  # replaced since the table was read
+            if not fresh:
+                table, fresh = self._read(), True
+                hp = table.get(name)
+            if hp is not None and not self._live(hp):  # hook_dict itself is stale (a HookedTransformer before
+                hp = self._by_path(hp.name) or hp  # setup(), a bridge's registry): the point at its path now
+        if hp is None:
+            hp = self._by_path(name)
+        if hp is None and not fresh:  # a name added since the table was read
+            hp = self._read().get(name)
+        return hp
 
     def __call__(self, name: str):
-        hp = self._names.get(name)
+        hp = self.find(name)
         if hp is None:
-            try:
-                hp = self.model.get_submodule(name)
-            except AttributeError:
-                hp = None
-            from transformer_lens.hook_points import HookPoint
-
-            if not isinstance(hp, HookPoint):
-                check_hooks(self.model, [name])  # raises, naming the hook
+            check_hooks(self.model, [name])  # raises, naming the hook
+            raise MissingHookError(f"the model lists a hook {name!r}, but it is not a HookPoint bayes_lens can hook.")
         return hp
+
+
+_NAME_TABLE = "_bayes_lens_hook_table"  # plain attribute on the model: HookResolver's name table
 
 
 def has_hooks(hp, dir: str = "both") -> bool:

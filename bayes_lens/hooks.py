@@ -164,8 +164,12 @@ def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: O
     """The attention row of each prompt's final real query, ``pattern[b, :, last_b, :]`` (a copy, same dtype/device)."""
     _check_pattern(pattern, what)
     mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)
-    idx = last_index(mask).to(pattern.device)
-    return pattern[torch.arange(pattern.shape[0], device=pattern.device), :, idx, :]
+    return _rows_at(pattern, last_index(mask))
+
+
+def _rows_at(pattern: Tensor, last: Tensor) -> Tensor:
+    """``pattern[b, :, last[b], :]``: query row ``last[b]`` of every prompt (``last`` on any device)."""
+    return pattern[torch.arange(pattern.shape[0], device=pattern.device), :, last.to(pattern.device), :]
 
 
 def key_entropy_bits(rows: Float[Tensor, "batch *rows k"], keys: Bool[Tensor, "batch *rows k"], *,
@@ -302,12 +306,18 @@ def final_query_row_hooks(model, *, out: Dict[int, Float[Tensor, "batch head k"]
     ``positions="last"``, one reduction per batch instead of one per layer.
     """
     mask = None if attention_mask is None else attention_mask.bool()
+    last = None if mask is None else last_index(mask)  # once per batch, not once per layer
     hooks: HookList = []
     for layer in _layers(model, "all"):
         name = adapter.hook_name(model, layer, "pattern")
 
         def fn(pattern, hook=None, _layer=layer, _name=name):
-            out[_layer] = final_query_rows(pattern, mask, what=_name)
+            if last is None:
+                out[_layer] = final_query_rows(pattern, None, what=_name)
+            else:
+                _check_pattern(pattern, _name)
+                _mask_for(pattern.permute(0, 2, 1, 3), mask)  # the mask must be this pattern's
+                out[_layer] = _rows_at(pattern, last)
             return None
 
         hooks.append((name, fn))

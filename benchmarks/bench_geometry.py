@@ -1,18 +1,21 @@
 """Benchmark: bl.geometry against bare forward passes and a naive run_with_cache baseline (SmolLM2-135M).
 
-Three variants on the same 64 prompts (batch size 16, right padding):
+The variants on the same 64 prompts (batch size 16, right padding):
 
 * ``bare``     — the user's plain forward passes: ``model(tokens, attention_mask=mask)`` per batch, with
   full logits at every position (tokenization included, as in the other variants);
 * ``bare_grouped`` — the same plain passes in the batches ``bl.geometry`` runs: the prompts in
   ``bl.collect.run_order`` (similar lengths together), so tokenized, masked and batched alike — the
   like-for-like baseline of the runner's pass (``bare`` is what a user's loop in the given order costs);
+* ``floor``    — ``bare_grouped`` with the unembedding at each prompt's final token only, and nothing of
+  bayes_lens: the least any geometry pass must compute (``floor / bare_grouped`` bounds every geometry
+  target from below; ``geometry / floor`` is what bayes_lens's hooks and statistics add);
 * ``geometry`` — ``bl.geometry(model, prompts)`` with its defaults (1,000 bootstrap resamples,
   200 null simulations, 1,000 permutations): one streaming pass with metric hooks + statistics;
 * ``naive``    — ``model.run_with_cache(tokens, attention_mask=mask)`` of *every* hook for every
   batch, all caches kept, then the same statistics computed from the caches.
 
-Time: bare, bare_grouped and geometry run interleaved in one process (``--repeats`` rounds after a
+Time: bare, bare_grouped, floor and geometry run interleaved in one process (``--repeats`` rounds after a
 warm-up pass, in a new random order each round, so neither load from other processes nor the position
 in a round favours one), then naive in rounds of its own; the best (minimum) and median
 wall-clock and the best CPU (process) time are reported — on a busy machine the minimum is the
@@ -158,6 +161,38 @@ def run_bare_grouped(model, prompts):
             model(toks, attention_mask=mask)
 
 
+def run_floor(model, prompts):
+    """The limit of a geometry pass: ``bare_grouped`` with the unembedding at each row's final real token only.
+
+    Everything a plain forward computes except the logits of the other positions (a forward pre-hook on
+    ``model.unembed`` keeps one position per row; the model's own unembedding runs on it, TL 3.9's copy
+    of ``W_U.T`` included), and none of bayes_lens: no metric hooks, no statistics. ``geometry / floor``
+    is what bayes_lens adds on top of the least a geometry pass must compute.
+    """
+    import torch
+
+    from bayes_lens import adapter
+    from bayes_lens.collect import run_order
+
+    def final_only(last):
+        def pre(module, args):
+            x = args[0]
+            return (x[torch.arange(x.shape[0]), last].unsqueeze(1),) + tuple(args[1:])
+        return pre
+
+    b = SETTINGS["batch"]
+    ids = adapter.encode_prompts(model, prompts)
+    order = run_order(prompts)
+    with torch.inference_mode():
+        for s in range(0, len(order), b):
+            toks, mask = adapter.pad_batch(model, [ids[i] for i in order[s:s + b]])
+            handle = model.unembed.register_forward_pre_hook(final_only(mask.sum(1) - 1))  # right padding
+            try:
+                model(toks, attention_mask=mask)
+            finally:
+                handle.remove()
+
+
 def run_geometry(model, prompts):
     import bayes_lens as bl
 
@@ -204,8 +239,9 @@ def run_naive(model, prompts):
     return vm, keys, foc, al
 
 
-VARIANTS = {"bare": run_bare, "bare_grouped": run_bare_grouped, "geometry": run_geometry, "naive": run_naive}
-MEMORY_VARIANTS = ("bare", "geometry", "naive")  # bare_grouped is timed only
+VARIANTS = {"bare": run_bare, "bare_grouped": run_bare_grouped, "floor": run_floor, "geometry": run_geometry,
+            "naive": run_naive}
+MEMORY_VARIANTS = ("bare", "geometry", "naive")  # bare_grouped and floor are timed only
 
 
 def memory_child(variant: str, kind: str) -> dict:
@@ -234,7 +270,7 @@ def timing(kind: str, repeats: int) -> dict:
     # after naive freed its caches, paid the page faults: 3-6% in the rounds of 2026-12-01 17:06); naive,
     # which allocates gigabytes, in rounds of its own afterwards
     rng = random.Random(0)
-    for phase in (["bare", "bare_grouped", "geometry"], ["naive"]):
+    for phase in (["bare", "bare_grouped", "floor", "geometry"], ["naive"]):
         for _ in range(repeats):
             rng.shuffle(phase)
             for v in phase:
@@ -398,11 +434,11 @@ def run_all(args) -> None:
     print("\n### summary\n")
     print("| kind | transformer-lens | prompts × tokens (mean), batch | geometry / bare, best wall | best CPU | "
           "median of round ratios | geometry / bare batched alike (run order), best wall | median of round ratios | "
-          "target | extra peak above bare, % of naive's |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "target | floor / bare batched alike, median | geometry / floor, median | extra peak above bare, % of naive's |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if r.get("failed"):
-            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | | |")
+            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | | | | |")
             continue
         t, mem = r["timing"], r["memory"]
         best = {v: min(w) for v, w in t["wall_all"].items()}
@@ -413,7 +449,8 @@ def run_all(args) -> None:
         print(f"| {t['kind']} | {r['tl']} | {st['n_prompts']} × {t['mean_tokens']:.0f}, {st['batch']} | "
               f"{best['geometry'] / best['bare']:.3f}× | {cpu['geometry'] / cpu['bare']:.3f}× | "
               f"{round_ratio(t, 'bare'):.3f}× | {best['geometry'] / best['bare_grouped']:.3f}× | "
-              f"{round_ratio(t, 'bare_grouped'):.3f}× | ≤ {target(st)}× | {share:.1f}% |")
+              f"{round_ratio(t, 'bare_grouped'):.3f}× | ≤ {target(st)}× | {round_ratio(t, 'bare_grouped', 'floor'):.3f}× | "
+              f"{round_ratio(t, 'floor'):.3f}× | {share:.1f}% |")
     print(f"\nload average at the end: {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
@@ -529,6 +566,11 @@ def report(t: dict, mem: dict, repeats: int) -> None:
         g, r = best["geometry"] / best[base], round_ratio(t, base)
         print(f"target geometry ≤ {limit} × {base}: {'PASS' if max(g, r) <= limit else 'FAIL'} ({g:.3f}× best wall, "
               f"{r:.3f}× median of the per-round ratios, {best_cpu['geometry'] / best_cpu[base]:.3f}× best CPU)")
+    if "floor" in best and "bare_grouped" in best:
+        fl = round_ratio(t, "bare_grouped", "floor")
+        print(f"the floor (bare batched alike, logits at the final token only) / bare_grouped: {fl:.3f}× (median of "
+              f"the per-round ratios){' — below the target, so it can be met' if fl <= limit else ' — ABOVE the target: no geometry pass can meet it'}; "
+              f"geometry / floor: {round_ratio(t, 'floor'):.3f}× (what bayes_lens adds: metric hooks, statistics)")
     gm = over["geometry"] / over["naive"]
     print(f"extra peak ≤ 10% of naive's: {'PASS' if gm <= 0.10 else 'FAIL'} ({100 * gm:.1f}%)")
 

@@ -191,3 +191,25 @@ def test_check_site_is_the_one_site_check(site, match):
         check_site(site)
     with pytest.raises(InvalidInputError, match=match):
         bl.EntropyAxis(layer=0, site=site).fit({0: torch.zeros(4, 3)}, torch.arange(4.0))
+
+
+def test_hook_resolver_follows_a_hook_point_replaced_after_its_table_was_read(tiny_kind):
+    # the name table is read once per model (issue 24); a point swapped since (as SAELens splices) is not served stale
+    from transformer_lens.hook_points import HookPoint
+
+    from bayes_lens.adapter import HookResolver, added_hooks, hook_name
+
+    model = tiny_model(tiny_kind, gqa=True, rotary=True)
+    name = hook_name(model, 0, "resid_post")
+    old = HookResolver(model)(name)
+    parent, attr = old.name.rsplit(".", 1)
+    new = HookPoint()
+    new.name = old.name
+    setattr(model.get_submodule(parent), attr, new)
+    assert HookResolver(model)(name) is new
+    seen = []
+    with added_hooks(model, [(name, lambda act, hook=None: seen.append(act.shape))]):
+        model(torch.tensor([[1, 2, 3]]))
+    assert seen == [torch.Size([1, 3, model.cfg.d_model])]
+    with pytest.raises(bl.MissingHookError, match="hook_nonexistent"):
+        HookResolver(model)("blocks.0.hook_nonexistent")
