@@ -145,19 +145,24 @@ def run_bare(model, prompts):
             model(toks, attention_mask=mask)
 
 
-def run_bare_grouped(model, prompts):
-    """The bare forward in the batches bl.geometry runs (the prompts in ``bl.collect.run_order``)."""
-    import torch
-
+def grouped_batches(model, prompts):
+    """``(tokens, mask)`` of the batches bl.geometry runs: the prompts in ``bl.collect.run_order``, right padded."""
     from bayes_lens import adapter
     from bayes_lens.collect import run_order
 
     b = SETTINGS["batch"]
     ids = adapter.encode_prompts(model, prompts)
     order = run_order(prompts)
+    for s in range(0, len(order), b):
+        yield adapter.pad_batch(model, [ids[i] for i in order[s:s + b]])
+
+
+def run_bare_grouped(model, prompts):
+    """The bare forward in the batches bl.geometry runs (the prompts in ``bl.collect.run_order``)."""
+    import torch
+
     with torch.inference_mode():
-        for s in range(0, len(order), b):
-            toks, mask = adapter.pad_batch(model, [ids[i] for i in order[s:s + b]])
+        for toks, mask in grouped_batches(model, prompts):
             model(toks, attention_mask=mask)
 
 
@@ -173,7 +178,6 @@ def run_floor(model, prompts):
     import torch
 
     from bayes_lens import adapter
-    from bayes_lens.collect import run_order
 
     def final_only(last):
         def pre(module, args):
@@ -183,12 +187,8 @@ def run_floor(model, prompts):
 
     unembed = model.unembed
     plain = not adapter.is_bridge(model) and hasattr(unembed, "W_U")
-    b = SETTINGS["batch"]
-    ids = adapter.encode_prompts(model, prompts)
-    order = run_order(prompts)
     with torch.inference_mode():
-        for s in range(0, len(order), b):
-            toks, mask = adapter.pad_batch(model, [ids[i] for i in order[s:s + b]])
+        for toks, mask in grouped_batches(model, prompts):
             handle = unembed.register_forward_pre_hook(final_only(mask.sum(1) - 1))  # right padding
             if plain:
                 unembed.forward = lambda x: x @ unembed.W_U + unembed.b_U

@@ -139,8 +139,11 @@ def test_interrupted_run_leaves_previous_report_intact(quick_report, tmp_path):
     out = tmp_path / "report"
     shutil.copytree(quick_report["out"], out)
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # a shell without job control (`make test &` in a script, nohup) starts us with SIGINT ignored, and the
+    # child would inherit that: give it the default disposition, so Python turns Ctrl-C into KeyboardInterrupt
     proc = subprocess.Popen(_cli() + ["report", "--quick", "--out", str(out), "--seed", "7", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     try:
         for line in proc.stderr:  # wait until the analyses are under way, then interrupt (Ctrl-C)
