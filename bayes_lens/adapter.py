@@ -308,20 +308,20 @@ def check_hooks(model, names: Iterable[str]) -> None:
         )
 
 
-def hook_module_path(model, name: str, resolver: Optional["HookResolver"] = None) -> str:
+def hook_module_path(model, name: str) -> str:
     """The module path (``named_modules`` key) of the module behind hook name ``name``.
 
     A legacy alias on a bridge (``blocks.0.attn.hook_v``) resolves to its canonical hook point's path
     (``blocks.0.attn.v.hook_out``); on a HookedTransformer the name is the path. Also finds a module that
-    replaced a hook point (an SAELens SAE wrapper), which is not in ``hook_dict``. Pass a
-    :class:`HookResolver` when resolving many names: a bridge's ``hook_dict`` is then read once, not per name.
+    replaced a hook point (an SAELens SAE wrapper), which is not in ``hook_dict``. Names resolve through
+    :class:`HookResolver`, whose table is read once per model (a bridge's ``hook_dict`` is costly).
     """
     mod = None
     if not is_bridge(model):  # a HookedTransformer's mod_dict is a dict; a TL 4 bridge rebuilds its own per read
         mod_dict = getattr(model, "mod_dict", None)
         mod = mod_dict.get(name) if isinstance(mod_dict, dict) else None
     if mod is None:
-        mod = (resolver if resolver is not None else HookResolver(model))(name)
+        mod = HookResolver(model)(name)
     path = getattr(mod, "name", None)
     try:
         if path and model.get_submodule(path) is mod:

@@ -399,8 +399,7 @@ class Attachment:
         return tuple(b.name for b in self._bindings)
 
     # --- building ---
-    def _add(self, name: str, parent: torch.nn.Module, derive_of=None, source_name: Optional[str] = None,
-             resolver=None) -> object:
+    def _add(self, name: str, parent: torch.nn.Module, derive_of=None, source_name: Optional[str] = None) -> object:
         attr = name.rsplit(".", 1)[-1]
         if attr in parent._modules or hasattr(parent, attr):
             raise InvalidInputError(
@@ -416,7 +415,7 @@ class Attachment:
         model = self.model
         model.__dict__.setdefault(_STATE, []).append(b)
         if derive_of is not None:
-            path = adapter.hook_module_path(model, source_name, resolver)
+            path = adapter.hook_module_path(model, source_name)
             b.derive = derive_of(hp)
             b.source_path = path
             b.bind(_live_source(model, path, name))
@@ -468,7 +467,6 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
     att = Attachment(model)
     try:
         with adapter.model_lock(model):
-            resolver = adapter.HookResolver(model)  # a bridge's hook_dict costs ~15 ms a read: once per attach
             if axis is not None:
                 axis.check_fitted()
                 if axis.model_meta_.get("n_layers") not in (None, int(model.cfg.n_layers)):
@@ -485,14 +483,13 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
                     direction = axis.axes_[layer].float().clone()
                     hp = att._add(axis_hook_name(axis.site_, layer), model.blocks[layer],
                                   derive_of=lambda hp, u=direction: _AxisCoordinate(hp, u),
-                                  source_name=adapter.hook_name(model, layer, axis.site_), resolver=resolver)
+                                  source_name=adapter.hook_name(model, layer, axis.site_))
                     hp.axis_direction = direction  # which axis this hook point measures
                 att.axis = axis
             if entropies:
                 for layer in range(int(model.cfg.n_layers)):
                     att._add(HOOK_POINTS["pattern_entropy"].format(layer=layer), model.blocks[layer],
-                             derive_of=_PatternEntropy, source_name=adapter.hook_name(model, layer, "pattern"),
-                             resolver=resolver)
+                             derive_of=_PatternEntropy, source_name=adapter.hook_name(model, layer, "pattern"))
                 att._add(HOOK_POINTS["next_token_entropy"], model)
             _install_root_hooks(model)
             adapter.register_hook_points(model, {b.name: b.hp for b in att._bindings})
