@@ -8,6 +8,7 @@ later-registered read hook at the same point.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -842,6 +843,65 @@ def test_effect_sentence_rules_on_sula_items(tiny):
     assert clean.value == pytest.approx(cmp.calibration_value("clean").value)
     assert d.value == pytest.approx(cmp.calibration_delta("axis removed").value)
     assert rd is not None and rd.value == pytest.approx(cmp.calibration_delta(eff.random_condition).value)
-    assert eff.calibration_survives == (abs(d.value) < 0.01 * abs(clean.value))
-    assert ("calibration survives" if eff.calibration_survives else "calibration changes") in eff.sentence
-    assert f"{d.value:+.4f}" in eff.sentence
+    # the rule, written out here on the two paired intervals: inside ±1% of the clean MAE and ±0.01 in r
+    r_clean, dr, _ = eff.calibration_corr
+    assert dr.value == pytest.approx(cmp.calibration_delta("axis removed", "corr").value)
+    m = 0.01 * clean.value
+    inside = [-m < d.ci[0] and d.ci[1] < m, -0.01 < dr.ci[0] and dr.ci[1] < 0.01]
+    outside = [d.ci[0] > m or d.ci[1] < -m, dr.ci[0] > 0.01 or dr.ci[1] < -0.01]
+    expected = "changes" if any(outside) else "survives" if all(inside) else "inconclusive"
+    assert eff.calibration_verdict == expected
+    assert eff.calibration_survives == {"survives": True, "changes": False}.get(expected)
+    words = {"survives": "calibration survives", "changes": "calibration changes",
+             "inconclusive": "whether calibration survives is inconclusive"}
+    assert words[expected] in eff.sentence and "equivalence test" in eff.sentence
+    assert f"{d.value:+.4f}" in eff.sentence and f"{dr.value:+.4f}" in eff.sentence
+
+
+def _effect_with_calibration(mae, d_mae, d_r, n=60):
+    """An AblationEffect with given calibration numbers (value, (lo, hi)) and a neutral geometry part."""
+    from bayes_lens.ablation import AblationEffect
+
+    est = lambda v, ci=(float("nan"), float("nan")): bl.Estimate(v, ci, "paired percentile bootstrap", n=n)
+    corr = {("clean", 2): est(0.1, (0.0, 0.2)), ("x", 2): est(0.1, (0.0, 0.2))}
+    return AblationEffect(condition="x", patched_layers=(1,), downstream_layer=2, last_layer=2, corr=corr,
+                          corr_delta={2: est(0.0, (-0.1, 0.1))}, random_condition=None, random_corr_delta={},
+                          calibration=(est(mae), est(*d_mae), None), n_prompts=n,
+                          calibration_corr=(est(-0.07), est(*d_r), None))
+
+
+def test_calibration_survives_is_an_equivalence_test_not_a_point_estimate():
+    """The README's SmolLM2 case: Δ MAE −0.8% of the clean MAE with the interval [−1.75%, +0.12%] does
+    not exclude a change over 1%, so it is inconclusive (the old rule printed "survives"); so is a
+    correlation change +0.0085 [−0.0016, +0.0203] against the absolute ±0.01 margin."""
+    clean = 0.457
+    eff = _effect_with_calibration(clean, (-0.008 * clean, (-0.0175 * clean, 0.0012 * clean)), (0.0005, (-0.002, 0.003)))
+    assert eff.mae_test.outcome == "inconclusive" and eff.corr_test.outcome == "equivalent"
+    assert eff.calibration_verdict == "inconclusive" and eff.calibration_survives is None
+    # n that would decide it, by hand: the lower end is 0.95% of clean from the estimate, the margin 0.2%
+    assert eff.mae_test.n_to_decide == math.ceil(60 * (0.0095 / 0.002) ** 2)
+    assert "inconclusive" in eff.sentence and "survives:" not in eff.sentence
+    text = str(eff)
+    assert "overlapping the equivalence margin ±1.0%: inconclusive" in text, text
+    assert f"n = {eff.mae_test.n_to_decide}" in text
+    # the correlation half alone can decide "inconclusive" ...
+    eff = _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.0085, (-0.0016, 0.0203)))
+    assert (eff.mae_test.outcome, eff.corr_test.outcome, eff.calibration_verdict) == \
+        ("equivalent", "inconclusive", "inconclusive")
+    # ... and "changes"
+    eff = _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.05, (0.03, 0.07)))
+    assert eff.calibration_verdict == "changes" and eff.calibration_survives is False
+    eff = _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.0, (-0.004, 0.005)))
+    assert eff.calibration_verdict == "survives" and eff.calibration_survives is True
+    assert "calibration survives (equivalence test" in eff.sentence
+    # margins are the caller's to state
+    assert _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.0085, (-0.0016, 0.0203))) \
+        .corr_test.margin == 0.01
+
+
+def test_effect_refuses_a_bad_margin(tiny):
+    cmp = compare_patched(tiny, TEXTS, [EntropyAxis(layer=0, progress=False).fit(tiny, TEXTS).removal()],
+                          n_random_seeds=0, n_boot=20, progress=False)
+    for bad in (0, -0.01, float("nan"), "1%"):
+        with pytest.raises(bl.InvalidInputError, match="mae_margin"):
+            cmp.effect(mae_margin=bad)

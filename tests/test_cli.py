@@ -2,7 +2,7 @@
 
 Bad input must be caught *before* the model is loaded (a wrong --out must not cost a model load),
 so these tests are fast. The end-to-end run of ``bayes-lens report --quick`` on SmolLM2 lives in
-tests/report/test_report_e2e.py.
+tests/reporting/test_report_e2e.py.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_cheapest_recipe_reproduces_the_record():
     again = tool.RECIPES[tool.CHEAPEST]()
     assert again["settings"] == rec["settings"]
     a, r = again["numbers"], rec["numbers"]
-    assert a["geometry"] == r["geometry"] and a["calibration_survives"] == r["calibration_survives"]
+    assert a["geometry"] == r["geometry"] and a["calibration_verdict"] == r["calibration_verdict"]
     for k in r["layers"]:
         for what in ("clean", "removed", "delta", "random_delta"):
             assert a["layers"][k][what]["value"] == pytest.approx(r["layers"][k][what]["value"], abs=2e-3)

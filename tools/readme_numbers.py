@@ -84,8 +84,9 @@ def run_flagship(key: str) -> dict:
                             "delta": _est(eff.corr_delta[k]), "random_delta": _est(eff.random_corr_delta[k])}
                    for k in layers},
         "mae_clean": _est(mae), "mae_delta": _est(dm), "mae_random_delta": _est(rm),
+        "r_clean": _est(eff.calibration_corr[0]), "r_delta": _est(eff.calibration_corr[1]),
         "geometry": eff.geometry, "calibration_survives": eff.calibration_survives,
-        "text": str(eff),
+        "calibration_verdict": eff.calibration_verdict, "text": str(eff),
     }
     settings = {"model": name, "n_prompts": len(items), "ks": sorted({int(it.k) for it in items}),
                 "n_per_k": 12, "seed": 0, "layer": "n_layers // 2", "n_boot": ns["cmp"].n_boot,
@@ -162,6 +163,11 @@ def _ci(e, fmt="{:+.3f}") -> str:
     return f"{fmt.format(e['value'])} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
+def _verdict_words(n) -> str:
+    return {"survives": "it survives", "changes": "it changes",
+            "inconclusive": "inconclusive at n = 60"}[n["calibration_verdict"]]
+
+
 def render_flagship(data: dict) -> str:
     out = []
     for key in ("smollm2", "gemma"):
@@ -177,9 +183,12 @@ def render_flagship(data: dict) -> str:
         return max(abs(v["delta"]["value"]) for v in n["layers"].values())
 
     out.append(f"On both models removing the axis leaves the downstream correlation where it was (|Δρ| ≤ "
-               f"{max(spread(s), spread(g)):.3f} at the layers shown, the size of a random direction's change) "
-               f"and the calibration too (SULA MAE {s['mae_delta']['value']:+.4f} and "
-               f"{g['mae_delta']['value']:+.4f} bits). On Gemma there is a strong signal to break (ρ "
+               f"{max(spread(s), spread(g)):.3f} at the layers shown, the size of a random direction's change). "
+               f"Calibration, by the equivalence test (the 95% intervals of Δ MAE inside ±1% of the clean MAE and "
+               f"of Δ r inside ±0.01): {_verdict_words(s)} on SmolLM2 (Δ MAE {_ci(s['mae_delta'], '{:+.4f}')} "
+               f"bits, Δ r {_ci(s['r_delta'], '{:+.4f}')}), {_verdict_words(g)} on Gemma (Δ MAE "
+               f"{_ci(g['mae_delta'], '{:+.4f}')} bits, Δ r {_ci(g['r_delta'], '{:+.4f}')}). "
+               f"On Gemma there is a strong signal to break (ρ "
                f"{g['layers'][str(g['downstream_layer'])]['clean']['value']:+.2f} at layer "
                f"{g['downstream_layer']}) and it survives: the uncertainty signal is carried or recomputed past the "
                f"ablated layer, so one layer's axis is not where the model keeps it — unlike Paper A's single-layer "

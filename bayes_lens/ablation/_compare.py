@@ -17,6 +17,7 @@ Both give the same :class:`PatchComparison`; read it with ``.corr(condition, lay
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
@@ -27,10 +28,11 @@ from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import is_cache_like, source_model
 from ..collect import check_runnable
-from .._validate import check_seed
+from .._validate import check_float, check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.calibration import mae_bits
-from ..metrics.stats import bootstrap_indices, pearson_rows, percentile_interval, spearman_rows
+from ..metrics.stats import (Equivalence, bootstrap_indices, equivalence, pearson_rows, percentile_interval,
+                             spearman_rows)
 from ._axis import EntropyAxis, axis_cache, signing_entropy, value_arrays
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
 from ._patch import Patch, check_patches, flatten_pairs
@@ -38,6 +40,11 @@ from ._patch import Patch, check_patches, flatten_pairs
 __all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
 
 _CAL_METRICS = {"mae": "sula_mae_bits", "corr": "sula_pearson"}
+#: Paper A §6.2's "MAE and correlation change by less than 1%", as equivalence margins (METHODS.md §7):
+#: Δ MAE within ±1% of the clean MAE (relative); Δ r within ±0.01 (absolute: r is near 0 on some models,
+#: where a relative margin would be meaninglessly small).
+MAE_MARGIN = 0.01
+CORR_MARGIN = 0.01
 
 
 def _corr_rows(x: np.ndarray, y: np.ndarray, method: str) -> np.ndarray:
@@ -238,17 +245,26 @@ class PatchComparison(Result):
     def to_dataframe(self):
         return self.table.copy()
 
-    def effect(self, condition: Optional[str] = None, *, downstream: Optional[int] = None) -> "AblationEffect":
+    def effect(self, condition: Optional[str] = None, *, downstream: Optional[int] = None,
+               mae_margin: float = MAE_MARGIN, corr_margin: float = CORR_MARGIN) -> "AblationEffect":
         """What the patch did, in the few numbers a reader needs and one sentence computed from them.
 
         Paper A's question (METHODS.md §7): does removing the axis *break the geometry* — the
         correlation of the clean-fitted axis coordinate with the model's entropy, read at layers
         *after* the patched one (at the patched layer itself a removed coordinate is 0 by
-        construction) — while *calibration survives* (the SULA MAE at the output changes by < 1%)?
+        construction) — while *calibration survives* (Paper A §6.2: SULA MAE *and* correlation change by
+        less than 1%)? "Survives" is an equivalence test on each change's paired 95% interval
+        (:func:`bayes_lens.metrics.stats.equivalence`): the whole interval of Δ MAE must lie inside
+        ±``mae_margin`` × the clean MAE (relative, default 1%), and the whole interval of Δ r (the SULA
+        Pearson correlation) inside ±``corr_margin`` (absolute, default 0.01: a relative margin means
+        nothing on a correlation near 0). Either interval wholly outside its margin: calibration
+        *changes*; otherwise *inconclusive*, with the number of prompts that would decide it.
         ``condition`` defaults to the first patch; ``downstream`` is the readout layer of the
         headline (default: the first layer after the patched layers); the last layer is always shown.
         The random-direction control (same op and layers), when the comparison has one, is shown next to it.
         """
+        mae_margin = check_float(mae_margin, "mae_margin", min=0, min_inclusive=False)
+        corr_margin = check_float(corr_margin, "corr_margin", min=0, min_inclusive=False)
         if condition is None:
             condition = next((c for c in self.conditions if c != "clean" and not c.startswith("random ⟂")), None)
             if condition is None:
@@ -274,14 +290,15 @@ class PatchComparison(Result):
         corr = {(c, k): self.corr(c, k) for c in ("clean", condition) for k in layers}
         delta = {k: self.corr_delta(condition, k) for k in layers}
         rdelta = {k: self.corr_delta(rnd, k) for k in layers} if rnd else {}
-        cal = None
+        cal = cal_corr = None
         if self.calibration:
-            cal = (self.calibration_value("clean"), self.calibration_delta(condition),
-                   self.calibration_delta(rnd) if rnd else None)
+            cal, cal_corr = ((self.calibration_value("clean", m), self.calibration_delta(condition, m),
+                              self.calibration_delta(rnd, m) if rnd else None) for m in ("mae", "corr"))
         return AblationEffect(condition=condition, patched_layers=tuple(patched), downstream_layer=int(downstream),
                               last_layer=int(last), corr=corr, corr_delta=delta, random_condition=rnd,
                               random_corr_delta=rdelta, calibration=cal, n_prompts=self.n_prompts,
-                              at_patched=self.corr("clean", patched[0]) if patched[0] in self.readout_layers else None)
+                              at_patched=self.corr("clean", patched[0]) if patched[0] in self.readout_layers else None,
+                              calibration_corr=cal_corr, mae_margin=mae_margin, corr_margin=corr_margin)
 
     def summary(self):
         """The headline rows: axis–entropy correlation at each patched layer, and calibration."""
@@ -336,7 +353,10 @@ class AblationEffect:
 
     ``corr[(condition, layer)]`` and ``corr_delta[layer]`` are :class:`~bayes_lens.Estimate` values at
     ``downstream_layer`` and ``last_layer``; ``calibration`` is ``(clean MAE, Δ MAE, random Δ MAE)`` in bits
-    (None without SULA items).
+    and ``calibration_corr`` ``(clean r, Δ r, random Δ r)`` for the SULA Pearson correlation (both None
+    without SULA items). :attr:`mae_test` and :attr:`corr_test` are the equivalence tests of the two
+    changes against ``mae_margin`` (relative to the clean MAE) and ``corr_margin`` (absolute), and
+    :attr:`calibration_verdict` combines them (METHODS.md §7).
     """
 
     condition: str
@@ -350,6 +370,9 @@ class AblationEffect:
     calibration: Optional[Tuple[Estimate, Estimate, Optional[Estimate]]]
     n_prompts: int
     at_patched: Optional[Estimate] = None
+    calibration_corr: Optional[Tuple[Estimate, Estimate, Optional[Estimate]]] = None
+    mae_margin: float = MAE_MARGIN
+    corr_margin: float = CORR_MARGIN
 
     @property
     def geometry(self) -> str:
@@ -364,12 +387,51 @@ class AblationEffect:
         return "strengthens"
 
     @property
-    def calibration_survives(self) -> Optional[bool]:
-        """|Δ SULA MAE| < 1% of the clean MAE (Paper A §6.2); None without calibration."""
+    def mae_test(self) -> Optional[Equivalence]:
+        """Equivalence test of Δ SULA MAE against ±``mae_margin`` × the clean MAE (bits); None without calibration."""
         if self.calibration is None:
             return None
         clean, d, _ = self.calibration
-        return bool(abs(d.value) < 0.01 * abs(clean.value))
+        if not (math.isfinite(clean.value) and clean.value > 0):
+            return Equivalence("inconclusive", d.value, d.ci, float("nan"), self.n_prompts)
+        return equivalence(d.value, d.ci, self.mae_margin * abs(clean.value), n=self.n_prompts)
+
+    @property
+    def corr_test(self) -> Optional[Equivalence]:
+        """Equivalence test of Δ SULA Pearson r against the absolute ±``corr_margin``; None without it."""
+        if self.calibration_corr is None:
+            return None
+        _, d, _ = self.calibration_corr
+        return equivalence(d.value, d.ci, self.corr_margin, n=self.n_prompts)
+
+    @property
+    def calibration_verdict(self) -> Optional[str]:
+        """``"survives"`` when every calibration test is equivalent, ``"changes"`` when any is
+        different, else ``"inconclusive"``; None without calibration (Paper A §6.2 as an interval test)."""
+        tests = [t for t in (self.mae_test, self.corr_test) if t is not None]
+        if not tests:
+            return None
+        if any(t.outcome == "different" for t in tests):
+            return "changes"
+        return "survives" if all(t.outcome == "equivalent" for t in tests) else "inconclusive"
+
+    @property
+    def calibration_survives(self) -> Optional[bool]:
+        """True when :attr:`calibration_verdict` is ``"survives"``, False when ``"changes"``, None when
+        inconclusive or without calibration (an undecided test is not a survival)."""
+        return {"survives": True, "changes": False}.get(self.calibration_verdict)
+
+    def calibration_lines(self) -> list:
+        """The equivalence tests in words: the rule, the numbers and the outcome, one line each."""
+        out = []
+        if self.mae_test is not None:
+            clean = self.calibration[0].value
+            out.append(self.mae_test.describe("Δ SULA MAE / clean MAE", scale=abs(clean), pct=True)
+                       if math.isfinite(self.mae_test.margin) else
+                       f"Δ SULA MAE: the clean MAE is {clean:.3g}, so a relative margin is undefined: inconclusive")
+        if self.corr_test is not None:
+            out.append(self.corr_test.describe("Δ SULA r"))
+        return out
 
     @property
     def sentence(self) -> str:
@@ -391,8 +453,14 @@ class AblationEffect:
         if self.calibration is not None:
             mae, dm, _ = self.calibration
             rel = dm.value / mae.value if mae.value else float("nan")
-            text += (f"; calibration {'survives' if self.calibration_survives else 'changes'}: SULA MAE "
-                     f"{mae.value:.3f} bits moves by {dm.value:+.4f} ({rel:+.1%}; Paper A: < 1%)")
+            verdict = {"survives": "calibration survives", "changes": "calibration changes",
+                       "inconclusive": "whether calibration survives is inconclusive"}[self.calibration_verdict]
+            text += (f"; {verdict} (equivalence test: survives only when the 95% intervals of Δ MAE and Δ r lie "
+                     f"inside ±{self.mae_margin:.0%} of the clean MAE and ±{self.corr_margin:g}): SULA MAE "
+                     f"{mae.value:.3f} bits moves by {dm.value:+.4f} ({rel:+.1%})")
+            if self.calibration_corr is not None:
+                r, dr, _ = self.calibration_corr
+                text += f", r {r.value:+.3f} by {dr.value:+.4f}"
         return text + "."
 
     def to_dataframe(self):
@@ -424,12 +492,17 @@ class AblationEffect:
             mae, dm, rm = self.calibration
             lines.append(f"  SULA MAE {mae.value:.3f} bits: Δ {dm.value:+.4f} [{dm.ci[0]:+.4f}, {dm.ci[1]:+.4f}]"
                          + (f"; random ⟂: Δ {rm.value:+.4f}" if rm is not None else ""))
+            if self.calibration_corr is not None:
+                r, dr, rr = self.calibration_corr
+                lines.append(f"  SULA r {r.value:+.3f}: Δ {dr.value:+.4f} [{dr.ci[0]:+.4f}, {dr.ci[1]:+.4f}]"
+                             + (f"; random ⟂: Δ {rr.value:+.4f}" if rr is not None else ""))
+            lines += [f"  {line}" for line in self.calibration_lines()]
         lines.append(self.sentence)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"<AblationEffect {self.condition!r}: geometry {self.geometry} at layer {self.downstream_layer}" + (
-            f", calibration {'survives' if self.calibration_survives else 'changes'}>" if self.calibration else ">")
+            f", calibration {self.calibration_verdict}>" if self.calibration else ">")
 
     def _repr_pretty_(self, p, cycle):  # IPython / notebooks: the lines, not the one-line repr
         p.text(str(self))

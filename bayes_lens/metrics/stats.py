@@ -21,7 +21,11 @@ bootstrap or a permutation null is one call), and tested once against scipy:
 * :func:`correlation_inference` — r with its bootstrap interval and permutation p-value, the bootstrap
   and the permutations drawn from *independent* child streams of one seed
   (``np.random.SeedSequence(seed).spawn(2)``);
-* :func:`bootstrap_ci` / :func:`permutation_pvalue` — the same for an arbitrary Python statistic.
+* :func:`bootstrap_ci` / :func:`permutation_pvalue` — the same for an arbitrary Python statistic;
+* :func:`equivalence` — an equivalence test of a change against ±margin read on its 95% interval
+  (equivalent / different / inconclusive, with the n that would decide it), the rule behind every
+  "survives" verdict; :func:`digits_to_show` prints an interval so it never seems to cross a threshold
+  it does not.
 
 Example
 -------
@@ -67,6 +71,10 @@ __all__ = [
     "bootstrap_ci",
     "permutation_pvalue",
     "child_rngs",
+    "Equivalence",
+    "equivalence",
+    "EQUIVALENCE_RULE",
+    "digits_to_show",
 ]
 
 _LN2 = math.log(2.0)
@@ -407,3 +415,114 @@ def permutation_pvalue(x: Float[_Array, "n"], y: Float[_Array, "n"], stat: Calla
     count = sum(abs(stat(x, y[np.argsort(rng.random(y.size))])) >= observed - 1e-12 for _ in range(n_perm))
     return float((count + 1) / (n_perm + 1))
 
+
+
+def digits_to_show(values, thresholds, *, digits: int = 2, max_digits: int = 8) -> int:
+    """The fewest decimals (≥ ``digits``) at which every value in ``values`` is shown on the same side
+    of every threshold in ``thresholds`` as it really is, so a printed interval never seems to contain
+    a threshold it excludes ([-0.5604, -0.5004] printed as [-0.56, -0.50] seems to contain −0.5; at
+    four decimals it does not).
+
+    >>> digits_to_show([-0.5604, -0.5004], [-0.5])
+    4
+    """
+    for d in range(digits, max_digits + 1):
+        ok = True
+        for v in values:
+            for t in thresholds:
+                if not (math.isfinite(v) and math.isfinite(t)) or v == t:
+                    continue
+                shown = round(v, d)
+                if (shown > t) != (v > t) or shown == t:
+                    ok = False
+        if ok:
+            return d
+    return max_digits
+
+
+EQUIVALENCE_RULE = ("equivalence test on the 95% interval of the change (two one-sided tests at 2.5% each): "
+                    "equivalent when the whole interval lies inside ±margin, different when it lies wholly "
+                    "outside, inconclusive otherwise")
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The outcome of an equivalence test of a change ``value`` (with its 95% interval ``ci``) against
+    a margin ``±margin`` (METHODS.md §7, "Calibration survives"):
+
+    * ``"equivalent"`` when lo > −margin and hi < +margin (the whole interval inside the margin: a
+      change as large as the margin is excluded at the 95% level, i.e. two one-sided tests at 2.5%);
+    * ``"different"`` when lo > +margin or hi < −margin (the whole interval outside: the change
+      exceeds the margin);
+    * ``"inconclusive"`` otherwise (or when the interval could not be computed).
+
+    ``n_to_decide`` is the number of units (prompts) at which the test would decide if the point
+    estimate stayed where it is and the interval shrank as 1/√n: n·(w/g)², with w the distance from the
+    estimate to the interval's end that crosses the margin and g the distance from the estimate to
+    the margin on that side (None when decided, when ``n`` is unknown, or when the estimate sits on
+    the margin).
+
+    >>> t = equivalence(0.002, (-0.001, 0.006), margin=0.005, n=60)
+    >>> t.outcome, t.n_to_decide
+    ('inconclusive', 107)
+    >>> equivalence(0.002, (0.001, 0.003), margin=0.005).outcome
+    'equivalent'
+    """
+
+    outcome: str
+    value: float
+    ci: Interval
+    margin: float
+    n: Optional[int] = None
+    n_to_decide: Optional[int] = None
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != "inconclusive"
+
+    def describe(self, what: str, *, unit: str = "", scale: float = 1.0, pct: bool = False) -> str:
+        """One sentence with the rule and the numbers, e.g. ``"Δ SULA MAE = +0.0005 bits
+        [−0.0010, +0.0021], wholly inside the equivalence margin ±0.0030 bits: equivalent"``.
+
+        ``scale`` divides every number first (the clean value, to print a relative change); ``pct``
+        prints it as a percentage.
+        """
+        lo, hi = self.ci
+        nums = [self.value / scale, lo / scale, hi / scale]
+        m = self.margin / scale
+        k = 100.0 if pct else 1.0
+        d = digits_to_show([x * k for x in nums], [m * k, -m * k], digits=1 if pct else 4)
+        suffix = "%" if pct else (f" {unit}" if unit else "")
+
+        def f(x, sign=True):
+            return f"{x * k:{'+' if sign else ''}.{d}f}".replace("-", "−") + ("%" if pct else "")
+
+        where = {"equivalent": "wholly inside", "different": "wholly outside",
+                 "inconclusive": "overlapping"}[self.outcome]
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            where = "no interval for"
+        text = (f"{what} = {f(nums[0])}{'' if pct else suffix} [{f(nums[1])}, {f(nums[2])}], {where} the "
+                f"equivalence margin ±{f(m, sign=False)}{'' if pct else suffix}: {self.outcome}")
+        if self.outcome == "inconclusive" and self.n_to_decide is not None:
+            text += f" (would decide at about n = {self.n_to_decide} if the estimate held, vs n = {self.n} here)"
+        return text
+
+
+def equivalence(value: float, ci: Interval, margin: float, *, n: Optional[int] = None) -> Equivalence:
+    """Equivalence test of a change against ``±margin`` read on its 95% interval (see :class:`Equivalence`)."""
+    margin = float(margin)
+    if not (math.isfinite(margin) and margin > 0):
+        raise InvalidInputError(f"margin must be a positive finite number, got {margin!r}.")
+    value, lo, hi = float(value), float(ci[0]), float(ci[1])
+    if not all(math.isfinite(x) for x in (value, lo, hi)):
+        return Equivalence("inconclusive", value, (lo, hi), margin, n, None)
+    if -margin < lo and hi < margin:
+        return Equivalence("equivalent", value, (lo, hi), margin, n, None)
+    if lo > margin or hi < -margin:
+        return Equivalence("different", value, (lo, hi), margin, n, None)
+    if abs(value) < margin:          # would become equivalent: the end beyond the margin must come in
+        w, g = (hi - value, margin - value) if value >= 0 else (value - lo, margin + value)
+    else:                            # would become different: the end towards 0 must clear the margin
+        w, g = (value - lo, value - margin) if value > 0 else (hi - value, -margin - value)
+    need = int(math.ceil(n * (w / g) ** 2)) if n and g > 0 and w > 0 else None
+    return Equivalence("inconclusive", value, (lo, hi), margin, n, need)

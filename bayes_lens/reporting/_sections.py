@@ -16,7 +16,6 @@ from ._verdicts import fit_verdict, key_orthogonality_verdict, threshold_verdict
 
 __all__ = ["SECTIONS", "QUICK", "FULL"]
 
-CALIBRATION_SURVIVES = 0.01   # Paper A §6.2: SULA MAE and correlation change by less than 1% under the ablation
 PERMUTATION_SLOPE = -0.5      # Paper B: SD across orderings ∝ k^(-1/2) for independently drawn orderings
 
 
@@ -30,16 +29,30 @@ def _relation_verdict(ci, related: str, unrelated: str, source: str) -> dict:
                                   f" ({source})"}
 
 
-def _calibration_verdict(delta, clean: float, what: str) -> dict:
-    """PASS when |patched − clean| is below 1% of the clean value (Paper A's "calibration survives")."""
-    if not np.isfinite(clean) or abs(clean) < 0.1:
-        return {"pass": None, "text": f"clean {what} = {clean:.3f} ≈ 0: a relative change is undefined, so Paper A's "
-                                      "1% rule cannot be applied (Paper A §6.2)"}
-    rel = abs(delta.value) / abs(clean)
-    whole = max(abs(delta.ci[0]), abs(delta.ci[1])) / abs(clean) < CALIBRATION_SURVIVES
-    how = "whole 95% CI" if whole else "point estimate only; the CI reaches beyond 1%"
-    return threshold_verdict(rel < CALIBRATION_SURVIVES,
-                             f"|Δ {what}| = {rel:.2%} of the clean value, < 1% ({how})", "Paper A §6.2")
+def _calibration_verdict(delta, clean: float, metric: str, n: int) -> dict:
+    """Paper A's "calibration survives" (§6.2: MAE and correlation change by less than 1%) as an
+    equivalence test on the paired 95% interval of the change (METHODS.md §7): the MAE against ±1% of
+    the clean MAE, the correlation against ±0.01 absolute. PASS: the whole interval inside the margin;
+    FAIL: wholly outside; otherwise INCONCLUSIVE (pass None) with the n that would decide it."""
+    from ..ablation import AblationEffect
+    from ..metrics.stats import equivalence
+
+    MAE_MARGIN, CORR_MARGIN = AblationEffect.mae_margin, AblationEffect.corr_margin  # the flagship's own margins
+    label = {"mae": "Δ SULA MAE / clean MAE", "corr": "Δ SULA Pearson r"}[metric]
+    if metric == "mae":
+        if not (np.isfinite(clean) and clean > 0):
+            return {"pass": None, "text": f"INCONCLUSIVE: the clean MAE is {clean:.3g}, so a margin relative to it "
+                                          "is undefined (Paper A §6.2)"}
+        t = equivalence(delta.value, delta.ci, MAE_MARGIN * abs(clean), n=n)
+        line = t.describe(label, scale=abs(clean), pct=True)
+    else:
+        t = equivalence(delta.value, delta.ci, CORR_MARGIN, n=n)
+        line = t.describe(label)
+    word = {"equivalent": "PASS (calibration survives)", "different": "FAIL (calibration changes)",
+            "inconclusive": "INCONCLUSIVE"}[t.outcome]
+    return {"pass": {"equivalent": True, "different": False}.get(t.outcome),
+            "text": f"{word}: {line}; rule: survives only when the whole 95% interval lies inside the margin, "
+                    "changes when it lies wholly outside (an equivalence test; Paper A §6.2)"}
 
 QUICK: Dict[str, object] = {
     "geometry_n": 25,
@@ -312,7 +325,7 @@ def _ablation(ctx: Context) -> SectionOutput:
             key, f"axis removed: change of {label} (patched − clean)", d.value, units, d.ci,
             (dr.value if dr is not None else None, "random orthogonal direction removed"),
             note=f"clean {v.value - d.value:.3f}, patched {v.value:.3f}; paired bootstrap",
-            verdict=_calibration_verdict(d, v.value - d.value, label)))
+            verdict=_calibration_verdict(d, v.value - d.value, metric, len(prompts))))
     out.tables["comparison"] = cmp.table
     out.figure("Entropy-axis ablation: correlation by readout layer, calibration change", cmp.plot)
     out.details["comparison"] = {k: v for k, v in cmp.to_dict().items() if k != "table"}
@@ -342,8 +355,14 @@ _SHAPE_CAVEAT = ("shape comparison: a high adjusted R² does not confirm the log
 def _slope_verdict(slope, ci) -> Optional[dict]:
     if slope is None or not np.isfinite(slope) or ci is None or not all(np.isfinite(c) for c in ci):
         return None
+    from ..metrics.stats import digits_to_show
+
     inside = ci[0] <= PERMUTATION_SLOPE <= ci[1]
-    return threshold_verdict(inside, f"−0.5 inside the 95% CI [{ci[0]:.2f}, {ci[1]:.2f}] (a design check)", "Paper B")
+    d = digits_to_show([slope, *ci], [PERMUTATION_SLOPE])
+    shown = f"slope {slope:+.{d}f}, 95% CI [{ci[0]:+.{d}f}, {ci[1]:+.{d}f}]".replace("-", "−")
+    return threshold_verdict(inside, f"{shown} {'contains' if inside else 'excludes'} −0.5; rule: PASS when the "
+                                     "95% CI contains −0.5, the slope independent orderings must give (a design "
+                                     "check)", "Paper B")
 
 
 def _martingale(ctx: Context) -> SectionOutput:

@@ -1,5 +1,7 @@
 """The statistics kernel (bayes_lens.metrics.stats), each function once against scipy / brute force."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from scipy.stats import bootstrap as scipy_bootstrap
 from scipy.stats import entropy as scipy_entropy
 from scipy.stats import linregress, pearsonr, spearmanr
 
+import bayes_lens as bl
 from bayes_lens.errors import InvalidInputError
 from bayes_lens.metrics import stats as S
 
@@ -155,3 +158,57 @@ def test_keyed_streams_of_the_library_call_sites_are_unchanged():
         keyed_rng(-1, 2)
     with pytest.raises(InvalidInputError, match="key 0"):
         keyed_seed(3, 1.5)
+
+
+# ------------------------------------------------------------------ equivalence test (METHODS.md §7)
+def test_equivalence_outcomes_and_the_n_that_would_decide():
+    from bayes_lens.metrics.stats import equivalence
+
+    assert equivalence(0.0, (-0.9, 0.9), 1.0).outcome == "equivalent"
+    assert equivalence(2.0, (1.1, 2.9), 1.0).outcome == "different"
+    assert equivalence(-2.0, (-2.9, -1.1), 1.0).outcome == "different"
+    assert equivalence(0.5, (-0.5, 1.5), 1.0).outcome == "inconclusive"
+    assert equivalence(0.0, (-1.0, 0.5), 1.0).outcome == "inconclusive"      # touching the margin is not inside
+    assert equivalence(0.0, (float("nan"), 0.5), 1.0).outcome == "inconclusive"
+    # n: if the estimate held and the half-width shrank as 1/sqrt(n), the interval end would cross the margin
+    t = equivalence(0.5, (-0.5, 1.5), 1.0, n=100)
+    assert t.n_to_decide == math.ceil(100 * (1.0 / 0.5) ** 2)
+    t = equivalence(-1.5, (-2.5, -0.5), 1.0, n=50)   # would become "different": the upper end must pass -1
+    assert t.n_to_decide == math.ceil(50 * (1.0 / 0.5) ** 2)
+    assert equivalence(1.0, (0.0, 2.0), 1.0, n=50).n_to_decide is None   # estimate on the margin
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(bl.InvalidInputError, match="margin"):
+            equivalence(0.0, (-1, 1), bad)
+
+
+@pytest.mark.parametrize("true_change, max_rate", [(1.0, 0.05), (1.3, 0.01)])
+def test_equivalence_rarely_calls_a_real_change_equivalent(true_change, max_rate):
+    """The point of the rule: with a true change at (or beyond) the margin, "equivalent" comes out at most
+    ~2.5% of the time (two one-sided tests at 2.5%), where the old point-estimate rule said "survives"
+    about half the time. Normal-theory intervals, 4000 simulated data sets of n = 60."""
+    from bayes_lens.metrics.stats import equivalence
+
+    rng = np.random.default_rng(0)
+    n, sd, margin = 60, 4.0, 1.0
+    x = rng.normal(true_change, sd, size=(4000, n))
+    m, se = x.mean(1), x.std(1, ddof=1) / np.sqrt(n)
+    said = np.array([equivalence(a, (a - 1.96 * s, a + 1.96 * s), margin).outcome for a, s in zip(m, se)])
+    point_rule = np.mean(np.abs(m) < margin)
+    assert np.mean(said == "equivalent") <= max_rate
+    if true_change == 1.0:
+        assert 0.4 < point_rule < 0.6     # the old rule: a coin flip at the margin
+    # and a true zero change is called equivalent most of the time when the interval is narrow enough
+    z = rng.normal(0.0, 1.0, size=(2000, n))
+    mz, sz = z.mean(1), z.std(1, ddof=1) / np.sqrt(n)
+    assert np.mean([equivalence(a, (a - 1.96 * s, a + 1.96 * s), margin).outcome == "equivalent"
+                    for a, s in zip(mz, sz)]) > 0.9
+
+
+def test_digits_to_show_keeps_a_printed_interval_on_its_side_of_the_threshold():
+    from bayes_lens.metrics.stats import digits_to_show
+
+    assert digits_to_show([-0.5604, -0.5004], [-0.5]) == 4      # -0.500 at 3 decimals would "touch" -0.5
+    assert digits_to_show([-0.5604, -0.5040], [-0.5]) == 3      # -0.50 at 2 would; -0.504 does not
+    d = digits_to_show([-0.5604, -0.50004], [-0.5])
+    assert round(-0.50004, d) < -0.5
+    assert digits_to_show([0.1, 0.9], [0.5]) == 2
