@@ -39,6 +39,9 @@ Selection rules (deterministic for a seed; visible in :class:`Selection`):
   :func:`domain` score a seeded subsample of :data:`DEFAULT_POOL_SIZE` (200) candidates of a shipped
   pool (the first ``pool_size`` of a permutation of the pool drawn with ``seed``: a smaller subsample
   is contained in a larger one for the same seed, so their entropies are reused from the cache).
+  The subsample and the per-quintile picks use two independent streams of ``seed``
+  (``default_rng(seed)`` and its spawned child ``SeedSequence(seed).spawn(1)[0]``), so changing one
+  does not shift the other.
   Scoring costs about 0.1 s per candidate on SmolLM2-135M on 2 quiet CPU cores (0.9 s measured
   with the cores shared by other jobs), so ``mixed(model, n_prompts=75)`` takes about 20-30 s;
   ``pool_size=400`` is the full report's size, ``pool_size=None`` scores the whole shipped pool
@@ -378,6 +381,14 @@ def subsample_index(size_of_pool: int, pool_size: Optional[int], *,
     return np.sort(np.random.default_rng(int(seed)).permutation(size_of_pool)[: int(pool_size)])
 
 
+def _pick_stream(seed: int) -> np.random.Generator:
+    """The per-quintile picks' stream: the first child of ``seed``
+    (``numpy.random.SeedSequence(seed).spawn(1)[0]``), independent of the subsample's stream
+    ``default_rng(seed)``. One stream for both reused the subsample's random numbers for the picks;
+    now changing ``pool_size`` changes which candidates are scored but not the picks' numbers."""
+    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(1)[0])
+
+
 def select(model, pool: PoolLike = "mixed", n_prompts: int = 75, *, seed: int = 0,
            balance_kinds: Optional[bool] = None, batch_size: int = 16, cache: bool = True,
            progress: Optional[bool] = None, pool_size: Optional[int] = None) -> Selection:
@@ -411,7 +422,7 @@ def select(model, pool: PoolLike = "mixed", n_prompts: int = 75, *, seed: int = 
     ent = entropies(model, recs, batch_size=batch_size, cache=cache, progress=progress)
     q = _quintile_ids(ent)
     kinds = [r.kind for r in recs]
-    rng = np.random.default_rng(int(seed))
+    rng = _pick_stream(seed)  # independent of the subsample's stream
     chosen: List[int] = []
     for k, need in enumerate(_per_quintile(n)):
         cand = np.flatnonzero(q == k)

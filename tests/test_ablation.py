@@ -739,6 +739,17 @@ def test_sula_fit_and_compare_match_sula_evaluate(tiny):
         assert t.loc[(cond, "sula_pearson"), "value"] == pytest.approx(ev.pearson.value, abs=1e-9)
     assert t.loc[(patch.label, "sula_mae_bits"), "diff_from_clean"] == pytest.approx(
         ev_patch.mae_bits.value - ev_clean.mae_bits.value, abs=1e-9)
+    # the paired bootstrap resamples within k (SULA's count per k is fixed): the clean MAE's interval by hand
+    k = prompts.k
+    rng = np.random.default_rng(0)  # compare_patched's seed
+    idx = np.empty((100, k.size), dtype=np.int64)
+    for kv in np.unique(k):
+        rows = np.flatnonzero(k == kv)
+        idx[:, rows] = rows[rng.integers(0, rows.size, size=(100, rows.size))]
+    hb = prompts.bayes_entropy_bits
+    lo, hi = np.quantile(np.abs(h[idx] - hb[idx]).mean(1), [0.025, 0.975])
+    assert (t.loc[("clean", "sula_mae_bits"), "value_ci_low"], t.loc[("clean", "sula_mae_bits"), "value_ci_high"]) \
+        == pytest.approx((lo, hi), abs=1e-6)
     bayes_rows = cmp.table[(cmp.table["metric"] == "axis_entropy_corr") & (cmp.table["entropy"] == "bayes")]
     assert len(bayes_rows) == 3 * len(cmp.readout_layers)  # clean, the patch, its random control
     assert set(cmp.summary()["metric"]) == {"axis_entropy_corr", "sula_mae_bits", "sula_pearson"}

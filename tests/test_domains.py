@@ -175,3 +175,32 @@ def test_smol_two_small_domains(smol):
     assert df.loc["math", "n_prompts"] == 10
     # a trained model's value manifold is far more concentrated than Gaussian noise of the same n × d
     assert (df["pc12_fraction"] > df["null_pc12_high"]).all()
+
+
+def test_pr_difference_label_carries_the_population_caveat(comparison):
+    """The per-domain PR label says when its interval describes the same-n statistic only; the difference
+    of two PRs inherits each one's low bias (≈ PR²/n; in simulation the difference's interval covered the
+    population difference in 0 of 60 data sets at n = 40), so its label says so too, naming the domains'
+    n and sample PR, and claims coverage only when both domains' PR intervals do."""
+    from types import SimpleNamespace
+
+    from bayes_lens.domains import _pr_diff_caveat
+    from bayes_lens.metrics.pca import pr_interval_covers_population
+
+    _, cmp = comparison
+    for d in cmp.domains:
+        if d == cmp.reference:
+            continue
+        label = cmp.pr_diff[d].ci_method
+        assert "does not cover the population PR difference" in label
+        assert f"n = {cmp.value_manifold[d].n_prompts}" in label
+        assert "does not cover the population PR" in cmp.value_manifold[d].participation_ratio.ci_method
+        assert "does not cover" not in cmp.pc12_diff[d].ci_method  # PC differences: no PR caveat
+    # the rule, on stand-ins: both basic intervals at n >= 10·PR cover, one short domain does not
+    def vm(n, pr, dim=64):
+        return SimpleNamespace(n_prompts=n, dim=dim, n_constant_dims=0, participation_ratio=SimpleNamespace(value=pr))
+    assert pr_interval_covers_population(200, 64, "basic", 8.0)
+    assert "approximately covers" in _pr_diff_caveat(vm(200, 8.0), vm(300, 12.0), "basic")
+    short = _pr_diff_caveat(vm(200, 8.0), vm(40, 12.0), "basic")
+    assert "does not cover" in short and "n = 40, sample PR 12.0" in short and "n = 200" not in short
+    assert "does not cover" in _pr_diff_caveat(vm(200, 8.0), vm(300, 12.0), "recentered")

@@ -337,6 +337,38 @@ def test_permutation_slope_is_suppressed_at_the_numerical_floor(dtype):
     assert rec.sd_k1.value > 1e3 * rec.numerical_floor_sd
 
 
+def test_permutation_floor_detects_a_float32_computation_returned_as_float64():
+    """METHODS.md's example: the Beta mixture computed in float32 but returned as float64 reported a slope of
+    rounding noise (−0.509, at_numerical_floor False) because the floor took the eps of the returned dtype.
+    Its values are all exactly representable in float32, so the floor uses float32's eps; a caller can
+    also state the precision, and a float64 predictor with k/32-type outputs can be kept at float64."""
+    kw = dict(seq_len=30, n_seqs=8, n_perms=32, ks=(1, 2, 4, 8, 16), seed=0, n_boot=50)
+    f32 = _beta_mixture(np.float32)
+    res = permutation_average(lambda s: f32(s).astype(np.float64), **kw)
+    assert res.predictive.dtype == np.float64
+    assert res.working_dtype == "float32" and res.at_numerical_floor and math.isnan(res.slope.value)
+    assert res.numerical_floor_sd == pytest.approx(np.sqrt(30) * np.finfo(np.float32).eps * res.predictive.mean())
+    assert 0 < res.sd_k1.value <= res.numerical_floor_sd
+    # stated by the caller: the same, and "float64" overrides the detection (the slope of noise comes back)
+    stated = permutation_average(lambda s: f32(s).astype(np.float64), precision="float32", **kw)
+    assert stated.working_dtype == "float32" and stated.numerical_floor_sd == res.numerical_floor_sd
+    forced = permutation_average(lambda s: f32(s).astype(np.float64), precision="float64", **kw)
+    assert forced.working_dtype == "float64" and not forced.at_numerical_floor
+    # a genuine float64 mixture is not mistaken for float32 (its values use float64's mantissa)
+    assert permutation_average(_beta_mixture(np.float64), **kw).working_dtype == "float64"
+    # the detection itself, against numpy casts: float16 and bfloat16 (float32 with 16 low bits zero)
+    from bayes_lens.martingale._permutation import _value_precision
+
+    rng = np.random.default_rng(0)
+    u = rng.random(50)
+    assert _value_precision(u) == "float64"
+    assert _value_precision(u.astype(np.float32).astype(np.float64)) == "float32"
+    assert _value_precision(u.astype(np.float16).astype(np.float64)) in ("float16", "bfloat16")
+    bf = (u.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+    assert _value_precision(bf) == "bfloat16"
+    with pytest.raises(InvalidInputError, match="precision must be one of"):
+        permutation_average(laplace, precision="float8", **kw)
+
 def test_permutation_floor_of_a_model_uses_its_dtype_and_a_rescore(tiny):
     res = permutation_average(tiny, seq_len=6, n_seqs=2, n_perms=8, ks=(1, 2, 4), seed=0, n_boot=0, batch_size=4)
     assert res.working_dtype == "float32"

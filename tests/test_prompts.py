@@ -359,3 +359,29 @@ def test_smol_slice_entropies_and_strata(smol):
     assert np.bincount(sel.quintile, minlength=5).tolist() == [2, 2, 2, 2, 2]
     # the pools do span low and high uncertainty on a real model
     assert ref.min() < 2.0 and ref.max() > 5.0
+
+
+def test_subsample_and_picks_use_independent_streams(tiny_hooked):
+    """The scoring subsample (default_rng(seed)) and the per-quintile picks (the seed's spawned child,
+    SeedSequence(seed).spawn(1)[0]) are independent streams, not one: the picks do not reuse the numbers
+    the subsample drew. Checked against the draws made here with numpy directly."""
+    seed = 11
+    (pick_ss,) = np.random.SeedSequence(seed).spawn(1)
+    expected = np.sort(np.random.default_rng(seed).permutation(1100)[:150])
+    np.testing.assert_array_equal(P.subsample_index(1100, 150, seed=seed), expected)
+    # a user pool (no subsample): the picks are rng.choice per quintile from the pick stream
+    pool = [r.text for r in _user_pool(40)]
+    sel = P.select(tiny_hooked, pool, n_prompts=10, seed=seed)
+    rng = np.random.default_rng(pick_ss)
+    want = []
+    for k in range(5):
+        cand = np.flatnonzero(sel.pool_quintile == k)
+        want.extend(sorted(int(i) for i in rng.choice(cand, size=2, replace=False)))
+    np.testing.assert_array_equal(sel.pool_index, want)
+    # the one-stream draw the picks used before (the subsample's own generator) gives other picks
+    same = np.random.default_rng(seed)
+    old = []
+    for k in range(5):
+        cand = np.flatnonzero(sel.pool_quintile == k)
+        old.extend(sorted(int(i) for i in same.choice(cand, size=2, replace=False)))
+    assert old != want

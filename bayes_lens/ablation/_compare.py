@@ -638,7 +638,15 @@ def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=N
     meta = [("clean", "clean", False, (), 1)] + [(c.label, c.kind, c.is_random, c.layers, len(c.patches))
                                                   for c in conds]
     return _comparison(runs, meta, axis=axis, model=model, readouts=readouts, bayes=bayes, calibration=calibration,
-                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=int(n_random_seeds))
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=int(n_random_seeds), strata=_strata(prompts))
+
+
+def _strata(prompts):
+    """The k of each SULA item (the bootstrap resamples within k), None for plain strings."""
+    k = getattr(prompts, "k", None)
+    if k is None and isinstance(prompts, (list, tuple)) and prompts and all(hasattr(p, "k") for p in prompts):
+        k = [p.k for p in prompts]  # a plain list of SULA items
+    return None if k is None else np.asarray(k)
 
 
 def _check_prompts(prompts):
@@ -702,7 +710,7 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
         runs[label] = [arrays(v) for v in group]
         meta.append((label, "cache", isinstance(value, list), (), len(group)))
     return _comparison(runs, meta, axis=axis, model=m, readouts=readouts, bayes=bayes, calibration=calibration,
-                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0)
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0, strata=_strata(prompts))
 
 
 def _check_axis_fits(axis: EntropyAxis, model) -> None:
@@ -727,7 +735,7 @@ def _run_arrays(rc, prompts, readouts, site) -> Tuple[Dict[int, np.ndarray], np.
 
 
 def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]], meta, *, axis, model, readouts, bayes, calibration, correlation,
-                n_boot, seed, n_random_seeds) -> PatchComparison:
+                n_boot, seed, n_random_seeds, strata=None) -> PatchComparison:
     """The statistics of a comparison from the runs' activations and entropies (streaming or caches)."""
     import pandas as pd
 
@@ -753,7 +761,8 @@ def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]],
         return {k: (values[k] - ref_mean[k]) @ ref_u[k] for k in readouts}, entropy
 
     members_of = {label: [coords(r) for r in rs] for label, rs in runs.items()}
-    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed)])  # row 0 = full sample
+    # row 0 = full sample; SULA items are resampled within k (their count per k is fixed by the design)
+    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed, strata=strata)])
     clean_c, _ = members_of["clean"][0]
     entropies = [("model", None)] + ([("bayes", bayes)] if bayes is not None else [])
 

@@ -19,8 +19,13 @@ Numerical floor. A predictor that is exchangeable in exact arithmetic but comput
 (a Bayesian mixture, a float32 or bfloat16 model) gives orderings that differ by rounding, so its SD
 at k = 1 is tiny but not 0, and a slope of rounding noise would be reported (−0.84 and −0.51 were
 seen for float64 and float32 mixtures). ``numerical_floor_sd`` estimates the SD rounding alone can
-produce, the larger of (a) √n · eps · mean P, eps of the predictive's working precision (the model's
-``cfg.dtype``, or the dtype a predictor returns; for a three-component Beta mixture updated in
+produce, the larger of (a) √n · eps · mean P, eps of the predictive's working precision (``precision=``
+when the caller states it; otherwise the coarsest of the model's ``cfg.dtype`` or the dtype a
+predictor returns, and the precision the values themselves show: values that are all exactly
+representable in float32, float16 or bfloat16 were computed in it, as a float32 computation returned
+as float64 is — a float64 computation gives a value exactly representable in float32 with
+probability ≈ 2⁻²⁹, so only a predictor whose outputs are short dyadic fractions, e.g. k/32, is
+mistaken for a low precision, which ``precision="float64"`` overrides; for a three-component Beta mixture updated in
 sequence the measured SD was 0.11–0.15 of this in float64, float32 and float16) and (b) the spread
 from re-scoring some orderings in another batch layout (reversed order, another batch size; the
 RMS difference / √2). When ``sd_k1`` is at or below the floor, ``at_numerical_floor`` is True and
@@ -106,7 +111,7 @@ class PermutationResult(Result):
     sd_k1_over_posterior_sd: float = float("nan")  # mean of SD_i / SD of the Beta(k+1, n−k+1) posterior
     numerical_floor_sd: float = 0.0  # SD across orderings that rounding alone can give (module docstring)
     rescore_sd: float = 0.0  # the part of it measured by re-scoring orderings in another batch layout
-    working_dtype: str = "float64"  # precision the floor's eps is taken from
+    working_dtype: str = "float64"  # precision the floor's eps is taken from (stated, declared or detected)
     at_numerical_floor: bool = False  # sd_k1 <= numerical_floor_sd: slope suppressed (NaN)
     slope_raw: float = float("nan")  # the fitted slope before suppression at the floor
 
@@ -152,10 +157,15 @@ class PermutationResult(Result):
 def permutation_average(model, *, seq_len: int = 30, n_seqs: int = 16, n_perms: int = 32,
                         ks: Sequence[int] = (1, 2, 4, 8, 16), p: float = 0.5, seed: int = 0,
                         template: Optional[BernoulliTemplate] = None, n_partitions: int = 50, n_boot: int = 1000,
-                        batch_size: int = 8, progress: Optional[bool] = None) -> PermutationResult:
+                        batch_size: int = 8, precision: Optional[str] = None,
+                        progress: Optional[bool] = None) -> PermutationResult:
     """SD of the predictive across random orderings of a length-``seq_len`` prefix (headline: k = 1, against the
-    exchangeable reference 0) and of its average over k orderings, vs k (slope −0.5 by construction)."""
+    exchangeable reference 0) and of its average over k orderings, vs k (slope −0.5 by construction).
+
+    ``precision`` (``"float64"``, ``"float32"``, ``"float16"`` or ``"bfloat16"``): the precision the
+    predictive is computed in, for the numerical floor; default None detects it (module docstring)."""
     seed = check_seed(seed)
+    precision = _check_precision(precision)
     n = check_int(seq_len, "seq_len")
     n_seqs = check_int(n_seqs, "n_seqs")
     n_perms = check_int(n_perms, "n_perms")
@@ -201,7 +211,7 @@ def permutation_average(model, *, seq_len: int = 30, n_seqs: int = 16, n_perms: 
     lap = (x.sum(1) + 1.0) / (n + 2.0)
     per_k = pd.DataFrame({"k": ks, "sd": mean_sd, "sd_ci_low": lo, "sd_ci_high": hi})
     floor, rescore, dtype = _numerical_floor(model, perms, pnext, n, n_seqs, n_perms, template=template,
-                                             batch_size=batch_size)
+                                             batch_size=batch_size, precision=precision)
     sd_k1 = float(sd1.mean())
     at_floor = bool(sd_k1 <= floor)
     slope_raw = slope
@@ -238,11 +248,43 @@ def _working_dtype(model, sample: np.ndarray) -> np.dtype:
     return dt if dt.kind == "f" else np.dtype(np.float64)
 
 
-def _numerical_floor(model, perms: np.ndarray, pnext: np.ndarray, n: int, n_seqs: int, n_perms: int, *,
-                     template, batch_size: int):
-    """(floor, rescore part, dtype name): the SD across orderings rounding alone can give."""
-    import torch
+#: Precisions a floor can be taken in, finest first, with their machine epsilon.
+_EPS = {"float64": float(np.finfo(np.float64).eps), "float32": float(np.finfo(np.float32).eps),
+        "float16": float(np.finfo(np.float16).eps), "bfloat16": 2.0 ** -7}
 
+
+def _check_precision(precision) -> Optional[str]:
+    if precision is None:
+        return None
+    name = str(precision).replace("torch.", "")
+    if name not in _EPS:
+        raise InvalidInputError(f"precision must be one of {list(_EPS)} (the precision the predictive is computed "
+                                f"in) or None to detect it, got {precision!r}.")
+    return name
+
+
+def _value_precision(values: np.ndarray) -> str:
+    """The coarsest of bfloat16, float16, float32 in which every finite value is exactly representable
+    ("float64" when none): a computation in a lower precision returned as float64 keeps that precision's
+    values. bfloat16 is float32 with its 16 low mantissa bits zero."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return "float64"
+    with np.errstate(over="ignore", invalid="ignore"):
+        f32 = v.astype(np.float32)
+        if not np.array_equal(f32.astype(np.float64), v):
+            return "float64"
+        fits16 = np.array_equal(v.astype(np.float16).astype(np.float64), v)
+    fits_bf16 = not np.any(f32.view(np.uint32) & np.uint32(0xFFFF))
+    if fits_bf16:
+        return "bfloat16"
+    return "float16" if fits16 else "float32"
+
+
+def _numerical_floor(model, perms: np.ndarray, pnext: np.ndarray, n: int, n_seqs: int, n_perms: int, *,
+                     template, batch_size: int, precision: Optional[str] = None):
+    """(floor, rescore part, dtype name): the SD across orderings rounding alone can give."""
     rows = np.concatenate([np.arange(i * n_perms, i * n_perms + min(n_perms, _RESCORE_PERMS))
                            for i in range(min(n_seqs, _RESCORE_SEQS))])[::-1]  # another order ...
     p_again, _ = predict_with_next(model, perms[rows], template=template,
@@ -250,7 +292,9 @@ def _numerical_floor(model, perms: np.ndarray, pnext: np.ndarray, n: int, n_seqs
                                    progress=False)
     diff = p_again[:, -1] - pnext.reshape(-1)[rows]
     rescore = float(np.sqrt(np.mean(diff ** 2) / 2.0)) if np.all(np.isfinite(diff)) else 0.0
-    dtype = _working_dtype(model, np.concatenate([perms[:1], np.zeros((1, 1), dtype=np.int64)], axis=1))
-    eps = float(torch.finfo(torch.bfloat16).eps) if dtype == "bfloat16" else float(np.finfo(dtype).eps)
-    from_eps = float(np.sqrt(n) * eps * np.nanmean(pnext))
-    return max(from_eps, rescore), rescore, str(dtype)
+    if precision is None:  # the coarser of the declared dtype and the precision the values show
+        declared = str(_working_dtype(model, np.concatenate([perms[:1], np.zeros((1, 1), dtype=np.int64)], axis=1)))
+        declared = declared if declared in _EPS else "float64"
+        precision = max((declared, _value_precision(pnext)), key=lambda d: _EPS[d])
+    from_eps = float(np.sqrt(n) * _EPS[precision] * np.nanmean(pnext))
+    return max(from_eps, rescore), rescore, precision

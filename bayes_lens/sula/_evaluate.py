@@ -6,7 +6,8 @@ the next-token probabilities of the two label tokens, renormalized over the two;
 kept too). :func:`evaluate` reports per k and overall: MAE(H_model, H_Bayes) in bits, Pearson and
 Spearman of the entropies, KL(Bayes ‖ model) in bits, ECE (for the fixed class "first label") and
 Brier score of P(L1) against the hidden label next to the exact posterior's own (the Bayes floor),
-all with 95% percentile bootstrap intervals over prompts; and the geometry on the task: one shared
+all with 95% percentile bootstrap intervals over prompts (stratified by k: the prompts are resampled
+within each k, whose count the design fixes; a plain resample over-covered, 0.97–0.995); and the geometry on the task: one shared
 standardized PCA of the final-token values at ``layer``, with ρ(PC1, H_Bayes), ρ(PC1, H_model),
 ρ(k, PC1) and permutation p-values. It reads a :class:`bayes_lens.reduced.ReducedCache`, made by the
 runner from a model or by :func:`bayes_lens.collect.reduce_cache` from a user's cache, so
@@ -99,8 +100,9 @@ def label_token_ids(model, labels) -> Tuple[int, int]:
 # statistics (vectorized over bootstrap resamples)
 
 
-def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins: int) -> dict:
-    """Point estimates and percentile bootstrap CIs (resampling prompts) of every SULA metric."""
+def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins: int, strata=None) -> dict:
+    """Point estimates and percentile bootstrap CIs (resampling prompts) of every SULA metric;
+    ``strata`` (the k of each prompt): resample within k, the design's fixed count per k."""
     n = len(h_m)
     kl = kl_bernoulli_bits(p_b, p_m)
 
@@ -121,7 +123,7 @@ def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins:
 
     point = {key: float(np.asarray(v).ravel()[0]) for key, v in stats(np.arange(n)[None, :]).items()}
     out = {"n": n, "h_bayes_mean_bits": float(h_b.mean())}
-    reps = stats(bootstrap_indices(n, n_boot, seed=rng)) if n >= 2 else {key: np.full(1, np.nan) for key in point}
+    reps = stats(bootstrap_indices(n, n_boot, seed=rng, strata=strata)) if n >= 2 else {key: np.full(1, np.nan) for key in point}
     for key in _METRICS:
         lo, hi = percentile_interval(reps[key])
         out[key] = point[key]
@@ -418,7 +420,7 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
     rows = []
     for gi, (name, sel) in enumerate(groups):
         st = _group_stats(h_m[sel], h_b[sel], p_m[sel], p_b[sel], outcome[sel], mass[sel],
-                          n_boot=n_boot, rng=streams[gi], n_bins=n_bins)
+                          n_boot=n_boot, rng=streams[gi], n_bins=n_bins, strata=k[sel])
         rows.append({"k": name, **st, "mae_ignore_evidence_bits": float(mae_bits(h_prior[sel], h_b[sel]))})
     table = pd.DataFrame(rows)
     table["k"] = table["k"].astype(object)

@@ -212,3 +212,37 @@ def test_digits_to_show_keeps_a_printed_interval_on_its_side_of_the_threshold():
     d = digits_to_show([-0.5604, -0.50004], [-0.5])
     assert round(-0.50004, d) < -0.5
     assert digits_to_show([0.1, 0.9], [0.5]) == 2
+
+
+def test_stratified_bootstrap_keeps_each_stratum_and_covers_the_sula_mae():
+    """SULA prompts come in a fixed count per k: the bootstrap resamples within k. Each resample keeps
+    every stratum's rows in its positions (so its count), one stratum is the plain draw, and in a
+    small simulation of the clean-MAE design (5 k values x 20 prompts, error scale varying with k) the
+    stratified percentile interval covers the population MAE near 0.95 while the plain one over-covers
+    (it adds the spread of how many prompts of each k a resample holds, which the design does not have)."""
+    from bayes_lens.metrics.calibration import mae_bits
+
+    ks = np.repeat([0, 1, 2, 4, 8], 20)
+    idx = S.bootstrap_indices(ks.size, 200, seed=0, strata=ks)
+    assert idx.shape == (200, ks.size) and np.all(ks[idx] == ks[None, :])
+    assert len({tuple(r) for r in idx}) == 200  # not a constant resample
+    np.testing.assert_array_equal(S.bootstrap_indices(30, 50, seed=4, strata=np.zeros(30)),
+                                  S.bootstrap_indices(30, 50, seed=4))
+    with pytest.raises(InvalidInputError, match="one label per row"):
+        S.bootstrap_indices(5, 10, strata=[0, 1])
+    scale = {0: 0.02, 1: 0.6, 2: 0.4, 4: 0.1, 8: 0.01}
+    hb = np.array([{0: 1.0, 1: 0.47, 2: 0.26, 4: 0.08, 8: 0.01}[k] for k in ks])
+    sd = np.array([scale[k] for k in ks])
+    population = np.mean(list(scale.values())) * np.sqrt(2 / np.pi)  # E|N(0, s)| = s·sqrt(2/π), equal counts
+    rng = np.random.default_rng(1)
+    covered = {"stratified": 0, "plain": 0}
+    reps = 300
+    for _ in range(reps):
+        hm = hb + sd * rng.standard_normal(hb.size)
+        for name, strata in (("stratified", ks), ("plain", None)):
+            i = S.bootstrap_indices(ks.size, 400, seed=rng, strata=strata)
+            lo, hi = S.percentile_interval(mae_bits(hm[i], hb[i]))
+            covered[name] += lo <= population <= hi
+    strat, plain = covered["stratified"] / reps, covered["plain"] / reps
+    assert 0.9 <= strat <= 0.975, strat
+    assert plain >= 0.96 and plain > strat + 0.04, (plain, strat)
