@@ -65,20 +65,10 @@ from . import adapter
 from ._progress import progress as progress_bar
 from ._validate import check_prompts as validate_prompts
 from .errors import InvalidInputError, MissingHookError
-from .hooks import (
-    attention_entropy_hooks,
-    check_finite,
-    final_query_row_hooks,
-    final_rows,
-    final_token_hooks,
-    key_entropy_bits,
-    last_index,
-    pattern_entropy_bits,
-)
+from .hooks import check_finite, last_index
 from .hookpoints import HOOK_POINTS, attached_for
-from .metrics.stats import entropy_bits
-from .reduced import (ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, ReducedCache,
-                      row_name)
+from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, reads_for, unique
+from .reduced import ReducedCache
 
 __all__ = ["Batch", "forward_batches", "collect", "run_order", "reduce_cache", "check_prompts", "use_runner",
            "check_runnable"]
@@ -233,7 +223,7 @@ def _check_order(order, n: int) -> List[int]:
 
 def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=None, value_layers=(),
                  resid_layers=(), attention: bool = False, attention_positions: str = "last",
-                 token_ids=None, tail_positions: int = 0) -> ReducedCache:
+                 token_ids=None, tail_positions: int = 0, reads: Optional[Sequence[Read]] = None) -> ReducedCache:
     """The :class:`~bayes_lens.reduced.ReducedCache` :func:`collect` makes, read from a cache the user made.
 
     ``cache`` is what ``model.run_with_cache(...)`` returns - the ``(logits, cache)`` pair or the
@@ -244,7 +234,9 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
     one prompt needs neither. A cache of several prompts with neither is refused: reading pad
     positions as real tokens silently changes every number. The reducers are the runner's
     (:func:`bayes_lens.hooks.final_rows`, :func:`bayes_lens.hooks.pattern_entropy_bits`, the
-    next-token statistics and the tail statistics), so both give the same numbers.
+    next-token statistics and the tail statistics), so both give the same numbers. What to keep is
+    spelled by the keywords or, for any quantity, as ``reads=[...]`` (:mod:`bayes_lens.reads`; the
+    keywords add theirs to those).
 
     >>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat on the", "2 + 2 ="])
     >>> logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
@@ -256,64 +248,38 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
     logits, cache = _split_pair(cache, logits)
     model = _model_of(cache, model)
     _check_batch_dim(cache)
-    if attention_positions not in ("last", "all"):
-        raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
-    v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
-    tok_ids = _token_ids(model, token_ids)
-    tail = _check_tail(tail_positions, tok_ids)
+    bound = _bind(model, value_layers, resid_layers, attention, attention_positions, token_ids, tail_positions, reads)
     if logits is not None:
         logits = torch.as_tensor(logits).detach()
         if logits.ndim != 3:
             raise InvalidInputError(f"logits must be [batch, pos, vocab], got shape {list(logits.shape)}.")
-    n, pos = _batch_shape(cache, model, logits, v_layers, r_layers, attention)
-    _check_cache_fits(cache, model, v_layers, r_layers)
+    n, pos = _batch_shape(cache, logits, bound)
+    _check_cache_fits(cache, model, bound)
     mask = _cache_mask(model, n, pos, attention_mask, tokens, cache)
-
-    def read(name: str, ndim: int) -> Tensor:
-        if not adapter.cache_has(cache, name):
-            raise _missing_hook(name)
-        t = cache[name].detach()
-        if t.ndim != ndim:
-            raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}; expected {ndim} dimensions "
-                                    "with a batch dimension (was it made with remove_batch_dim=True?).")
-        return t
-
+    view = CacheView(cache, model, mask, logits)
     out: Dict[str, Tensor] = {}
-    for site, layers, ndim in (("v", v_layers, 4), ("resid_post", r_layers, 3)):
-        for layer in layers:
-            name = adapter.hook_name(model, layer, site)
-            out[row_name(layer, site)] = final_rows(read(name, ndim), mask, what=name)
-    if attention:
-        for layer in range(int(model.cfg.n_layers)):
-            ent_name = HOOK_POINTS["pattern_entropy"].format(layer=layer)
-            if adapter.cache_has(cache, ent_name):
-                ent = _reduce_row_entropy(read(ent_name, 3).transpose(1, 2), mask, attention_positions)
-            else:
-                name = adapter.hook_name(model, layer, "pattern")
-                ent = pattern_entropy_bits(read(name, 4), mask, positions=attention_positions, what=name)
-            out[ENTROPY_NAME.format(layer=layer)] = ent
-    last = last_index(mask)
-    if logits is not None:
-        fl = logits[torch.arange(n, device=logits.device), last.to(logits.device)]
-        check_finite(fl, "the final-token logits")
-        ent, lps = _next_token_stats(fl, tok_ids)
-        out[NEXT_TOKEN_ENTROPY] = ent.double()
-        if lps is not None:
-            out[TOKEN_LOGPROBS] = lps
-        if tail:
-            batch = Batch(indices=torch.arange(n), tokens=torch.zeros(n, pos, dtype=torch.long), attention_mask=mask,
-                          last_index=last, logits=logits)
-            out[TAIL_LOGITS], out[TAIL_LOGSUMEXP] = _tail_stats(batch, tok_ids, tail)
-    else:
-        name = HOOK_POINTS["next_token_entropy"]
-        if adapter.cache_has(cache, name):
-            h = read(name, 3)[..., 0]
-            out[NEXT_TOKEN_ENTROPY] = h[torch.arange(n, device=h.device), last.to(h.device)].double().cpu()
-        if tok_ids is not None:
-            raise MissingHookError("token log-probabilities need the logits: pass the (logits, cache) pair "
-                                   "run_with_cache returns, or logits=.")
+    for r in bound:
+        out.update(r.from_cache(view))
     return ReducedCache(out, n_tokens=mask.sum(1).long().cpu(), indices=torch.arange(n),
-                        attention_positions=attention_positions)
+                        attention_positions=_attention_positions(bound, attention_positions))
+
+
+def _bind(model, value_layers, resid_layers, attention, attention_positions, token_ids, tail_positions, reads):
+    """The reads the keywords spell plus ``reads``, without repeats, bound to ``model`` (hook names resolved once)."""
+    spelled = reads_for(model, value_layers=_layers_of(model, value_layers), resid_layers=_layers_of(model, resid_layers),
+                        attention=attention, attention_positions=attention_positions, token_ids=token_ids,
+                        tail_positions=tail_positions)
+    if reads is not None and (isinstance(reads, (str, Read)) or not isinstance(reads, Sequence)):
+        raise InvalidInputError(f"reads must be a list of bayes_lens.reads.Read objects, got {type(reads).__name__}.")
+    return [r.bind(model) for r in unique(spelled + list(reads or ()))]
+
+
+def _attention_positions(bound, default: str) -> str:
+    pos = {r.read.positions for r in bound if isinstance(r.read, AttentionEntropy)}
+    if len(pos) > 1:
+        raise InvalidInputError("reads ask for attention entropies at both 'last' and 'all' positions; a reduced "
+                                "cache holds one: collect them in two calls.")
+    return pos.pop() if pos else default
 
 
 def _split_pair(cache, logits):
@@ -350,18 +316,7 @@ def _layers_of(model, spec) -> List[int]:
     return adapter.resolve_layers(model, spec) if spec else []
 
 
-def _token_ids(model, token_ids) -> Optional[Tensor]:
-    if token_ids is None:
-        return None
-    ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, Tensor) else token_ids,
-                          dtype=torch.long).flatten()
-    d_vocab = int(getattr(model.cfg, "d_vocab", 0) or 0)
-    if ids.numel() and (int(ids.min()) < 0 or (d_vocab and int(ids.max()) >= d_vocab)):
-        raise InvalidInputError(f"token_ids must lie in [0, {d_vocab}), got {ids.tolist()}.")
-    return ids
-
-
-def _check_cache_fits(cache, model, v_layers, r_layers) -> None:
+def _check_cache_fits(cache, model, bound) -> None:
     """Refuse a cache made by another model than ``model`` (a dict cache records none): its layer
     indices past the model's layers, or value / residual widths that are not the model's."""
     info = adapter.model_info(model)
@@ -371,35 +326,27 @@ def _check_cache_fits(cache, model, v_layers, r_layers) -> None:
     layers = {int(m.group(1)) for m in (re.match(r"blocks\.(\d+)\.", str(k)) for k in cache.keys()) if m}
     if layers and max(layers) >= info.n_layers:
         raise InvalidInputError(f"the cache holds layer {max(layers)}: {why}")
-    for layer in v_layers:
-        name = adapter.hook_name(model, layer, "v")
-        shape = list(cache[name].shape)
-        if len(shape) == 4 and (shape[-1] != info.d_head or shape[-2] not in (info.n_kv_heads, info.n_heads)):
-            raise InvalidInputError(f"{name} in the cache is {shape} ([batch, pos, heads, d_head]): {why}")
-    for layer in r_layers:
-        name = adapter.hook_name(model, layer, "resid_post")
-        shape = list(cache[name].shape)
-        if len(shape) == 3 and shape[-1] != info.d_model:
-            raise InvalidInputError(f"{name} in the cache is {shape} ([batch, pos, d_model]): {why}")
+    for r in bound:
+        if not isinstance(r.read, FinalRows):
+            continue
+        shape = list(cache[r.name].shape)
+        if r.read.site == "v" and len(shape) == 4 and (shape[-1] != info.d_head
+                                                       or shape[-2] not in (info.n_kv_heads, info.n_heads)):
+            raise InvalidInputError(f"{r.name} in the cache is {shape} ([batch, pos, heads, d_head]): {why}")
+        if r.read.site == "resid_post" and len(shape) == 3 and shape[-1] != info.d_model:
+            raise InvalidInputError(f"{r.name} in the cache is {shape} ([batch, pos, d_model]): {why}")
 
 
-def _missing_hook(name: str) -> MissingHookError:
-    return MissingHookError(
-        f"the cache has no {name!r}; make it with model.run_with_cache(tokens, names_filter=bl.hook_filter(...)) "
-        "including that hook (e.g. sites=('v', 'pattern', 'resid_post'); bayes_lens's own hook points such as "
-        "'pattern_entropy' need bl.attach(model)).")
-
-
-def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
+def _batch_shape(cache, logits, bound):
     """(n prompts, n positions) of the cache; a requested hook that is missing is named in the error."""
-    needed = ([adapter.hook_name(model, layer, "v") for layer in v_layers]
-              + [adapter.hook_name(model, layer, "resid_post") for layer in r_layers])
-    if attention:
-        ent0 = HOOK_POINTS["pattern_entropy"].format(layer=0)
-        needed.append(ent0 if adapter.cache_has(cache, ent0) else adapter.hook_name(model, 0, "pattern"))
+    needed = [r.name for r in bound if isinstance(r.read, FinalRows)]
+    for r in bound:
+        if isinstance(r.read, AttentionEntropy):
+            ent0 = HOOK_POINTS["pattern_entropy"].format(layer=0)
+            needed.append(ent0 if adapter.cache_has(cache, ent0) else r.names[0])
     for name in needed:
         if not adapter.cache_has(cache, name):
-            raise _missing_hook(name)
+            raise missing_hook(name, cache)
     if logits is not None:
         return int(logits.shape[0]), int(logits.shape[1])
     for name in needed + [HOOK_POINTS["next_token_entropy"]]:
@@ -543,58 +490,18 @@ def _check_pads_unattended(model, cache, mask: Tensor, tol: float = 1e-6) -> Non
         return  # one layer decides: masking is the same in every layer
 
 
-def _reduce_row_entropy(ent: Tensor, mask: Tensor, positions: str) -> Tensor:
-    """[b, h] from ``hook_pattern_entropy`` (transposed to [b, h, q]): the final real query row, or the mean over real rows."""
-    ent = ent.double().cpu()
-    mask = mask.bool().cpu()
-    if ent.shape[-1] != mask.shape[1] or ent.shape[0] != mask.shape[0]:
-        raise InvalidInputError(f"hook_pattern_entropy has shape {list(ent.shape)} but the mask is {list(mask.shape)}.")
-    if positions == "last":
-        last = last_index(mask)
-        out = ent[torch.arange(ent.shape[0]), :, last]
-    else:
-        q = mask[:, None, :].double()
-        out = (torch.where(mask[:, None, :], ent, torch.zeros((), dtype=ent.dtype)) * q).sum(-1) / q.sum(-1).clamp_min(1.0)
-    check_finite(out, "hook_pattern_entropy")
-    return out
-
-
-def _next_token_stats(final_logits: Tensor, token_ids: Optional[Tensor]):
-    """Next-token entropy (bits) and the log-probabilities of ``token_ids``: float64 on the CPU."""
-    ent = entropy_bits(final_logits, from_logits=True)
-    if token_ids is None:  # geometry reads no label: no float64 log-softmax of [batch, vocab] for nothing
-        return ent.cpu(), None
-    logp = torch.log_softmax(final_logits.double(), dim=-1)
-    return ent.cpu(), logp[:, token_ids.to(logp.device)].cpu()
-
-
-def _reduce_final_attention(model, rows: Dict[int, Tensor], batch: Batch, out: Dict[int, List[Tensor]],
-                            n_layers: int) -> None:
-    """Entropies (bits) of the final query rows every layer's hook kept, in one reduction ``[b, L, h]``."""
-    if len(rows) != n_layers:
-        return  # a layer's hook did not fire: collect's completeness check names it
-    # on a model split across devices each layer's rows live on that layer's device: one device first
-    dev = batch.attention_mask.device
-    stacked = torch.stack([rows[layer].to(dev, non_blocking=True) for layer in range(n_layers)], dim=1)  # [b, L, h, k]
-    if stacked.device.type != "meta" and not bool(torch.isfinite(stacked).all()):  # name the first bad layer
-        bad = next(layer for layer in range(n_layers) if not bool(torch.isfinite(rows[layer]).all()))
-        check_finite(rows[bad], adapter.hook_name(model, bad, "pattern"), batch.indices)
-    keys = batch.attention_mask.to(stacked.device).bool()[:, None, None, :]
-    ent = key_entropy_bits(stacked, keys, indices=batch.indices).cpu()
-    for layer in range(n_layers):
-        out.setdefault(layer, []).append(ent[:, layer])
-    rows.clear()
-
-
 def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), attention: bool = False,
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
             padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
-            desc: str = "collect", start_index: int = 0, tail_positions: int = 0) -> ReducedCache:
+            desc: str = "collect", start_index: int = 0, tail_positions: int = 0,
+            reads: Optional[Sequence[Read]] = None) -> ReducedCache:
     """Run ``prompts`` once and keep the final-token statistics the metrics need, as a reduced cache.
 
-    The result is a :class:`~bayes_lens.reduced.ReducedCache` (hook name → ``[n, ...]``; its module
-    doc lists the keys). Inside :func:`bayes_lens.shard.sharded` the same call runs in checked shards on
-    that context's engine and returns the merged equal of the one-process result.
+    The result is a :class:`~bayes_lens.reduced.ReducedCache` (key → ``[n, ...]``; its module doc
+    lists the keys). What to keep is a list of reads (:mod:`bayes_lens.reads`): the keywords below
+    spell the common ones, and ``reads=[...]`` adds any other. Inside :func:`bayes_lens.shard.sharded`
+    the same call runs in checked shards on that context's engine and returns the merged equal of the
+    one-process result (keywords only: a run with ``reads=`` is refused there).
 
     Prompts run in :func:`run_order` (similar lengths batched together: on the shipped prompt pool a
     fifth fewer positions) and every row comes back in the order of ``prompts``. A per-batch
@@ -605,16 +512,22 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     ----------
     value_layers, resid_layers:
         Layers (int, list, or ``"all"``; negative counts from the end) at which to keep the
-        final-token ``hook_v`` (flattened over KV heads) / ``hook_resid_post``.
+        final-token ``hook_v`` (flattened over KV heads) / ``hook_resid_post``
+        (:class:`~bayes_lens.reads.FinalRows`).
     attention:
         Keep the per-head attention entropy (bits) of every layer: of the final query row
-        (``attention_positions="last"``) or the mean over real query rows (``"all"``).
+        (``attention_positions="last"``) or the mean over real query rows (``"all"``)
+        (:class:`~bayes_lens.reads.AttentionEntropy`).
     token_ids:
-        Token ids whose full-vocabulary log-probabilities at the final token to keep.
+        Token ids whose full-vocabulary log-probabilities at the final token to keep
+        (:class:`~bayes_lens.reads.TokenLogprobs`).
     tail_positions:
         With ``T > 0`` (and ``token_ids``), also keep the logits of ``token_ids`` and the
         full-vocabulary log-sum-exp at each of the last ``T`` real positions of every prompt
-        (``hook_tail_logits`` / ``hook_tail_logsumexp``); the unembedding then runs at every position.
+        (``hook_tail_logits`` / ``hook_tail_logsumexp``; :class:`~bayes_lens.reads.TailLogits`); the
+        unembedding then runs at every position.
+    reads:
+        More reads (any :class:`~bayes_lens.reads.Read`); the next-token entropy is always kept.
     fwd_hooks:
         Extra ``[(hook_name, fn)]`` run before the metric hooks (e.g. patches: metrics then read the
         patched activations), or a per-batch factory (see :func:`forward_batches`).
@@ -627,126 +540,51 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     """
     prompts = check_prompts(prompts)
     # the arguments are checked before a runner gets them: a sharded run must not write its plan first
-    info = adapter.model_info(model)
-    v_layers, r_layers = _layers_of(model, value_layers), _layers_of(model, resid_layers)
-    if attention_positions not in ("last", "all"):
-        raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
-    tok_ids = _token_ids(model, token_ids)
-    tail = _check_tail(tail_positions, tok_ids)
+    adapter.model_info(model)
+    bound = _bind(model, value_layers, resid_layers, attention, attention_positions, token_ids, tail_positions, reads)
+    positions = _attention_positions(bound, attention_positions)
     runner = _RUNNER.get()
     if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
+        if reads:
+            raise InvalidInputError("reads= is not supported inside bl.shard.sharded(...) yet (a shard records its "
+                                    "settings by collect's keywords); run it outside the sharded block.")
         return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
                               attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                               batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
                               progress=progress, desc=desc, tail_positions=tail_positions)
 
-    v_store: Dict[int, List[Tensor]] = {}
-    r_store: Dict[int, List[Tensor]] = {}
-    a_store: Dict[int, List[Tensor]] = {}
-    rows_store: Dict[int, Tensor] = {}
-    user = fwd_hooks
-
     # the hook names are checked once here; per batch, forward_batches's HookResolver refuses a missing one
     # (a bridge's hook_dict rebuilds its aliases on every read: checking per batch cost ~0.07 s a batch)
-    names = [adapter.hook_name(model, layer, "v") for layer in v_layers]
-    names += [adapter.hook_name(model, layer, "resid_post") for layer in r_layers]
-    if attention:
-        names += [adapter.hook_name(model, layer, "pattern") for layer in range(info.n_layers)]
+    names = [name for r in bound for name in r.hook_names]
     if names:
         adapter.check_hooks(model, names)
+    user = fwd_hooks
 
     def hooks_for(batch: Batch):
-        mask, idx = batch.attention_mask, batch.indices
         hooks = list(user(batch)) if callable(user) else list(user)
-        if v_layers:
-            hooks += final_token_hooks(model, v_layers, "v", out=v_store, attention_mask=mask, indices=idx,
-                                       check=False)
-        if r_layers:
-            hooks += final_token_hooks(model, r_layers, "resid_post", out=r_store, attention_mask=mask, indices=idx,
-                                       check=False)
-        if attention and attention_positions == "last":  # rows kept per layer, reduced once per batch below
-            rows_store.clear()
-            hooks += final_query_row_hooks(model, out=rows_store, attention_mask=mask, check=False)
-        elif attention:
-            hooks += attention_entropy_hooks(model, "all", out=a_store, positions=attention_positions,
-                                             attention_mask=mask, indices=idx, check=False)
+        for r in bound:
+            hooks += r.hooks(batch)
         return hooks
 
-    ents, lps, ntoks, tails = [], [], [], []
+    ntoks = []
     order = run_order(prompts)
+    every = any(r.read.logits == "all" for r in bound)
     for batch in forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
                                  fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index,
-                                 logits="all" if tail else "final", order=order):
+                                 logits="all" if every else "final", order=order):
         fl = batch.final_logits()
         check_finite(fl, "the final-token logits", batch.indices)
-        if tail:
-            tails.append(_tail_stats(batch, tok_ids, tail))
-        ent, lp = _next_token_stats(fl, tok_ids)
-        ents.append(ent)
-        if lp is not None:
-            lps.append(lp)
+        for r in bound:
+            r.after_pass(batch, fl)
         ntoks.append(batch.attention_mask.sum(1).long().cpu())
-        if attention and attention_positions == "last":
-            _reduce_final_attention(model, rows_store, batch, a_store, info.n_layers)
-
-    def stacked(store, layers):
-        out = {}
-        for layer in layers:
-            rows = torch.cat(store.get(layer, []), dim=0) if store.get(layer) else None
-            if rows is None or rows.shape[0] != len(prompts):
-                raise InvalidInputError(f"layer {layer}'s hook did not fire once per prompt; is the model "
-                                        "stopping early (stop_at_layer) or caching keys/values?")
-            out[layer] = rows
-        return out
 
     out: Dict[str, Tensor] = {}
-    for site, store, layers in (("v", v_store, v_layers), ("resid_post", r_store, r_layers)):
-        for layer, rows in stacked(store, layers).items():
-            out[row_name(layer, site)] = rows
-    if attention:
-        for layer, ent in stacked(a_store, list(range(info.n_layers))).items():
-            out[ENTROPY_NAME.format(layer=layer)] = ent
-    out[NEXT_TOKEN_ENTROPY] = torch.cat(ents).double()
-    if tok_ids is not None:
-        out[TOKEN_LOGPROBS] = torch.cat(lps)
-    if tail:
-        out[TAIL_LOGITS] = torch.cat([t[0] for t in tails])
-        out[TAIL_LOGSUMEXP] = torch.cat([t[1] for t in tails])
+    for r in bound:
+        out.update(r.finish(len(prompts)))
     n_tokens = torch.cat(ntoks)
     back = inverse_order(order)
     if back is not None:  # the rows ran in run_order: put them back in the order of ``prompts``
         out = {k: v[back] for k, v in out.items()}
         n_tokens = n_tokens[back]
     return ReducedCache(out, n_tokens=n_tokens, indices=torch.arange(start_index, start_index + len(prompts)),
-                        attention_positions=attention_positions)
-
-
-def _check_tail(tail_positions, tok_ids) -> int:
-    if isinstance(tail_positions, bool) or not isinstance(tail_positions, int) or tail_positions < 0:
-        raise InvalidInputError(f"tail_positions must be a non-negative integer, got {tail_positions!r}.")
-    if tail_positions and (tok_ids is None or not tok_ids.numel()):
-        raise InvalidInputError("tail_positions needs token_ids: the tokens whose logits to keep at those positions.")
-    return int(tail_positions)
-
-
-def _tail_stats(batch: Batch, tok_ids: Tensor, tail: int):
-    """``([b, tail, k]`` float32 logits of ``tok_ids``, ``[b, tail]`` float64 log-sum-exp) at the last
-    ``tail`` real positions of every row of ``batch`` (NaN before a row's first real token).
-
-    One row at a time, as ``logits[row, positions].double()`` then ``logsumexp`` over the vocabulary:
-    a float64 copy of one row's tail, never of the whole batch.
-    """
-    logits = batch.logits  # [b, pos, vocab] float32
-    b = logits.shape[0]
-    n_real = batch.attention_mask.sum(1).long()
-    out_l = torch.full((b, tail, int(tok_ids.numel())), float("nan"), dtype=torch.float32)
-    out_s = torch.full((b, tail), float("nan"), dtype=torch.float64)
-    ids = tok_ids.to(logits.device)
-    for row in range(b):
-        last = int(batch.last_index[row])
-        k = min(tail, int(n_real[row]))  # the row's real positions among the last `tail`
-        pos = torch.arange(last - k + 1, last + 1, device=logits.device)
-        lg = logits[row, pos].double()
-        out_l[row, tail - k:] = lg[:, ids].float().cpu()
-        out_s[row, tail - k:] = torch.logsumexp(lg, dim=-1).cpu()
-    return out_l, out_s
+                        attention_positions=positions)

@@ -67,6 +67,8 @@ __all__ = [
     "last_index",
     "pattern_entropy_bits",
     "row_entropy_bits",
+    "mean_over_real_rows",
+    "final_query_rows",
     "check_finite",
     "HOOK_POINTS",
 ]
@@ -160,11 +162,15 @@ def _check_pattern(pattern: Tensor, what: str) -> None:
 
 
 def final_query_rows(pattern: Float[Tensor, "batch head q k"], attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
-                     *, what: str = "hook_pattern") -> Float[Tensor, "batch head k"]:
-    """The attention row of each prompt's final real query, ``pattern[b, :, last_b, :]`` (a copy, same dtype/device)."""
+                     *, what: str = "hook_pattern", last: Optional[Int[Tensor, "batch"]] = None
+                     ) -> Float[Tensor, "batch head k"]:
+    """The attention row of each prompt's final real query, ``pattern[b, :, last_b, :]`` (a copy, same dtype/device).
+
+    ``last`` (the final positions of ``attention_mask``, :func:`last_index`) saves recomputing them
+    when the same batch's rows are read at every layer."""
     _check_pattern(pattern, what)
-    mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)
-    return _rows_at(pattern, last_index(mask))
+    mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask)  # also: the mask must be this pattern's
+    return _rows_at(pattern, last_index(mask) if last is None else last)
 
 
 def _rows_at(pattern: Tensor, last: Tensor) -> Tensor:
@@ -205,8 +211,15 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"],
     # checking the pattern
     h = row_entropy_bits(pattern, mask)
     check_finite(h, what, indices)
-    q_valid = mask[:, None, :].to(device=h.device, dtype=h.dtype)  # [b, 1, q]
-    return ((h * q_valid).sum(-1) / q_valid.sum(-1).clamp_min(1.0)).cpu()
+    return mean_over_real_rows(h, mask).cpu()
+
+
+def mean_over_real_rows(h: Float[Tensor, "batch head q"], attention_mask: Int[Tensor, "batch q"]) -> Float[Tensor, "batch head"]:
+    """The mean of per-query-row values ``h`` over each prompt's real query rows (pad rows ignored,
+    even when they hold NaN): Paper A §4.5's "mean over positions" (METHODS.md §3)."""
+    q = attention_mask.bool().to(h.device)[:, None, :]
+    kept = torch.where(q, h, torch.zeros((), dtype=h.dtype, device=h.device))
+    return kept.sum(-1) / q.sum(-1).to(h.dtype).clamp_min(1.0)
 
 
 def row_entropy_bits(pattern: Float[Tensor, "batch head q k"],
@@ -289,35 +302,6 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
         def fn(pattern, hook=None, _layer=layer, _name=name):
             out.setdefault(_layer, []).append(
                 pattern_entropy_bits(pattern, attention_mask, positions=positions, what=_name, indices=indices))
-            return None
-
-        hooks.append((name, fn))
-    if check:
-        adapter.check_hooks(model, [n for n, _ in hooks])
-    return hooks
-
-
-def final_query_row_hooks(model, *, out: Dict[int, Float[Tensor, "batch head k"]],
-                          attention_mask: Optional[Int[Tensor, "batch pos"]] = None, check: bool = True) -> HookList:
-    """Hooks on every layer's ``hook_pattern`` that keep only the final query rows ``[batch, head, k]`` in ``out[layer]``.
-
-    The runner reduces all layers' rows at once after the pass (:func:`key_entropy_bits` on the
-    stacked ``[batch, layer, head, k]``): the same numbers as :func:`attention_entropy_hooks` with
-    ``positions="last"``, one reduction per batch instead of one per layer.
-    """
-    mask = None if attention_mask is None else attention_mask.bool()
-    last = None if mask is None else last_index(mask)  # once per batch, not once per layer
-    hooks: HookList = []
-    for layer in _layers(model, "all"):
-        name = adapter.hook_name(model, layer, "pattern")
-
-        def fn(pattern, hook=None, _layer=layer, _name=name):
-            if last is None:
-                out[_layer] = final_query_rows(pattern, None, what=_name)
-            else:
-                _check_pattern(pattern, _name)
-                _mask_for(pattern.permute(0, 2, 1, 3), mask)  # the mask must be this pattern's
-                out[_layer] = _rows_at(pattern, last)
             return None
 
         hooks.append((name, fn))

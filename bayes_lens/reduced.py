@@ -4,7 +4,7 @@ A TransformerLens ``ActivationCache`` maps a hook name to ``[batch, pos, ...]``.
 Paper A (METHODS.md §1–§6) and the martingale predictive (§8) read only a few positions of a few hooks,
 so the runner (:func:`bayes_lens.collect.collect`) and the cache reducer
 (:func:`bayes_lens.collect.reduce_cache`) keep each hook *reduced over positions*, with the same
-reducers, under the hook's own name:
+reducers (one :mod:`bayes_lens.reads` class per quantity), under these keys:
 
 =========================================  ======================  ==========================================
 key                                        shape                   what (METHODS.md)

@@ -122,7 +122,7 @@ def test_attention_rows_and_key_masks_follow_the_pattern_device():
 
 
 def test_each_layers_final_rows_are_brought_to_one_device_before_the_batch_reduction(tiny, monkeypatch):
-    import bayes_lens.collect as collect_mod
+    import bayes_lens.reads as reads_mod
 
     seen = []
 
@@ -130,14 +130,14 @@ def test_each_layers_final_rows_are_brought_to_one_device_before_the_batch_reduc
         seen.append((rows.device.type, keys.device.type, tuple(rows.shape)))
         return torch.zeros(rows.shape[:-1], dtype=torch.float64)
 
-    monkeypatch.setattr(collect_mod, "key_entropy_bits", spy)
+    monkeypatch.setattr(reads_mod, "key_entropy_bits", spy)
     mask = torch.ones(2, 3, dtype=torch.long, device="meta")  # the input device
     batch = Batch(indices=torch.arange(2), tokens=mask, attention_mask=mask, last_index=torch.tensor([2, 2]))
-    rows = {0: torch.rand(2, 4, 3), 1: torch.empty(2, 4, 3, device="meta")}  # layer 0 here, layer 1 elsewhere
-    out = {}
-    collect_mod._reduce_final_attention(tiny, rows, batch, out, n_layers=2)  # torch.stack of cpu + meta raised
+    bound = reads_mod.AttentionEntropy("last").bind(tiny)
+    bound.rows.update({0: torch.rand(2, 4, 3), 1: torch.empty(2, 4, 3, device="meta")})  # layer 1 elsewhere
+    bound.after_pass(batch, None)  # torch.stack of cpu + meta raised
     assert seen == [("meta", "meta", (2, 2, 4, 3))]
-    assert sorted(out) == [0, 1] and out[0][0].shape == (2, 4)
+    assert sorted(bound.by_layer) == [0, 1] and bound.by_layer[0][0].shape == (2, 4)
 
 
 # ------------------------------------------------------------------ fix 3: logits sliced before .float()

@@ -1,0 +1,148 @@
+"""Reads (bayes_lens.reads): one class per quantity, generic runner and cache reducer.
+
+The point of the design is that a new final-token quantity is one small class: the first test
+writes one here (the top next-token probability) and checks it from the runner and from a user's
+cache against TransformerLens's own forward pass, computed by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bayes_lens as bl
+from bayes_lens import adapter
+from bayes_lens.collect import collect, reduce_cache, use_runner
+from bayes_lens.reads import (AttentionEntropy, BoundRead, FinalRows, NextTokenEntropy, Read, TailLogits,
+                              TokenLogprobs)
+
+PROMPTS = ["The cat sat on the", "2 + 2 =", "one two three four five six", "Hi", "a b", "x"]
+
+
+# ------------------------------------------------------------------ a new quantity: one class
+class TopProb(Read):
+    """max_v softmax(logits)_v at the final real token (written here, outside the package)."""
+
+    logits = "final"
+
+    def __eq__(self, other):
+        return type(other) is TopProb
+
+    def __hash__(self):
+        return hash(TopProb)
+
+    def bind(self, model):
+        return _BoundTopProb(self, model)
+
+
+class _BoundTopProb(BoundRead):
+    def after_pass(self, batch, final_logits):
+        self.keep("top_prob", torch.softmax(final_logits.double(), -1).max(-1).values.cpu())
+
+    def from_cache(self, view):
+        last = bl.hooks.last_index(view.mask)
+        fl = view.logits[torch.arange(view.logits.shape[0]), last]
+        return {"top_prob": torch.softmax(fl.double(), -1).max(-1).values.cpu()}
+
+
+def _by_hand(model, prompts):
+    """TransformerLens's own forward, one prompt at a time (no padding at all), final position."""
+    out = []
+    for p in prompts:
+        tokens, _ = adapter.tokenize(model, [p])
+        with torch.no_grad():
+            logits = model(tokens, return_type="logits")
+        out.append(torch.softmax(logits[0, -1].double(), -1).max().item())
+    return np.array(out)
+
+
+def test_a_read_written_outside_the_package_runs_in_the_runner_and_on_a_users_cache(tiny):
+    rc = collect(tiny, PROMPTS, reads=[TopProb()], batch_size=4, progress=False)
+    assert set(rc) == {"top_prob", "hook_next_token_entropy"}   # the next-token entropy is always kept
+    np.testing.assert_allclose(rc["top_prob"].numpy(), _by_hand(tiny, PROMPTS), atol=1e-5)
+    tokens, mask = adapter.tokenize(tiny, PROMPTS)
+    with torch.no_grad():
+        logits, cache = tiny.run_with_cache(tokens, attention_mask=mask, names_filter=lambda n: False)
+    from_cache = reduce_cache((logits, cache), model=tiny, attention_mask=mask, reads=[TopProb()])
+    torch.testing.assert_close(from_cache["top_prob"], rc["top_prob"], atol=1e-6, rtol=1e-6)
+
+
+def test_the_keywords_are_spellings_of_reads(tiny):
+    kw = collect(tiny, PROMPTS, value_layers=[0, -1], resid_layers=[0], attention=True, token_ids=[3, 5],
+                 tail_positions=2, batch_size=4, progress=False)
+    n_layers = tiny.cfg.n_layers
+    rd = collect(tiny, PROMPTS, reads=[FinalRows(0), FinalRows(n_layers - 1, "v"), FinalRows(0, "resid_post"),
+                                       AttentionEntropy("last"), NextTokenEntropy(), TokenLogprobs((3, 5)),
+                                       TailLogits((3, 5), 2)], batch_size=4, progress=False)
+    assert list(kw) == list(rd)
+    for k in kw:
+        torch.testing.assert_close(kw[k], rd[k], equal_nan=True, atol=0, rtol=0)
+    # a read named twice (by keyword and in reads=) is kept once
+    both = collect(tiny, PROMPTS, value_layers=[0], reads=[FinalRows(0)], batch_size=4, progress=False)
+    assert sorted(both) == ["blocks.0.attn.hook_v", "hook_next_token_entropy"]
+
+
+def test_hook_names_are_resolved_once_per_run_not_per_batch(tiny, monkeypatch):
+    calls = []
+    real = adapter.hook_name
+    monkeypatch.setattr(adapter, "hook_name", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    reads = [FinalRows(0), FinalRows(0, "resid_post"), AttentionEntropy("last"), AttentionEntropy("all")]
+    counts = []
+    for bs in (6, 1):   # one batch, then six
+        calls.clear()
+        for r in reads:
+            collect(tiny, PROMPTS, reads=[r], batch_size=bs, progress=False)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] > 0
+
+
+def test_attention_entropy_all_rows_matches_numpy(tiny):
+    rc = collect(tiny, PROMPTS, reads=[AttentionEntropy("all")], batch_size=3, progress=False)
+    for i, p in enumerate(PROMPTS):
+        tokens, _ = adapter.tokenize(tiny, [p])
+        with torch.no_grad():
+            _, cache = tiny.run_with_cache(tokens)
+        for layer in range(tiny.cfg.n_layers):
+            pat = cache[adapter.hook_name(tiny, layer, "pattern")][0].double().numpy()   # [h, q, k], causal
+            with np.errstate(divide="ignore", invalid="ignore"):
+                h = -np.nansum(np.where(pat > 0, pat * np.log2(pat), 0.0), axis=-1)     # [h, q]
+            np.testing.assert_allclose(rc[f"blocks.{layer}.hook_pattern_entropy"][i].numpy(), h.mean(-1), atol=1e-5)
+
+
+def test_mean_over_real_rows_ignores_pad_rows_even_when_nan():
+    h = torch.tensor([[[1.0, 2.0, float("nan")], [3.0, 5.0, 7.0]]], dtype=torch.float64)   # [b=1, head=2, q=3]
+    mask = torch.tensor([[1, 1, 0]])
+    np.testing.assert_allclose(bl.hooks.mean_over_real_rows(h, mask).numpy(), [[1.5, 4.0]])
+
+
+def test_bad_reads_get_clear_errors(tiny):
+    with pytest.raises(bl.InvalidInputError, match="reads must be a list"):
+        collect(tiny, PROMPTS, reads="v")
+    with pytest.raises(bl.InvalidInputError, match="reads must be bayes_lens.reads.Read"):
+        collect(tiny, PROMPTS, reads=[3])
+    with pytest.raises(bl.InvalidInputError, match="site must be one of"):
+        FinalRows(0, "q")
+    with pytest.raises(bl.InvalidInputError, match="attention_positions must be one of"):
+        AttentionEntropy("first")
+    with pytest.raises(bl.InvalidInputError, match="both 'last' and 'all'"):
+        collect(tiny, PROMPTS, reads=[AttentionEntropy("last"), AttentionEntropy("all")])
+    with pytest.raises(bl.InvalidInputError, match="tail_positions needs token_ids"):
+        TailLogits((), 3)
+    with pytest.raises(bl.InvalidInputError, match="token_ids must lie in"):
+        collect(tiny, PROMPTS, reads=[TokenLogprobs((-1,))])
+
+    class Runner:
+        def collect(self, *a, **k):  # pragma: no cover - must not be reached
+            raise AssertionError("the sharded runner got a reads= call")
+
+    with use_runner(Runner()), pytest.raises(bl.InvalidInputError, match="not supported inside"):
+        collect(tiny, PROMPTS, reads=[TopProb()])
+
+
+def test_a_cache_missing_a_hook_says_which_layers_it_holds(tiny):
+    tokens, mask = adapter.tokenize(tiny, PROMPTS)
+    with torch.no_grad():
+        _, cache = tiny.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter(tiny, layers=[0]))
+    with pytest.raises(bl.MissingHookError, match=r"holds layers \[0\]"):
+        reduce_cache(cache, attention_mask=mask, reads=[FinalRows(-1)])
