@@ -752,3 +752,23 @@ def test_killed_worker_resumes_to_the_same_result(tiny_kind, tmp_path, monkeypat
     assert main(["shard", "merge", str(d)]) == 0
     ref = collect(tiny_model(tiny_kind), PROMPTS, **KW)
     assert_equal_collections(bl.ReducedCache.load(d / "merged.safetensors"), ref)
+
+
+def test_written_files_honour_the_umask(tmp_path):
+    """Issue 32: every .safetensors file the library wrote was 0600 (mkstemp's mode, which safetensors' writer
+    restored) while its JSON and .npz files were 0644 under umask 022, so a shard folder shared with another
+    user could not be merged. Every file of a shard folder, a merged cache and an axis follows the umask."""
+    old = os.umask(0o022)
+    try:
+        model = tiny_model(KINDS[0])
+        d = tmp_path / "job"
+        rc = sh.collect_sharded(model, PROMPTS, d, n_shards=2, **KW)
+        rc.save(d / "merged.safetensors")
+        axis = bl.EntropyAxis(layer=-1, standardize="raw", progress=False).fit(model, PROMPTS)
+        axis.save(d / "axis.safetensors")
+        axis.save(d / "axis.npz")
+    finally:
+        os.umask(old)
+    files = sorted(p for p in d.iterdir() if p.is_file())
+    assert {p.suffix for p in files} >= {".safetensors", ".json", ".jsonl", ".npz"}
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: oct(0o644) for p in files}
