@@ -553,7 +553,8 @@ def _check_not_left_padded(model, cache, mask: Tensor, rows: Sequence[str]) -> N
     """Refuse an ``attention_mask`` padded on the right given for a cache that was padded on the left.
 
     Causal attention never reaches right pads, so :func:`_check_pads_unattended` cannot see this one,
-    and the rows read would be pads and the prompts' first tokens (issue 32: PC1 0.70 instead of 0.41).
+    and the rows read would be pads and the prompts' first tokens (a value manifold's PC1 of 0.70 instead
+    of 0.41 on a tiny HookedTransformer).
     But a left-padded run leaves a mark: every pad position of a masked run computes the same thing (the
     pad token, no real token to attend to; a HookedTransformer zeroes the pads' attention rows, a
     TransformerBridge spreads it over the pads), so a row of ``k`` left pads holds one vector at its

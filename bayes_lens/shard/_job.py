@@ -27,7 +27,7 @@ from ._run import collect_settings, settings_hash
 from ._spec import ModelSpec
 from ._store import prompts_digest, write_atomic, write_json_atomic
 
-__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "plan_digest", "PLAN_FORMAT"]
+__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT"]
 
 PLAN_FORMAT = "bayes-lens-shard-plan/2"  # /2: prompts.jsonl in run order, with the plan's "order"
 _PLAN_SHA = "plan_sha256"  # SHA-256 of plan.json's other entries (sha256_json)
@@ -183,20 +183,6 @@ def read_plan_shards(out_dir: Union[str, Path]) -> Optional[List[Shard]]:
         return [Shard(i, a, b) for i, a, b in doc["shards"]]
     except (ValueError, KeyError, TypeError) as err:
         raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
-
-
-def plan_digest(out_dir: Union[str, Path]) -> Optional[str]:
-    """The ``prompts_sha256`` of the plan in ``out_dir`` (its prompts in run order), ``""`` for a plan.json
-    that does not read, or None when there is none: :func:`~bayes_lens.shard.run_shards` marks the shards
-    of a planned list, whose rows only that plan's order puts back."""
-    path = Path(out_dir) / "plan.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return str(doc["prompts_sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
 
 
 def _checked_order(order, n: int, path: Path) -> List[int]:

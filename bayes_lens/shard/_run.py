@@ -241,12 +241,16 @@ def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], o
 
 
 def _planned(out: Path, prompts: Sequence[str]) -> bool:
-    """Whether ``prompts`` are the run-order list of the plan in ``out`` (a plan.json that does not read counts:
-    merging its shards then needs a readable plan, or the prompts)."""
-    from ._job import plan_digest
-
-    digest = plan_digest(out)
-    return digest is not None and (digest == "" or digest == prompts_digest(prompts))
+    """Whether ``prompts`` are the run-order list of the plan in ``out`` (its ``prompts_sha256``), whose rows
+    only that plan's order puts back; a plan.json that does not read counts (merging its shards then needs a
+    readable plan, or the prompts)."""
+    path = out / "plan.json"
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["prompts_sha256"] == prompts_digest(prompts)
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
 
 
 def _worker() -> Dict[str, Any]:
