@@ -180,8 +180,10 @@ def write_atomic(path: Union[str, Path], write) -> None:
         raise write_error(err, path) from None
     os.close(fd)
     try:
-        os.chmod(tmp, file_mode())
         write(tmp)
+        # after write(): a writer that replaces the file (safetensors' save_file) leaves mkstemp's 0o600 again,
+        # and a shard folder another user merges must be readable as the umask says
+        os.chmod(tmp, file_mode())
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from .errors import require_extra
+from .errors import InvalidInputError, require_extra
 
 __all__ = ["Result", "Estimate", "jsonable", "plotly", "fmt", "fmt_ci", "fmt_pct", "shape_of"]
 
@@ -203,8 +204,13 @@ class Estimate:
 
     It behaves like its value where that is unambiguous: ``float(est)``, ``f"{est:.3f}"`` (any
     format spec is the value's; ``f"{est}"`` is ``str(est.value)``) and ``math.isfinite(est)``.
-    Arithmetic and comparisons are not defined: write ``est.value`` (an interval does not survive
-    arithmetic). ``to_dict()`` is flat and JSON-safe (``value, ci_low, ci_high, ci_method, null,
+    Arithmetic and comparisons with numbers are not defined and raise ``TypeError``, ``==`` and ``!=``
+    included (``est == 0.25`` would otherwise be silently False): write ``est.value`` (an interval does
+    not survive arithmetic). Two estimates compare equal when every field is equal, and an estimate is
+    hashable (a dict key, a set member). The constructor checks its fields: ``value`` and ``null`` are
+    real numbers, ``ci`` and ``null_interval`` two of them with ``low <= high`` (NaN for an end that
+    could not be computed), ``n`` a non-negative integer or None
+    (:class:`~bayes_lens.errors.InvalidInputError` otherwise). ``to_dict()`` is flat and JSON-safe (``value, ci_low, ci_high, ci_method, null,
     null_low, null_high, n``), the columns result tables use.
 
     >>> e = Estimate(0.25, (0.2, 0.31), "percentile bootstrap over prompts (95%)", n=40)
@@ -218,6 +224,38 @@ class Estimate:
     null: Optional[float] = None
     null_interval: Optional[Tuple[float, float]] = None
     n: Optional[int] = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: the checked, normalised fields
+        set_(self, "value", _real(self.value, "value"))
+        set_(self, "ci", _interval(self.ci, "ci"))
+        if not isinstance(self.ci_method, str):
+            raise InvalidInputError(f"Estimate ci_method must be a string saying how the interval was made, got "
+                                    f"{self.ci_method!r}.")
+        if self.null is not None:
+            set_(self, "null", _real(self.null, "null"))
+        if self.null_interval is not None:
+            set_(self, "null_interval", _interval(self.null_interval, "null_interval"))
+        if self.n is not None:
+            if isinstance(self.n, bool) or not isinstance(self.n, numbers.Integral) or int(self.n) < 0:
+                raise InvalidInputError(f"Estimate n (the number of independent units) must be a non-negative "
+                                        f"integer or None, got {self.n!r}.")
+            set_(self, "n", int(self.n))
+
+    def __eq__(self, other):
+        if isinstance(other, Estimate):
+            return dataclasses.astuple(self) == dataclasses.astuple(other)
+        if isinstance(other, numbers.Number):
+            raise TypeError(f"an Estimate is not compared with a number ({other!r}): compare est.value (or "
+                            "est.ci_low / est.ci_high, est.excludes(x) for the interval).")
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash(dataclasses.astuple(self))
 
     def __float__(self) -> float:
         return float(self.value)
@@ -257,6 +295,34 @@ class Estimate:
         if self.n is not None:
             text += f", n = {self.n}"
         return text + ")"
+
+
+def _real(x, name: str) -> float:
+    """``x`` as a float, or the InvalidInputError of an Estimate field that is not a real number."""
+    if isinstance(x, (bool, str, bytes)) or x is None:
+        ok = False
+    else:
+        try:
+            ok = isinstance(x, numbers.Real) or np.ndim(x) == 0
+            out = float(x)
+        except (TypeError, ValueError):
+            ok = False
+    if not ok:
+        raise InvalidInputError(f"Estimate {name} must be a real number (NaN for one that could not be "
+                                f"computed), got {x!r}.")
+    return out
+
+
+def _interval(ci, name: str) -> Tuple[float, float]:
+    """``ci`` as a ``(low, high)`` pair of floats with ``low <= high``, or the InvalidInputError saying what is wrong."""
+    if ci is None or isinstance(ci, (str, bytes)) or not hasattr(ci, "__len__") or len(ci) != 2:
+        raise InvalidInputError(f"Estimate {name} must be a (low, high) pair ((nan, nan) when there is none), got "
+                                f"{ci!r}.")
+    lo, hi = _real(ci[0], f"{name} low end"), _real(ci[1], f"{name} high end")
+    if lo > hi:
+        raise InvalidInputError(f"Estimate {name} ({lo!r}, {hi!r}) has its low end above its high end; pass "
+                                "(low, high).")
+    return (lo, hi)
 
 
 def plotly():

@@ -117,8 +117,13 @@ class ReducedCache(Mapping):
                  attention_positions: str = "last"):
         if attention_positions not in ("last", "all"):
             raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
-        n_tokens = torch.as_tensor(n_tokens).long()
+        n_tokens = _counts(n_tokens, "n_tokens")
         n = int(n_tokens.shape[0])
+        if indices is not None:
+            indices = _counts(indices, "indices")
+            if int(indices.shape[0]) != n:
+                raise InvalidInputError(f"indices has {int(indices.shape[0])} entries but n_tokens {n}; pass one "
+                                        "global prompt number per row.")
         out = {}
         for name, t in tensors.items():
             if not isinstance(t, Tensor):
@@ -129,7 +134,7 @@ class ReducedCache(Mapping):
             out[str(name)] = t
         object.__setattr__(self, "_tensors", dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0]))))
         object.__setattr__(self, "n_tokens", n_tokens)
-        object.__setattr__(self, "indices", torch.arange(n) if indices is None else torch.as_tensor(indices).long())
+        object.__setattr__(self, "indices", torch.arange(n) if indices is None else indices)
         object.__setattr__(self, "attention_positions", attention_positions)
 
     def __setattr__(self, name, value):
@@ -238,7 +243,17 @@ class ReducedCache(Mapping):
         (read it back with :meth:`load`, which verifies them)."""
         from ._files import save_checked_safetensors
 
-        meta = {"attention_positions": self.attention_positions, "format": FORMAT, **(metadata or {})}
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in metadata.items()):
+            raise InvalidInputError(f"metadata must be a dict of strings to strings (safetensors stores text), got "
+                                    f"{metadata!r:.200}; convert the values with str() or json.dumps().")
+        reserved = sorted(set(metadata) & set(_RESERVED_META))
+        if reserved:
+            raise InvalidInputError(f"metadata may not set {reserved}: the file records them itself "
+                                    f"({', '.join(_RESERVED_META)}); use other keys.")
+        meta = {"attention_positions": self.attention_positions, "format": FORMAT, **metadata}
         return save_checked_safetensors(path, self.file_tensors(), meta)
 
     @classmethod
@@ -254,6 +269,27 @@ class ReducedCache(Mapping):
         if "n_tokens" not in tensors:
             raise (error or CheckpointError)(f"{str(path)!r} holds no 'n_tokens': not a bayes_lens reduced cache.")
         return cls.from_file_tensors(tensors, meta.get("attention_positions", "last"))
+
+
+_RESERVED_META = ("format", "attention_positions", "tensors_sha256", "metadata_sha256")
+
+
+def _counts(x, name: str) -> Tensor:
+    """``x`` as a 1-D int64 tensor of non-negative whole numbers, or the InvalidInputError saying what is wrong."""
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise InvalidInputError(f"{name} must be a 1-D tensor of non-negative integers, got {x!r:.100} ({err}).") from None
+    if t.ndim != 1:
+        raise InvalidInputError(f"{name} must be 1-D (one entry per prompt), got shape {list(t.shape)}.")
+    if t.dtype == torch.bool or t.is_complex():
+        raise InvalidInputError(f"{name} must hold integers, got dtype {t.dtype}.")
+    if t.is_floating_point():
+        if not bool(torch.isfinite(t).all()) or not bool(t.eq(t.round()).all()):
+            raise InvalidInputError(f"{name} must hold whole numbers, got {t.tolist()[:8]}.")
+    if t.numel() and int(t.min()) < 0:
+        raise InvalidInputError(f"{name} must be non-negative, got {t.tolist()[:8]}.")
+    return t.long().cpu()
 
 
 def _rebuild(tensors, n_tokens, indices, attention_positions):

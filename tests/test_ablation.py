@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -554,28 +555,36 @@ def test_edited_axis_metadata_refuses_to_load_npz(tiny, tmp_path):
         EntropyAxis.load(path, tiny)
 
 
-def test_older_axis_formats_still_load(tiny, tmp_path):
-    """Files written before the metadata checksum (format 2) or any checksum (format 1) load, with a
-    warning saying what is not verified; format 2's tensor checksums are still checked."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_axis_formats_load_only_when_trusted(tiny, tmp_path, version):
+    """Issue 32: an axis file whose checksums were removed and whose version was set back to 1 or 2 loaded
+    with only the legacy warning, σ ×10 included. Nothing tells it from a genuine old file, so formats 1 and 2
+    are refused unless the caller passes trust_unverified=True (then loaded with a warning; format 2's tensor
+    checksums are still checked), and saving it again writes format 3."""
     axis = _random_axis(tiny, layers=(1,), sigma=0.7)
     path = axis.save(tmp_path / "a.safetensors")
 
-    def as_format_2(meta, tensors):
+    def as_old(meta, tensors):
         del meta["metadata_sha256"]
-        meta["format_version"] = 2
+        meta["format_version"] = version
+        if version == 1:
+            del meta["sha256"]
+        meta["sigma"] = {k: 10 * v for k, v in meta["sigma"].items()}  # unnoticed by any checksum
 
-    _rewrite_axis(path, as_format_2)
-    with pytest.warns(UserWarning, match="format 2"):
-        loaded = EntropyAxis.load(path, tiny)
-    assert loaded.sigma_ == axis.sigma_ and torch.equal(loaded.axes_[1], axis.axes_[1])
-
-    def as_format_1(meta, tensors):
-        del meta["sha256"]
-        meta["format_version"] = 1
-
-    _rewrite_axis(path, as_format_1)
-    with pytest.warns(UserWarning, match="format 1, without checksums"):
-        assert EntropyAxis.load(path, tiny).sigma_ == axis.sigma_
+    _rewrite_axis(path, as_old)
+    with pytest.raises(bl.CheckpointError, match=rf"format {version}.*trust_unverified=True"):
+        EntropyAxis.load(path, tiny)
+    with pytest.warns(UserWarning, match=rf"format {version}.*trust_unverified=True"):
+        loaded = EntropyAxis.load(path, tiny, trust_unverified=True)
+    assert loaded.sigma_[1] == pytest.approx(7.0) and torch.equal(loaded.axes_[1], axis.axes_[1])
+    again = loaded.save(tmp_path / "b.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert EntropyAxis.load(again, tiny).sigma_[1] == pytest.approx(7.0)
+    if version == 2:  # the tensor checksums a format-2 file carries are checked even when trusted
+        _rewrite_axis(path, lambda meta, tensors: tensors["axis.1"].mul_(-1))
+        with pytest.raises(bl.CheckpointError, match="does not match its SHA-256"):
+            EntropyAxis.load(path, tiny, trust_unverified=True)
 
 
 def test_axis_save_on_a_full_disk_is_a_write_error_and_keeps_the_old_file(tiny, tmp_path, monkeypatch):

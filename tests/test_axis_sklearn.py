@@ -99,6 +99,11 @@ def test_transform_and_fit_transform_on_arrays_match_numpy():
         axis.transform(x0[:, :5], layer=0)
     with pytest.raises(bl.LayerIndexError, match="not fitted on layer 3"):
         axis.transform({3: x0})
+    for bad in ("abc", None, [["a", "b"]]):  # issue 32: a raw torch TypeError before
+        with pytest.raises(bl.InvalidInputError, match="must be a .n_prompts, dim. numpy array or tensor"):
+            axis.transform(bad, layer=0)
+    with pytest.raises(bl.InvalidInputError, match="at layer 1 must be"):
+        axis.transform({0: x0, 1: "abc"})
     # it composes in a scikit-learn pipeline
     pipe = make_pipeline(FunctionTransformer(lambda a: a * 2.0), bl.EntropyAxis(layer=0, progress=False))
     np.testing.assert_allclose(pipe.fit_transform(x0, h), pipe.transform(x0), rtol=1e-12, atol=1e-12)

@@ -231,3 +231,34 @@ def test_collect_reads_hook_dict_once_per_model_and_still_refuses_a_missing_one(
         collect(tiny, prompts, value_layers=[-1], batch_size=2, progress=False,
                 fwd_hooks=lambda batch: [("blocks.0.hook_nonexistent", lambda act, hook=None: ran.append(1))])
     assert not ran
+
+
+def test_reduced_cache_constructor_checks_its_counts():
+    """Issue 32: ReducedCache accepted 2-D or negative n_tokens and indices of the wrong length."""
+    rows = {"blocks.0.attn.hook_v": torch.zeros(3, 4)}
+    ok = ReducedCache(rows, n_tokens=[3, 1, 2], indices=[5, 6, 7])
+    assert ok.n_tokens.dtype == torch.long and ok.indices.tolist() == [5, 6, 7]
+    for kw, match in [(dict(n_tokens=torch.ones(3, 1, dtype=torch.long)), "n_tokens must be 1-D"),
+                      (dict(n_tokens=[3, -1, 2]), "n_tokens must be non-negative"),
+                      (dict(n_tokens=[3, 1.5, 2]), "n_tokens must hold whole numbers"),
+                      (dict(n_tokens=["a", "b", "c"]), "n_tokens must be a 1-D tensor"),
+                      (dict(n_tokens=[3, 1, 2], indices=[0, 1]), "indices has 2 entries but n_tokens 3"),
+                      (dict(n_tokens=[3, 1, 2], indices=[[0, 1, 2]]), "indices must be 1-D"),
+                      (dict(n_tokens=[3, 1, 2], indices=[0, -1, 2]), "indices must be non-negative")]:
+        with pytest.raises(bl.InvalidInputError, match=match):
+            ReducedCache(rows, **kw)
+
+
+def test_reduced_cache_save_checks_its_metadata(tiny, tmp_path):
+    """Issue 32: rc.save accepted non-string metadata (stored as str() of it) and an override of "format"
+    (the file then claimed another format)."""
+    rc = collect(tiny, PROMPTS, value_layers=[-1], progress=False)
+    for meta, match in [({"k": 3}, "dict of strings to strings"), ({1: "x"}, "dict of strings to strings"),
+                        (["k"], "dict of strings to strings"), ({"format": "mine/9"}, r"may not set \['format'\]"),
+                        ({"attention_positions": "all"}, "may not set"), ({"metadata_sha256": "0"}, "may not set")]:
+        with pytest.raises(bl.InvalidInputError, match=match):
+            rc.save(tmp_path / "rc.safetensors", meta)
+    assert not (tmp_path / "rc.safetensors").exists()
+    rc.save(tmp_path / "rc.safetensors", {"note": "kept"})
+    assert torch.equal(ReducedCache.load(tmp_path / "rc.safetensors")["blocks.1.attn.hook_v"],
+                       rc["blocks.1.attn.hook_v"])

@@ -58,12 +58,15 @@ def _tensor_sha256(t: Tensor) -> str:
     return h.hexdigest()
 
 
-def _verify(path, meta: dict, tensors: Dict[str, Tensor]) -> None:
+def _verify(path, meta: dict, tensors: Dict[str, Tensor], trust_unverified: bool = False) -> None:
     """Check the metadata checksum and the tensor checksums wherever the file carries them.
 
     A checksum that is present is always checked, whatever ``format_version`` says (an edited
     version number must not switch the checks off); format 3 must carry both, format 2 the tensor
-    ones; only format 1 files, written before checksums existed, load unverified (with a warning).
+    ones. Files of format 1 (no checksums) and 2 (none over the metadata: σ, entropy correlations,
+    the model facts) are refused unless ``trust_unverified``: nothing tells an old file from a
+    current one whose checksums were removed and whose version was set back, so loading one is the
+    caller's explicit decision (then with a warning saying what is not verified).
     """
     version = meta.get("format_version")
     if _META_SHA in meta or version >= 3:
@@ -81,12 +84,19 @@ def _verify(path, meta: dict, tensors: Dict[str, Tensor]) -> None:
             if not isinstance(sha[name], str) or _tensor_sha256(t) != sha[name]:
                 raise CheckpointError(f"{path}: the tensor {name!r} does not match its SHA-256; the file is "
                                       "corrupted. Fit and save the axis again.")
-    else:
-        warnings.warn(f"{path} is an axis file of format 1, without checksums: its tensors cannot be verified. "
-                      "Save it again to add them.", UserWarning, stacklevel=4)
-    if _META_SHA not in meta and version == 2:
-        warnings.warn(f"{path} is an axis file of format 2: its tensors are verified but its metadata (σ, entropy "
-                      "correlations) is not. Save it again (format 3) to cover it.", UserWarning, stacklevel=4)
+    if _META_SHA in meta:
+        return
+    what = ("format 1, without checksums: neither its tensors nor its metadata (σ, entropy correlations) can be "
+            "verified" if sha is None else
+            "format 2: its tensors are verified but its metadata (σ, entropy correlations) is not")
+    if not trust_unverified:
+        raise CheckpointError(f"{path} is an axis file of {what}, and it cannot be told from a current file whose "
+                              "checksums were removed (an edited σ would go unnoticed). If you trust where it came "
+                              "from (an axis saved by bayes_lens before checksums covered the metadata), load it "
+                              "with EntropyAxis.load(path, trust_unverified=True) and save it again (format 3); "
+                              "else fit the axis again.")
+    warnings.warn(f"{path} is an axis file of {what}; loaded because trust_unverified=True. Save it again to add "
+                  "the checksums (format 3).", UserWarning, stacklevel=4)
 
 
 def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model=None, attention_mask=None,
@@ -446,7 +456,11 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
             pairs = [(k, X)]
         cols, n = [], None
         for k, v in pairs:
-            v = torch.as_tensor(v).detach().cpu().double()
+            try:
+                v = torch.as_tensor(v).detach().cpu().double()
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise InvalidInputError(f"the activations at layer {k} must be a [n_prompts, dim] numpy array or "
+                                        f"tensor of numbers, got {type(v).__name__} ({err}).") from None
             u = self.axes_[k].double()
             if v.ndim != 2 or v.shape[1] != u.shape[0]:
                 raise InvalidInputError(f"the activations at layer {k} must be [n_prompts, {u.shape[0]}] (site "
@@ -685,13 +699,16 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         return path
 
     @classmethod
-    def load(cls, path, model=None, *, strict: bool = False) -> "EntropyAxis":
+    def load(cls, path, model=None, *, strict: bool = False, trust_unverified: bool = False) -> "EntropyAxis":
         """Read an axis written by :meth:`save`; with ``model``, check that it fits that model.
 
-        Every tensor's SHA-256 is checked, and its shape, finiteness, unit length (axes) and
-        non-negative scale; malformed metadata is a :class:`~bayes_lens.CheckpointError`. A different
-        site dimension or too few layers raise CheckpointError; a different weight processing (basis)
-        or model name warns, or raises with ``strict=True``.
+        Every tensor's SHA-256 and the metadata's are checked, and its shape, finiteness, unit length
+        (axes) and non-negative scale; malformed metadata is a :class:`~bayes_lens.CheckpointError`. A
+        different site dimension or too few layers raise CheckpointError; a different weight processing
+        (basis) or model name warns, or raises with ``strict=True``. Files of the older formats 1 (no
+        checksums) and 2 (none over the metadata) are refused, since a current file with its checksums
+        removed looks the same; ``trust_unverified=True`` loads one you trust (with a warning), and
+        :meth:`save` then writes it with the checksums.
         """
         path = Path(path)
         if not path.exists():
@@ -711,7 +728,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
             raise CheckpointError(
                 f"{path} is not a readable bayes_lens axis file ({type(err).__name__}: {err}).") from err
         try:
-            return cls._from_saved(path, meta, tensors, model, strict)
+            return cls._from_saved(path, meta, tensors, model, strict, trust_unverified)
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -719,11 +736,11 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
                                   "damaged or was not written by EntropyAxis.save.") from err
 
     @classmethod
-    def _from_saved(cls, path, meta, tensors, model, strict) -> "EntropyAxis":
+    def _from_saved(cls, path, meta, tensors, model, strict, trust_unverified=False) -> "EntropyAxis":
         if not isinstance(meta, dict) or meta.get("format_version") not in _READABLE_VERSIONS:
             version = meta.get("format_version") if isinstance(meta, dict) else None
             raise CheckpointError(f"{path} has axis format {version!r}; this bayes_lens reads {_READABLE_VERSIONS}.")
-        _verify(path, meta, tensors)
+        _verify(path, meta, tensors, trust_unverified)
         params = meta["params"]
         if not isinstance(params, dict) or set(params) - set(cls().get_params()):
             raise CheckpointError(f"{path}: unknown axis parameters {sorted(set(params) - set(cls().get_params()))}.")

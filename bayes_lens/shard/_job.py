@@ -1,9 +1,13 @@
 """A job folder: ``plan.json`` + ``prompts.jsonl`` say what every worker of a sharded run must do.
 
 :func:`write_plan` records the model spec, the prompts (one JSON string per line, so prompts may
-hold newlines), the collect settings, an optional task label and the shard ranges; a worker started
-by ``bayes-lens shard run DIR`` (torchrun, ``srun``, a SLURM array task, any job runner) needs
-nothing else. Writing a plan into a folder that holds a different plan is refused
+hold newlines; U+2028, U+2029 and U+0085 are written escaped, and lines are split on ``"\\n"`` only,
+so files written before that still read), the collect settings, an optional task label, the shard
+ranges and the run ``"order"``; a worker started by ``bayes-lens shard run DIR`` (torchrun, ``srun``,
+a SLURM array task, any job runner) needs nothing else. ``plan.json`` carries a SHA-256 of itself
+(``"plan_sha256"``, over every other entry, the order included) and one of the prompts, so an edited
+order, shard range or setting is refused (:class:`~bayes_lens.shard.ShardIntegrityError`), never
+used. Writing a plan into a folder that holds a different plan is refused
 (:class:`~bayes_lens.shard.ShardMismatchError`) unless ``overwrite=True``: two jobs never share a
 folder by accident.
 """
@@ -15,17 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .._files import make_dir
+from .._files import make_dir, sha256_json
 from ..collect import check_prompts, run_order
 from ._errors import ShardIntegrityError, ShardMismatchError
 from ._plan import Shard
 from ._run import collect_settings, settings_hash
 from ._spec import ModelSpec
-from ._store import prompt_hashes, sha256_text, write_atomic, write_json_atomic
+from ._store import prompts_digest, write_atomic, write_json_atomic
 
-__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "read_plan_order", "PLAN_FORMAT"]
+__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT"]
 
 PLAN_FORMAT = "bayes-lens-shard-plan/2"  # /2: prompts.jsonl in run order, with the plan's "order"
+_PLAN_SHA = "plan_sha256"  # SHA-256 of plan.json's other entries (sha256_json)
+# str.splitlines() also splits on these (and json.dumps(ensure_ascii=False) writes them raw): escaped in
+# prompts.jsonl so that any line splitter reads one prompt a line
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 
 
 @dataclass
@@ -50,8 +58,16 @@ class Job:
         return out
 
 
-def _prompts_digest(prompts: Sequence[str]) -> str:
-    return sha256_text("\n".join(prompt_hashes(prompts)))
+def _jsonl_line(prompt: str) -> str:
+    text = json.dumps(prompt, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text + "\n"
+
+
+def _read_jsonl(path: Path) -> List[str]:
+    """The strings of a prompts.jsonl, split on "\\n" only (a raw U+2028 inside a JSON string is one line)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Sequence[str],
@@ -73,53 +89,85 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
         "format": PLAN_FORMAT,
         "model": None if spec is None else spec.to_dict(),
         "prompts_file": "prompts.jsonl",
-        "prompts_sha256": _prompts_digest(prompts),
+        "prompts_sha256": prompts_digest(prompts),
         "n_prompts": len(prompts),
         "settings": settings,
         "settings_sha256": settings_hash(settings),
         "shards": [[s.index, s.start, s.stop] for s in shards],
         "order": order,
     }
+    doc[_PLAN_SHA] = sha256_json(doc)
     path = out / "plan.json"
+    same = False
     if path.exists() and not overwrite:
-        old = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ShardIntegrityError(f"{str(path)!r} cannot be read ({err}): a damaged or truncated plan. Delete it "
+                                      "(the finished shards of the same prompts and settings are kept) or pass "
+                                      "overwrite=True (CLI: --overwrite).") from err
+        if not isinstance(old, dict):
+            old = {}
         if old == doc:
             return path
+        same = {k: v for k, v in old.items() if k != _PLAN_SHA} == {k: v for k, v in doc.items() if k != _PLAN_SHA}
+    if path.exists() and not overwrite and not same:  # (same: a plan written without its checksum gets one)
         keys = [k for k in doc if old.get(k) != doc[k]]
         hint = ("" if any(out.glob("shard-*.json")) else
                 " No shard of that plan has finished (a run that failed at its start?), so nothing is lost by "
                 "replacing it.")
         raise ShardMismatchError(f"{str(path)!r} holds another plan ({', '.join(keys)} differ); use another folder or "
                                  f"overwrite=True (CLI: --overwrite).{hint}")
-    text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts)
+    text = "".join(_jsonl_line(p) for p in prompts)
     write_atomic(out / "prompts.jsonl", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     write_json_atomic(path, doc)
     return path
 
 
+def _read_doc(path: Path) -> dict:
+    """``plan.json`` as written by :func:`write_plan`: readable, of this format, its checksum matching."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ShardIntegrityError(f"cannot read the plan {str(path)!r} ({err}); make it again (bayes-lens shard plan "
+                                  "--overwrite, or bl.shard.write_plan(..., overwrite=True); finished shards of the "
+                                  "same prompts and settings are kept).") from err
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        fmt = doc.get("format") if isinstance(doc, dict) else None
+        raise ShardIntegrityError(f"{str(path)!r} is not a plan this bayes_lens reads (format {fmt!r}, expected "
+                                  f"{PLAN_FORMAT!r}; plans of older versions ran the prompts in another order): make "
+                                  "the plan again.")
+    if "order" not in doc or doc["order"] is None:
+        raise ShardIntegrityError(f"{str(path)!r} has no 'order' (each line of its prompts.jsonl's number in the "
+                                  "prompts it was made for), so its rows cannot be put back in their order; make the "
+                                  "plan again.")
+    _checked_order(doc["order"], doc["n_prompts"] if isinstance(doc.get("n_prompts"), int) else -1, path)
+    body = {k: v for k, v in doc.items() if k != _PLAN_SHA}
+    if not isinstance(doc.get(_PLAN_SHA), str) or sha256_json(body) != doc[_PLAN_SHA]:
+        raise ShardIntegrityError(f"{str(path)!r} does not match its SHA-256 ('{_PLAN_SHA}'): its order, shards or "
+                                  "settings were edited or damaged after planning (or a development version wrote it "
+                                  "without one); make the plan again.")
+    return doc
+
+
 def read_plan(out_dir: Union[str, Path]) -> Job:
-    """The :class:`Job` in ``out_dir`` (prompts checked against the plan's digest)."""
+    """The :class:`Job` in ``out_dir`` (plan.json checked against its SHA-256, prompts against their digest)."""
     out = Path(out_dir)
     path = out / "plan.json"
     if not path.is_file():
         raise ShardIntegrityError(f"{str(out)!r} has no plan.json; make one with `bayes-lens shard plan` (or "
                                   "bl.shard.write_plan).")
+    doc = _read_doc(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        prompts = [json.loads(line) for line in (out / doc["prompts_file"]).read_text(encoding="utf-8").splitlines()
-                   if line.strip()]
-    except (OSError, ValueError, KeyError) as err:
+        prompts = _read_jsonl(out / doc["prompts_file"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise ShardIntegrityError(f"cannot read the plan in {str(out)!r} ({err}); make it again.") from err
-    if doc.get("format") != PLAN_FORMAT:
-        raise ShardIntegrityError(f"{str(path)!r} is not a plan this bayes_lens reads (format {doc.get('format')!r}, "
-                                  f"expected {PLAN_FORMAT!r}; plans of older versions ran the prompts in another "
-                                  "order): make the plan again.")
-    if _prompts_digest(prompts) != doc["prompts_sha256"]:
+    if not all(isinstance(p, str) for p in prompts) or prompts_digest(prompts) != doc["prompts_sha256"]:
         raise ShardIntegrityError(f"{str(out / doc['prompts_file'])!r} does not match plan.json (edited after "
                                   "planning?); make the plan again.")
     settings = dict(doc["settings"])
     task = settings.pop("task", None)
-    order = _checked_order(doc.get("order"), len(prompts), path)
+    order = _checked_order(doc["order"], len(prompts), path)
     return Job(spec=None if doc["model"] is None else ModelSpec.from_dict(doc["model"]), prompts=prompts,
                shards=[Shard(i, a, b) for i, a, b in doc["shards"]], collect_kwargs=settings, task=task,
                order=order)
@@ -130,31 +178,17 @@ def read_plan_shards(out_dir: Union[str, Path]) -> Optional[List[Shard]]:
     path = Path(out_dir) / "plan.json"
     if not path.is_file():
         return None
+    doc = _read_doc(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
         return [Shard(i, a, b) for i, a, b in doc["shards"]]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
 
 
-def read_plan_order(out_dir: Union[str, Path]) -> Optional[List[int]]:
-    """``plan.json``'s ``"order"`` in ``out_dir`` (each line of ``prompts.jsonl``'s number in the prompts the
-    plan was made for), or None when there is no plan (shards run by hand on a list as it was given)."""
-    path = Path(out_dir) / "plan.json"
-    if not path.is_file():
-        return None
-    try:
-        order = json.loads(path.read_text(encoding="utf-8")).get("order")
-    except (OSError, ValueError) as err:
-        raise ShardIntegrityError(f"cannot read {str(path)!r} ({err}).") from err
-    return None if order is None else _checked_order(order, len(order) if isinstance(order, list) else -1, path)
-
-
-def _checked_order(order, n: int, path: Path) -> Optional[List[int]]:
+def _checked_order(order, n: int, path: Path) -> List[int]:
     """``plan.json``'s ``"order"`` as a list, or the ShardIntegrityError of one that is not a permutation of ``n``."""
-    if order is None:
-        return None
-    if not isinstance(order, list) or sorted(order) != list(range(n)):
+    if (not isinstance(order, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+            or sorted(order) != list(range(n))):
         raise ShardIntegrityError(f"{str(path)!r} has a damaged 'order' (not a permutation of its prompts); make the "
                                   "plan again.")
     return [int(i) for i in order]

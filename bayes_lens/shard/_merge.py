@@ -6,7 +6,12 @@ with a :class:`~bayes_lens.shard.ShardError` naming what differs, unless
 * the shards' ranges cover ``[0, n_prompts)`` exactly once (no gap, no overlap),
 * every shard has the same settings hash, model fingerprint, prompt count and stored fields,
 * each tensor file's size and SHA-256 match its manifest, and its ``indices`` are its range,
-* (with ``prompts=``) each prompt's SHA-256 matches the prompt list given now.
+* (with ``prompts=``) the prompts' SHA-256s are those the shards ran, in any order: the rows come back
+  in the order of ``prompts``, each matched to its prompt by hash;
+* (without) the folder's ``plan.json`` reads, matches its own SHA-256 (its ``"order"`` included) and
+  plans the prompts the shards ran: the rows come back in the order the plan was made for. Shards of a
+  plan (their manifests say ``"planned"``) are refused when the plan is missing; shards run by hand on
+  a list without a plan come back as stored.
 
 Shards from different devices, dtypes or library versions merge with a :class:`MixedShardsWarning`
 (float results may then differ in the last bits). :meth:`ShardSet.collection` then fills
@@ -21,16 +26,17 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import deque
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from ..collect import check_prompts, inverse_order, run_order
+from ..collect import check_prompts, inverse_order
 from ..reduced import ReducedCache, layer_of, row_name, site_of
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
-from ._job import read_plan_order
+from ._job import read_plan
 from ._run import read_manifest
 from ._store import SAFETENSORS_DTYPES, prompt_hashes, read_into, read_safetensors_header, sha256_file
 
@@ -192,6 +198,54 @@ def _manifests(out: Path) -> List[Dict[str, Any]]:
     return ms
 
 
+def _match(ran: List[str], given: List[str], ms: List[Dict[str, Any]]) -> List[int]:
+    """``order`` with ``given[order[j]] == ran[j]`` (row j of the shards is prompt ``order[j]`` of the list
+    given now; equal prompts are taken in turn), or the ShardMismatchError naming a prompt the shards did
+    not run."""
+    where: Dict[str, deque] = {}
+    for i, h in enumerate(given):
+        where.setdefault(h, deque()).append(i)
+    order, unmatched = [], []
+    for j, h in enumerate(ran):
+        q = where.get(h)
+        if q:
+            order.append(q.popleft())
+        else:
+            unmatched.append(j)
+    if unmatched:
+        extra = min(i for q in where.values() for i in q)
+        j = unmatched[0]
+        m = next(m for m in ms if m["shard"]["start"] <= j < m["shard"]["stop"])
+        raise ShardMismatchError(f"prompt {extra} differs from every prompt the shards ran ({len(unmatched)} of the "
+                                 f"{len(given)} given differ; {m['_file']} ran one that was not given): changed "
+                                 "prompts. Pass the prompt list the shards were run on (in any order: the rows come "
+                                 "back in the order given), or rerun the shards on this one.")
+    return order
+
+
+def _plan_order(out: Path, ran: List[str], n: int, *, planned: bool) -> Optional[List[int]]:
+    """The plan's ``"order"`` for ``merge(dir)`` without prompts, checked (plan.json's SHA-256, its prompts against
+    the shards' own), or None for shards run by hand on a list without a plan (rows as stored)."""
+    path = out / "plan.json"
+    if not path.is_file():
+        if planned:
+            raise ShardIntegrityError(
+                f"the shards in {str(out)!r} ran the prompts of a plan in its run order, but {str(path)!r} is missing, "
+                "so nothing says which prompt each row is. Pass the prompts the plan was made for "
+                "(bl.shard.merge(dir, prompts); their rows are matched by hash), or write the plan again with the "
+                "same prompts and settings (bayes-lens shard plan / bl.shard.write_plan; finished shards are kept).")
+        return None
+    job = read_plan(out)  # every ShardIntegrityError of a plan that does not read, checksum included
+    if len(job.prompts) != n:
+        raise ShardMismatchError(f"{str(path)!r} plans {len(job.prompts)} prompts but the shards ran {n}; the "
+                                 "folder mixes two plans: delete one of them.")
+    if prompt_hashes(job.prompts) != ran:
+        raise ShardMismatchError(f"{str(path)!r} plans other prompts (or another run order of them) than the shards "
+                                 "ran; the folder mixes two plans: delete one of them, or pass the prompts to "
+                                 "bl.shard.merge(dir, prompts).")
+    return job.order
+
+
 def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = None, *,
                 verify_hashes: bool = True) -> ShardSet:
     """Check the finished shards in ``out_dir`` form one complete run (see the module doc)."""
@@ -227,29 +281,22 @@ def open_shards(out_dir: Union[str, Path], prompts: Optional[Sequence[str]] = No
     if pos != n:
         raise ShardCoverageError(f"prompts [{pos}, {n}) of {n} are in no finished shard (after {prev['_file']}); "
                                  "run the missing shard(s), then merge again.")
-    # a plan (write_plan) ran the prompts in the runner's order and records it; shards run by hand ran the
-    # list as given. Rows come back in the order of ``prompts`` (else of the planned list).
-    order = read_plan_order(out)
-    if order is not None and len(order) != n:
-        raise ShardMismatchError(f"{str(out / 'plan.json')!r} plans {len(order)} prompts but the shards ran {n}; the "
-                                 "folder mixes two plans: delete one of them.")
-    if prompts is not None:
+    ran = []  # the prompt hashes of the shards' rows, row j of the merged tensors first
+    for m in ms:
+        hashes = m["prompt_sha256"]
+        if not isinstance(hashes, list) or len(hashes) != m["shard"]["stop"] - m["shard"]["start"]:
+            raise ShardIntegrityError(f"{m['_file']} lists {len(hashes) if isinstance(hashes, list) else 'no'} prompt "
+                                      f"hashes for its range [{m['shard']['start']}, {m['shard']['stop']}): a damaged "
+                                      "manifest; delete it and rerun that shard.")
+        ran.extend(hashes)
+    if prompts is not None:  # rows come back in the order of ``prompts``, each matched to its prompt by hash
         prompts = check_prompts(prompts)
         if len(prompts) != n:
             raise ShardMismatchError(f"the shards were run on {n} prompts, but {len(prompts)} were given now; pass "
                                      "the prompt list the shards were run on.")
-        if order is not None:
-            order = run_order(prompts)
-            prompts = [prompts[i] for i in order]
-        hashes = prompt_hashes(prompts)
-        for m in ms:
-            start = m["shard"]["start"]
-            for i, (a, b) in enumerate(zip(m["prompt_sha256"], hashes[start:m["shard"]["stop"]])):
-                if a != b:
-                    which = start + i if order is None else order[start + i]
-                    raise ShardMismatchError(f"prompt {which} differs from the one {m['_file']} ran (changed or "
-                                             "reordered prompts); pass the prompt list the shards were run on, or "
-                                             "rerun the shards on this one.")
+        order = _match(ran, prompt_hashes(prompts), ms)
+    else:  # rows come back in the order of the list the plan was made for (shards without a plan: as stored)
+        order = _plan_order(out, ran, n, planned=any(m.get("planned") for m in ms))
     if verify_hashes:
         for m in ms:
             path = out / m["tensors_file"]

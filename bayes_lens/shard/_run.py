@@ -41,6 +41,7 @@ from ._spec import ModelSpec, model_device_dtype, model_fingerprint
 from ._store import (
     MANIFEST_FORMAT,
     prompt_hashes,
+    prompts_digest,
     sha256_file,
     write_json_atomic,
     write_tensors_atomic,
@@ -217,6 +218,7 @@ def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], o
     out = make_dir(out_dir, "shard folder")
     model = model_or_spec if isinstance(model_or_spec, _Model) else _Model(model_or_spec)
     hashes_all = prompt_hashes(prompts)
+    planned = _planned(out, prompts)
     status = {}
     for shard in progress_bar(list(shards), desc=f"shards -> {out.name}", enabled=collect_kwargs.get("progress"),
                               unit="shard"):
@@ -234,8 +236,21 @@ def run_shards(model_or_spec, prompts: Sequence[str], shards: Sequence[Shard], o
             if _finished(out, shard, m):
                 status[shard.index] = "skipped"
                 continue
-        status[shard.index] = _run_one(model, prompts, shard, out, hashes, settings, collect_kwargs)
+        status[shard.index] = _run_one(model, prompts, shard, out, hashes, settings, collect_kwargs, planned)
     return status
+
+
+def _planned(out: Path, prompts: Sequence[str]) -> bool:
+    """Whether ``prompts`` are the run-order list of the plan in ``out`` (its ``prompts_sha256``), whose rows
+    only that plan's order puts back; a plan.json that does not read counts (merging its shards then needs a
+    readable plan, or the prompts)."""
+    path = out / "plan.json"
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["prompts_sha256"] == prompts_digest(prompts)
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
 
 
 def _worker() -> Dict[str, Any]:
@@ -252,7 +267,8 @@ def _worker() -> Dict[str, Any]:
     return {"rank": rank, "world_size": world, "pid": os.getpid()}
 
 
-def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, collect_kwargs) -> str:
+def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, collect_kwargs,
+             planned: bool = False) -> str:
     mpath = manifest_path(out, shard)
     if mpath.exists():  # unfinished or replaced: the old commit mark goes first
         mpath.unlink()
@@ -266,14 +282,18 @@ def _run_one(model: _Model, prompts, shard: Shard, out: Path, hashes, settings, 
     device, dtype = model_device_dtype(m)
     commit_shard(out, shard, col, n_prompts=len(prompts), prompt_sha256=hashes, settings=settings,
                  model_spec=None if model.spec is None else model.spec.to_dict(),
-                 model_fingerprint=model.fingerprint(), device=device, dtype=dtype, seconds=seconds)
+                 model_fingerprint=model.fingerprint(), device=device, dtype=dtype, seconds=seconds, planned=planned)
     return "done"
 
 
 def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int, prompt_sha256: Sequence[str],
                  settings: Dict[str, Any], model_fingerprint: str, model_spec: Optional[Dict[str, Any]] = None,
-                 device: str = "cpu", dtype: str = "float32", seconds: float = 0.0) -> Path:
+                 device: str = "cpu", dtype: str = "float32", seconds: float = 0.0, planned: bool = False) -> Path:
     """Write ``col`` (the rows of ``shard``) as ``shard-XXXXX.safetensors``, then its manifest (the commit mark).
+
+    ``planned``: the prompts are the run-order list of the folder's plan (``prompts.jsonl``), so the rows
+    are not in the order of the prompts the plan was made for and :func:`~bayes_lens.shard.merge` needs
+    that plan's ``"order"`` (or the prompts) to return them; it refuses the folder without them.
 
     :func:`run_shard` calls this after running the model; it is public for engines that compute rows
     another way (and for tests and benchmarks that write synthetic shards).
@@ -297,6 +317,7 @@ def commit_shard(out_dir: Union[str, Path], shard: Shard, col, *, n_prompts: int
         "host": socket.gethostname(),
         "worker": _worker(),
         "attention_positions": col.attention_positions,
+        "planned": bool(planned),
         "tensors_file": tpath.name,
         "tensors_bytes": tpath.stat().st_size,
         "tensors_sha256": sha256_file(tpath),

@@ -204,6 +204,11 @@ def sharded(model, *, engine="local", shard_dir):
                                 f"{shard_dir!r}.")
     if Path(shard_dir).exists() and not Path(shard_dir).is_dir():
         raise InvalidInputError(f"shard_dir {str(shard_dir)!r} is a file; pass a folder (it is created if missing).")
+    if not isinstance(model, ModelSpec) and not (isinstance(model, adapter.TLModel) and hasattr(model, "cfg")):
+        # before anything is made: the block must hand out a model (None yielded None before)
+        raise InvalidInputError(f"bl.shard.sharded needs a TransformerLens model (HookedTransformer or "
+                                f"TransformerBridge) or a bl.shard.ModelSpec, got {type(model).__name__}; load one "
+                                "with bl.load_model(), or describe it with bl.shard.ModelSpec(...).")
     eng = resolve_engine(engine)
     spec = model if isinstance(model, ModelSpec) else None
     if spec is not None:  # under torchrun, device="cuda" means this rank's GPU

@@ -35,6 +35,7 @@ __all__ = [
     "sha256_file",
     "sha256_text",
     "prompt_hashes",
+    "prompts_digest",
     "MANIFEST_FORMAT",
     "SAFETENSORS_DTYPES",
     "read_safetensors_header",
@@ -93,6 +94,11 @@ def sha256_text(text: str) -> str:
 def prompt_hashes(prompts: Sequence[str]) -> list:
     """SHA-256 (hex) of each prompt's UTF-8 bytes."""
     return [sha256_text(p) for p in prompts]
+
+
+def prompts_digest(prompts: Sequence[str]) -> str:
+    """One SHA-256 of a prompt list, in its order: of its prompts' hashes joined by newlines."""
+    return sha256_text("\n".join(prompt_hashes(prompts)))
 
 
 def write_json_atomic(path: Union[str, Path], obj) -> None:

@@ -38,9 +38,11 @@ def read_prompts_file(path) -> list:
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"no prompts file {str(path)!r}; pass --prompts FILE (.jsonl or one prompt a line).")
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    text = path.read_text(encoding="utf-8")
     if path.suffix != ".jsonl":
-        return lines
+        return [ln for ln in text.splitlines() if ln.strip()]
+    # JSON lines end at "\n" only: a JSON string may hold a raw U+2028 / U+2029 / U+0085, which splitlines splits on
+    lines = [ln for ln in text.split("\n") if ln.strip()]
     out = []
     for i, ln in enumerate(lines, 1):
         try:
@@ -124,11 +126,9 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from . import open_shards, read_plan
+    from . import open_shards
 
-    # the plan's prompts as they were given: the merged rows come back in that order
-    prompts = read_plan(args.dir).given_prompts() if (Path(args.dir) / "plan.json").is_file() else None
-    shards = open_shards(args.dir, prompts)
+    shards = open_shards(args.dir)  # rows in the order the plan was made for (its checked "order")
     layers = _layers(args.layers) if args.layers else None
     col = shards.reduced(None if layers == "all" else layers)
     out = Path(args.out) if args.out else Path(args.dir) / "merged.safetensors"

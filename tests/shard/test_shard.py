@@ -276,16 +276,137 @@ def test_merged_file_verifies_its_bytes(shards):
         bl.ReducedCache.load(out)
 
 
-def test_changed_or_reordered_prompts_are_refused(shards):
+def test_changed_prompts_are_refused_and_reordered_ones_come_back_in_their_order(shards):
+    """Issue 32: ``merge(dir, prompts)`` returns rows in the order of ``prompts`` (it refused a reordering as
+    "changed or reordered prompts"); each row is matched to its prompt by hash, so a changed prompt is refused."""
     d, _ = shards
     changed = list(PROMPTS)
     changed[9] = "a different prompt"
     with pytest.raises(sh.ShardMismatchError, match="prompt 9 differs"):
         sh.merge(d, changed)
-    with pytest.raises(sh.ShardMismatchError, match="prompt 0 differs"):
-        sh.merge(d, PROMPTS[::-1])
     with pytest.raises(sh.ShardMismatchError, match="23 prompts, but 22"):
         sh.merge(d, PROMPTS[:-1])
+    ref = sh.merge(d, PROMPTS)
+    back = sh.merge(d, PROMPTS[::-1])
+    for k, t in tensors(ref).items():
+        assert torch.equal(tensors(back)[k], torch.arange(23) if k == "indices" else t.flip(0)), k
+
+
+def _swap(xs, i, j):
+    xs = list(xs)
+    xs[i], xs[j] = xs[j], xs[i]
+    return xs
+
+
+def test_merge_with_equal_length_prompts_swapped_returns_rows_in_that_order(tmp_path):
+    """Issue 32: two prompts of equal length swapped in the list given to merge (a planned folder: the plan's run
+    order keeps equal lengths in their given order, so the swapped list has another run order) come back in
+    the order given, equal to one process on that list."""
+    model = tiny_model(KINDS[0])
+    assert len(PROMPTS[1]) == len(PROMPTS[5])
+    sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=3, **KW)
+    swapped = _swap(PROMPTS, 1, 5)
+    got, ref = sh.merge(tmp_path, swapped), sh.merge(tmp_path, PROMPTS)
+    perm = _swap(range(23), 1, 5)
+    for k, t in tensors(ref).items():
+        assert torch.equal(tensors(got)[k], torch.arange(23) if k == "indices" else t[perm]), k
+    assert_equal_collections(got, collect(model, swapped, **KW), atol=1e-5)
+
+
+def _edit_order(how):
+    def edit(d):
+        path = d / "plan.json"
+        if how == "no plan.json":
+            path.unlink()
+            return
+        doc = json.loads(path.read_text())
+        if how == "swapped":
+            doc["order"][0], doc["order"][-1] = doc["order"][-1], doc["order"][0]
+        elif how == "reversed":
+            doc["order"] = doc["order"][::-1]
+        elif how == "identity":
+            doc["order"] = sorted(doc["order"])
+        elif how == "null":
+            doc["order"] = None
+        elif how == "deleted":
+            del doc["order"]
+        path.write_text(json.dumps(doc))
+    return edit
+
+
+@pytest.mark.parametrize("how", ["swapped", "reversed", "identity", "null", "deleted", "no plan.json"])
+def test_an_edited_or_missing_plan_order_is_refused_by_merge(tmp_path, how):
+    """Issue 32: plan.json's "order" was under no checksum, so ``merge(dir)`` returned rows in the wrong prompt
+    order after it was edited, nulled or deleted, or after plan.json was deleted. The plan now carries a
+    SHA-256 of itself and a planned shard's manifest says so: each is refused, while merge with the prompts
+    (matched by hash) still returns the right rows."""
+    model = tiny_model(KINDS[0])
+    ref = collect(model, PROMPTS, **KW)
+    assert bl.collect.run_order(PROMPTS) != list(range(23))  # the rows are stored in another order
+    sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=3, **KW)
+    assert_equal_collections(sh.merge(tmp_path), ref)
+    _edit_order(how)(tmp_path)
+    with pytest.raises(sh.ShardIntegrityError, match="plan"):
+        sh.merge(tmp_path)
+    assert_equal_collections(sh.merge(tmp_path, PROMPTS), ref)
+    if how != "no plan.json":
+        with pytest.raises(sh.ShardError):  # a rerun refuses too
+            sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=3, **KW)
+
+
+def test_collect_sharded_on_an_empty_or_truncated_plan_is_a_clear_error(tmp_path):
+    """Issue 32: a raw JSONDecodeError before (merge gave a clear error)."""
+    model = tiny_model(KINDS[0])
+    sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=2, **KW)
+    text = (tmp_path / "plan.json").read_text()
+    for bad in ("", text[: len(text) // 2]):
+        (tmp_path / "plan.json").write_text(bad)
+        with pytest.raises(sh.ShardIntegrityError, match="plan.json"):
+            sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=2, **KW)
+        with pytest.raises(sh.ShardIntegrityError, match="plan.json"):
+            sh.merge(tmp_path)
+    # overwrite=True replaces it; the finished shards are kept and the result is right
+    assert_equal_collections(sh.collect_sharded(model, PROMPTS, tmp_path, n_shards=2, overwrite=True, **KW),
+                             collect(model, PROMPTS, **KW))
+
+
+SEPARATORS = ["one\u2028two", "three\u2029four five", "six\x85seven", "plain prompt here", "a\u2028b\u2029c\x85d"]
+
+
+def test_prompts_with_unicode_line_separators_plan_run_and_merge(tmp_path, capsys):
+    """Issue 32: U+2028, U+2029 and U+0085 were written raw to prompts.jsonl and read back with splitlines(),
+    which splits on them too, so read_plan, shard run and shard merge failed, and planning again wrote the
+    same file. They are written escaped now, and lines split on "\\n" only."""
+    from bayes_lens.cli import main
+
+    model = tiny_model(KINDS[0])
+    ref = collect(model, SEPARATORS, value_layers=[-1], batch_size=2)
+    d = tmp_path / "job"
+    rc = sh.collect_sharded(model, SEPARATORS, d, n_shards=2, value_layers=[-1], batch_size=2)
+    assert_equal_collections(rc, ref)
+    text = (d / "prompts.jsonl").read_text(encoding="utf-8")
+    assert len(text.splitlines()) == len(SEPARATORS)  # one line a prompt, whatever splits the lines
+    assert sh.read_plan(d).given_prompts() == SEPARATORS
+    assert_equal_collections(sh.merge(d), ref)
+    # the CLI: plan from a .jsonl holding the raw characters, run, merge
+    src = tmp_path / "prompts.jsonl"
+    src.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in SEPARATORS), encoding="utf-8")
+    job = tmp_path / "cli"
+    assert main(["shard", "plan", str(job), "--prompts", str(src), "--loader", TINY, "--model-kwargs",
+                 json.dumps({"kind": KINDS[0]}), "--value-layers", "-1", "--batch-size", "2"]) == 0
+    assert main(["shard", "run", str(job), "--no-progress"]) == 0
+    assert main(["shard", "merge", str(job)]) == 0
+    assert_equal_collections(bl.ReducedCache.load(job / "merged.safetensors"), ref)
+
+
+def test_a_prompts_file_written_raw_by_an_older_version_still_reads(tmp_path):
+    model = tiny_model(KINDS[0])
+    sh.collect_sharded(model, SEPARATORS, tmp_path, n_shards=1, value_layers=[-1], batch_size=2)
+    job = sh.read_plan(tmp_path)
+    raw = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in job.prompts)  # what was written before
+    assert "\u2028" in raw
+    (tmp_path / "prompts.jsonl").write_text(raw, encoding="utf-8")
+    assert sh.read_plan(tmp_path).given_prompts() == SEPARATORS
 
 
 def test_changed_settings_are_refused_and_named(shards):
@@ -631,3 +752,23 @@ def test_killed_worker_resumes_to_the_same_result(tiny_kind, tmp_path, monkeypat
     assert main(["shard", "merge", str(d)]) == 0
     ref = collect(tiny_model(tiny_kind), PROMPTS, **KW)
     assert_equal_collections(bl.ReducedCache.load(d / "merged.safetensors"), ref)
+
+
+def test_written_files_honour_the_umask(tmp_path):
+    """Issue 32: every .safetensors file the library wrote was 0600 (mkstemp's mode, which safetensors' writer
+    restored) while its JSON and .npz files were 0644 under umask 022, so a shard folder shared with another
+    user could not be merged. Every file of a shard folder, a merged cache and an axis follows the umask."""
+    old = os.umask(0o022)
+    try:
+        model = tiny_model(KINDS[0])
+        d = tmp_path / "job"
+        rc = sh.collect_sharded(model, PROMPTS, d, n_shards=2, **KW)
+        rc.save(d / "merged.safetensors")
+        axis = bl.EntropyAxis(layer=-1, standardize="raw", progress=False).fit(model, PROMPTS)
+        axis.save(d / "axis.safetensors")
+        axis.save(d / "axis.npz")
+    finally:
+        os.umask(old)
+    files = sorted(p for p in d.iterdir() if p.is_file())
+    assert {p.suffix for p in files} >= {".safetensors", ".json", ".jsonl", ".npz"}
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: oct(0o644) for p in files}

@@ -203,3 +203,12 @@ def test_hooks_already_on_the_model_are_refused_not_silently_ignored(model, tmp_
     assert not torch.equal(patched.model_p_first, clean.model_p_first)
     assert torch.equal(patched.model_p_first, ref_patched.model_p_first)
     assert len(folders(tmp_path)["sula.evaluate"]) == 2
+
+
+@pytest.mark.parametrize("bad", [None, "default", 3])
+def test_sharded_refuses_what_is_not_a_model_or_spec(tmp_path, bad):
+    """Issue 32: ``sharded(None, ...)`` yielded None (the analysis then failed on a None model)."""
+    with pytest.raises(bl.InvalidInputError, match="TransformerLens model .* or a bl.shard.ModelSpec"):
+        with sh.sharded(bad, shard_dir=tmp_path):
+            pass
+    assert not any(tmp_path.iterdir())
