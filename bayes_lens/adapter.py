@@ -59,6 +59,7 @@ __all__ = [
     "register_hook_points",
     "output_module",
     "HookResolver",
+    "live_hook_point",
     "added_hooks",
     "unregister_hook_points",
     "key_weights",
@@ -83,6 +84,8 @@ __all__ = [
     "has_hooks",
     "final_token_unembedding",
     "value_biases_folded",
+    "writing_weights_centred",
+    "site_processing",
     "masks_left_padding_from_tokens",
 ]
 
@@ -357,7 +360,8 @@ class HookResolver:
     that way cost more than the forward pass of short prompts. The name table is kept on the model
     (a plain attribute: a ``copy.deepcopy`` carries a table of its own points) and trusted only while each
     point it hands out is still the module at its path: a point that was replaced (an SAELens SAE
-    spliced in, a module swapped) makes the table be read again, as does a name it lacks. bayes_lens's own
+    spliced in, a module swapped) makes the table be read again, as does a name it lacks. A name whose
+    hook point an SAE replaced resolves to the SAE's ``hook_sae_output`` (:func:`live_hook_point`). bayes_lens's own
     points (attached per batch, possibly by another thread) are never in the table: they are looked up
     as module paths each time.
     """
@@ -379,13 +383,11 @@ class HookResolver:
             return False
 
     def _by_path(self, name: str):
-        from transformer_lens.hook_points import HookPoint
-
         try:
-            hp = self.model.get_submodule(name)
+            mod = self.model.get_submodule(name)
         except AttributeError:
             return None
-        return hp if isinstance(hp, HookPoint) else None
+        return live_hook_point(mod)
 
     def find(self, name: str):
         """The ``HookPoint`` behind ``name`` now, or ``None`` when the model has none by that name."""
@@ -415,6 +417,23 @@ class HookResolver:
 
 
 _NAME_TABLE = "_bayes_lens_hook_table"  # plain attribute on the model: HookResolver's name table
+
+
+def live_hook_point(mod):
+    """The ``HookPoint`` whose output is what flows on from the module ``mod`` at a hook point's path, or None.
+
+    ``mod`` itself when it is a ``HookPoint``; where SAELens's ``HookedSAETransformer.add_sae`` has put an
+    SAE in a hook point's place (the SAE module at the hook's path, no longer in ``hook_dict`` under that
+    name), the SAE's ``hook_sae_output``: the reconstruction (plus the error term where the SAE keeps it)
+    that the rest of the model reads. So bayes_lens reads, caches and patches a spliced site where the
+    model's own computation continues, as its attached hook points do.
+    """
+    from transformer_lens.hook_points import HookPoint
+
+    if isinstance(mod, HookPoint):
+        return mod
+    out = getattr(mod, "hook_sae_output", None) if mod is not None else None
+    return out if isinstance(out, HookPoint) else None
 
 
 def has_hooks(hp, dir: str = "both") -> bool:
@@ -557,7 +576,9 @@ def processing(model) -> Tuple[bool, str]:
 
     HookedTransformer: ``normalization_type`` ``"LNPre"``/``"RMSPre"`` means layer norm was folded
     into the next weights; an embedding whose rows all have mean 0 means writing weights were
-    centred. TransformerBridge: ``enable_compatibility_mode()`` / ``process_weights()``.
+    centred (:func:`writing_weights_centred`); value biases folded into ``b_O`` are named too
+    (:func:`value_biases_folded`), but alone they leave the basis raw (False): directions and ``W_K``
+    are the raw model's, only ``hook_v`` is shifted by a constant. TransformerBridge: ``enable_compatibility_mode()`` / ``process_weights()``.
     """
     if is_bridge(model):
         done = bool(getattr(model, "_weights_processed", False))
@@ -571,16 +592,16 @@ def processing(model) -> Tuple[bool, str]:
     reasons = []
     if getattr(cfg, "normalization_type", None) in ("LNPre", "RMSPre"):
         reasons.append(f"layer norm folded (normalization_type={cfg.normalization_type!r})")
-    try:
-        # centring makes *every* row mean zero, so 4,096 evenly spaced rows decide it (a full scan of
-        # a 49k-token embedding costs ~40 ms per call, and model_info is called once per metric)
-        w_e = model.W_E.detach()
-        w_e = w_e[:: max(1, w_e.shape[0] // 4096)]
-        if w_e.shape[-1] > 1 and float(w_e.mean(-1).abs().max()) < 1e-6 * float(w_e.abs().mean() + 1e-12) * 10:
-            reasons.append("writing weights centred")
-    except Exception:  # noqa: BLE001
-        pass
-    return (bool(reasons), "; ".join(reasons) if reasons else "raw weights")
+    if writing_weights_centred(model):
+        reasons.append("writing weights centred")
+    folded = _hooked_value_biases_folded(model)
+    if reasons:
+        return True, "; ".join(reasons + (["value biases folded"] if folded else []))
+    if folded:
+        # fold_value_biases alone: hook_v is shifted by -b_V, but directions and W_K are the raw model's
+        # (the basis is raw); said here so that nobody reads it as untouched weights
+        return False, "value biases folded into b_O (fold_value_biases); otherwise raw weights"
+    return False, "raw weights"
 
 
 def key_weights(model, layer: int, *, info: Optional[ModelInfo] = None) -> Float[Tensor, "n_kv_heads d_model d_head"]:
@@ -900,6 +921,31 @@ _NO_VALUE_BIAS = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"
 _VALUE_PROJECTIONS = ("v_proj", "c_attn", "query_key_value", "qkv_proj", "Wqkv")
 
 
+def _hooked_value_biases_folded(model) -> Optional[bool]:
+    """A HookedTransformer's own weights say whether ``fold_value_biases`` moved value biases out of ``hook_v``.
+
+    Folding sets every ``b_V`` to zero and adds ``b_V·W_O`` to ``b_O``: all ``b_V`` zero with some ``b_O``
+    non-zero is folded (True), any non-zero ``b_V`` is not (False), and all-zero biases leave nothing that
+    folding could have moved (False: ``hook_v`` is the raw value). None when the blocks have no ``b_V``.
+    Read from the weights, not from the other processing flags: ``fold_value_biases`` alone (what
+    ``from_pretrained`` keeps with fold_ln, center_writing_weights and center_unembed turned off) leaves
+    layer norm and the embedding raw.
+    """
+    b_v, b_o = [], []
+    for blk in getattr(model, "blocks", ()):
+        attn = getattr(blk, "attn", None)
+        v, o = getattr(attn, "b_V", None), getattr(attn, "b_O", None)
+        if isinstance(v, Tensor):
+            b_v.append(bool(v.detach().ne(0).any()))
+        if isinstance(o, Tensor):
+            b_o.append(bool(o.detach().ne(0).any()))
+    if not b_v:
+        return None
+    if any(b_v):
+        return False
+    return any(b_o)
+
+
 def value_biases_folded(model) -> Optional[bool]:
     """Whether weight processing (``fold_value_biases``) moved non-zero value biases out of ``hook_v``.
 
@@ -907,7 +953,13 @@ def value_biases_folded(model) -> Optional[bool]:
     bias), so an operation that is not shift-invariant (``v − (v·u)u``) acts differently than on the
     raw model. False: raw weights, or an architecture without value or norm biases (Llama, Gemma,
     Mistral, ...), or biases still in place. None: processed, and the architecture is unknown.
+    A HookedTransformer is read from its weights (``fold_value_biases`` alone included, which leaves
+    :func:`processing`'s other signs raw); a bridge from its processing state and architecture.
     """
+    if not is_bridge(model):
+        folded = _hooked_value_biases_folded(model)
+        if folded is not None:
+            return folded
     processed, _ = processing(model)
     if not processed:
         return False
@@ -921,10 +973,6 @@ def value_biases_folded(model) -> Optional[bool]:
             if name.endswith(_VALUE_PROJECTIONS) and getattr(mod, "bias", None) is not None:
                 return True
         return False
-    for blk in getattr(model, "blocks", ()):
-        b = getattr(blk.attn, "b_V", None)
-        if isinstance(b, Tensor) and bool(b.detach().ne(0).any()):
-            return False  # biases still in hook_v: not folded
     cfg = model.cfg
     if getattr(cfg, "normalization_type", None) in ("LN", "LNPre"):
         return True
@@ -932,6 +980,41 @@ def value_biases_folded(model) -> Optional[bool]:
     if arch in _NO_VALUE_BIAS:
         return False
     return None if arch is None else True
+
+
+def writing_weights_centred(model) -> bool:
+    """Whether the weights that write to the residual stream were centred (``center_writing_weights``).
+
+    Centring makes every residual-stream vector mean-zero over ``d_model``: ``hook_resid_*`` is then the
+    raw residual projected onto the mean-zero subspace, so its principal directions (a
+    ``site="resid_post"`` entropy axis) and any intervention along them differ from the raw model's.
+    ``hook_v`` is unchanged (layer norm removes the mean anyway; RMSNorm models are never centred).
+    Read from the embedding (both model kinds): centring makes *every* row of ``W_E`` mean zero, so
+    4,096 evenly spaced rows decide it.
+    """
+    try:
+        w_e = model.W_E.detach()
+    except Exception:  # noqa: BLE001 - a model without a readable embedding: nothing to say
+        return False
+    if w_e.ndim != 2 or w_e.shape[-1] < 2:
+        return False
+    w_e = w_e[:: max(1, w_e.shape[0] // 4096)].float()
+    return float(w_e.mean(-1).abs().max()) < 1e-5 * float(w_e.abs().mean() + 1e-12)
+
+
+def site_processing(model, site: str) -> List[str]:
+    """The weight processing that changes ``site``'s activations against the raw model (short phrases).
+
+    ``"v"``: ``fold_value_biases`` (``hook_v`` is shifted by −b_V; :func:`value_biases_folded`).
+    ``"resid_post"``: ``center_writing_weights`` (the residual is projected onto the mean-zero subspace;
+    :func:`writing_weights_centred`). Folded layer norm and a centred unembedding change neither (the
+    folded weights reproduce ``hook_v``; the residual stream and the softmax are unchanged). Empty
+    when the site is as on the raw model.
+    """
+    site = check_site(site)
+    if site == "v":
+        return ["value biases folded (fold_value_biases)"] if value_biases_folded(model) else []
+    return ["writing weights centred (center_writing_weights)"] if writing_weights_centred(model) else []
 
 
 def masks_left_padding_from_tokens(model) -> bool:

@@ -365,8 +365,9 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, row
     """The mask of the cache's tokens, refusing a cache whose activations attended to pads.
 
     Refused (each silently wrong otherwise): ``tokens=`` contradicting ``attention_mask=``; tokens
-    padded on the left while the tokenizer pads on the right (TransformerLens then builds its mask
-    for right padding and reads the pads as tokens, and so would bayes_lens); left-padded tokens of
+    padded on the left while the tokenizer pads on the right, unless the cached attention patterns show
+    the run masked those pads (``run_with_cache(strings, padding_side="left")`` does; a run of the tokens
+    alone gets TransformerLens's mask for right padding and attends to them); left-padded tokens of
     a model that does not mask left padding by itself (a TransformerBridge) unless the cached
     attention patterns show that the run was masked; whenever the cache holds attention
     patterns, attention from real tokens to positions the mask calls padding; and an
@@ -391,7 +392,7 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, row
             _check_tokens_match_mask(model, tokens, mask)
         else:
             mask = adapter.mask_from_tokens(model, tokens).cpu()
-            _check_token_padding(model, tokens, mask, cache)
+            mask = _check_token_padding(model, tokens, mask, cache)
     if mask is None:
         if n > 1:
             raise InvalidInputError(
@@ -431,11 +432,19 @@ def _check_tokens_match_mask(model, tokens: Tensor, mask: Tensor) -> None:
             "mask. Pass the attention_mask the tokens were run with (or only one of tokens= / attention_mask=).")
 
 
-def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> None:
-    """Tokens only: refuse padding the run cannot have masked."""
+def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> Tensor:
+    """Tokens only: the mask to read them with, refusing padding the run cannot have masked.
+
+    Tokens padded on the left while the tokenizer pads on the right are what
+    ``run_with_cache(strings, padding_side="left")`` ran (TransformerLens masked the pads, then put the
+    tokenizer's side back) or what ``run_with_cache(to_tokens(..., padding_side="left"))`` ran (TL built a
+    mask for right padding: the pads were attended to). The cached attention patterns tell the two apart:
+    no attention from real tokens to the leading pads → the left-padding mask; otherwise, or without
+    patterns to tell, an error.
+    """
     pad = _pad_id(model)
     if pad is None:
-        return
+        return mask
     tok = model.tokenizer
     side = getattr(tok, "padding_side", "right") or "right"
     is_pad = tokens.eq(pad)
@@ -445,11 +454,23 @@ def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> None:
         lead = (lead - 1).clamp(min=0)  # a prepended BOS that shares the pad id is a real token
     if side == "right" and bool((lead > 0).any()):
         rows = (lead > 0).nonzero().flatten().tolist()
+        left = adapter.mask_from_tokens(model, tokens, padding_side="left").cpu()
+        seen = _pad_attention(model, cache, left)
+        if seen is not None and seen[1] <= _PAD_TOL:
+            return left  # the run masked the left pads (run_with_cache(strings, padding_side="left"))
+        head = (f"the tokens look padded on the left (rows {rows[:8]} start with pad tokens, id {pad}) but the "
+                "tokenizer pads on the right (tokenizer.padding_side='right'). ")
+        if seen is not None:
+            raise InvalidInputError(
+                head + f"The cached attention ({seen[0]}) gives up to {seen[1]:.3g} of real tokens' attention to those "
+                "pads: TransformerLens built its attention mask for right padding and the run attended to them (e.g. "
+                "run_with_cache(model.to_tokens(..., padding_side='left'))). To fix it, " + _RUN_FIX + ".")
         raise InvalidInputError(
-            f"the tokens look padded on the left (rows {rows[:8]} start with pad tokens, id {pad}) but the "
-            "tokenizer pads on the right (tokenizer.padding_side='right'), so the pad positions cannot be read "
-            "from the tokens, and TransformerLens itself built its attention mask for right padding: the run "
-            "attended to the pads (e.g. model.to_tokens(..., padding_side='left')). To fix it, " + _RUN_FIX + ".")
+            head + "A run of such tokens attended to the pads unless it was masked (run_with_cache(strings, "
+            "padding_side='left') masks them; run_with_cache(tokens) does not), and the cache holds no attention "
+            "pattern to tell which. If the run was masked, pass attention_mask=bl.adapter.mask_from_tokens(model, "
+            "tokens, padding_side='left') instead of tokens= (or keep hook_pattern in the cache: "
+            "names_filter=bl.hook_filter()); otherwise " + _RUN_FIX + ".")
     left_padded = side == "left" and bool(mask.eq(0).any())
     if left_padded and not adapter.masks_left_padding_from_tokens(model) and not _has_patterns(model, cache):
         raise InvalidInputError(
@@ -457,6 +478,7 @@ def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> None:
             "itself: run_with_cache(tokens) without attention_mask= lets real tokens attend to the pads, and the "
             "cache holds no attention pattern to tell whether the run was masked. " + _RUN_FIX[0].upper()
             + _RUN_FIX[1:] + " (instead of tokens=).")
+    return mask
 
 
 def _pattern_names(model, cache) -> List[str]:
@@ -474,10 +496,13 @@ def _has_patterns(model, cache) -> bool:
     return bool(_pattern_names(model, cache))
 
 
-def _check_pads_unattended(model, cache, mask: Tensor, tol: float = 1e-6) -> None:
-    """Refuse a cache whose attention patterns show real query rows attending to positions ``mask`` calls padding."""
-    if not bool(mask.eq(0).any()):
-        return
+_PAD_TOL = 1e-6  # attention a masked run can give pads (0 up to rounding)
+
+
+def _pad_attention(model, cache, mask: Tensor):
+    """``(hook name, the most attention a real query row gives to positions mask calls padding)`` from the
+    first cached pattern of the batch's shape, or None when the cache holds none (one layer decides:
+    masking is the same in every layer)."""
     for name in _pattern_names(model, cache):
         p = cache[name].detach()
         if p.ndim != 4 or tuple(p.shape[-2:]) != tuple(mask.shape[-1:]) * 2 or p.shape[0] != mask.shape[0]:
@@ -485,14 +510,22 @@ def _check_pads_unattended(model, cache, mask: Tensor, tol: float = 1e-6) -> Non
         m = mask.to(p.device)
         pad_keys = m.eq(0)[:, None, None, :].to(p.dtype)
         real_q = m.eq(1)[:, None, :, None].to(p.dtype)
-        leak = float((p.float() * pad_keys * real_q).sum(-1).max())
-        if leak > tol:
-            raise InvalidInputError(
-                f"the cached attention ({name}) gives up to {leak:.3g} of real tokens' attention to positions "
-                "that are padding, so every activation in this cache attended to pad tokens (the run had no "
-                "attention mask, or another one; a TransformerBridge does not mask left padding by itself). "
-                "To fix it, " + _RUN_FIX + ".")
-        return  # one layer decides: masking is the same in every layer
+        return name, float((p.float() * pad_keys * real_q).sum(-1).max())
+    return None
+
+
+def _check_pads_unattended(model, cache, mask: Tensor, tol: float = _PAD_TOL) -> None:
+    """Refuse a cache whose attention patterns show real query rows attending to positions ``mask`` calls padding."""
+    if not bool(mask.eq(0).any()):
+        return
+    seen = _pad_attention(model, cache, mask)
+    if seen is not None and seen[1] > tol:
+        name, leak = seen
+        raise InvalidInputError(
+            f"the cached attention ({name}) gives up to {leak:.3g} of real tokens' attention to positions "
+            "that are padding, so every activation in this cache attended to pad tokens (the run had no "
+            "attention mask, or another one; a TransformerBridge does not mask left padding by itself). "
+            "To fix it, " + _RUN_FIX + ".")
 
 
 def _check_not_left_padded(model, cache, mask: Tensor, rows: Sequence[str]) -> None:

@@ -50,7 +50,11 @@ The entropy points are read-outs (changing them changes nothing downstream); the
 
 SAELens: an SAE spliced in at a point's source (``HookedSAETransformer.add_sae`` at
 ``blocks.{l}.hook_resid_post``, before or after ``bl.attach``) is followed: the coordinate is then
-read from, and fed back into, the SAE's output (``hook_sae_output``), which is what flows on.
+read from, and fed back into, the SAE's output (``hook_sae_output``), which is what flows on. The
+source is re-checked by a forward pre-hook on the module that contains it (the block, the attention),
+so a splice is followed from the first pass after it however the pass starts — ``model(...)``,
+``run_with_hooks`` and ``run_with_hooks_with_saes`` (which call ``forward`` directly, past any hook
+on the model itself), ``run_with_saes``.
 
 Dtypes and memory: the entropies are float64 whatever the model's dtype (bf16/fp16 included), computed
 a slice at a time (:func:`bayes_lens.metrics.stats.chunked_entropy_bits`: query rows of the pattern,
@@ -267,12 +271,17 @@ def _remove_hook_fn(module, fn) -> None:
 
 
 class _Binding:
-    """One attached point: ``hp`` (a child ``attr`` of ``parent``), derived from the module at ``source_path``."""
+    """One attached point: ``hp`` (a child ``attr`` of ``parent``), derived from the module at ``source_path``.
+
+    ``watch`` is the module that contains the source (the source path's parent, e.g. the block of
+    ``blocks.1.hook_resid_post``): a forward pre-hook on it (:func:`_rebind_pre_hook`) makes sure, just
+    before the source can run, that the derivation sits on the hook point that is at ``source_path`` now.
+    """
 
     def __init__(self, name: str, hp, parent, attr: str, derive=None, source_path: Optional[str] = None,
-                 source=None):
+                 source=None, watch=None):
         self.name, self.hp, self.parent, self.attr = name, hp, parent, attr
-        self.derive, self.source_path, self.source = derive, source_path, source
+        self.derive, self.source_path, self.source, self.watch = derive, source_path, source, watch
 
     def bind(self, source) -> None:
         if self.source is not None:
@@ -281,28 +290,39 @@ class _Binding:
         if source is not None:
             source.register_forward_hook(self.derive)
 
+    def follow(self, model) -> None:
+        """Bind to the hook point at ``source_path`` now, if the source was replaced (an SAE added or removed)."""
+        live = _live_source(model, self.source_path, self.name)
+        if live is not self.source:
+            self.bind(live)
+
     def reposition(self) -> None:
-        """Move the derivation to the end of the source's hooks (see :func:`_point_class`)."""
-        if self.source is not None:
-            self.bind(self.source)
+        """Move the derivation to the end of the live source's hooks (see :func:`_point_class`)."""
+        if self.source is None:
+            return
+        model = _model_of_watched(self.watch) if self.watch is not None else None
+        if model is not None:
+            live = _live_source(model, self.source_path, self.name)
+            if live is not self.source:
+                self.bind(live)
+                return
+        self.bind(self.source)
 
 
 def _live_source(model, path: str, what: str):
     """The hook point whose output *is* the activation at ``path`` now.
 
     That is the hook point at ``path``, or — where SAELens's ``HookedSAETransformer.add_sae`` has put its
-    SAE wrapper in the hook point's place — the wrapper's ``hook_sae_output``, which is what flows on.
+    SAE wrapper in the hook point's place — the wrapper's ``hook_sae_output``, which is what flows on
+    (:func:`bayes_lens.adapter.live_hook_point`).
     """
-    HookPoint = _hook_point_class()
     try:
         mod = model.get_submodule(path)
     except AttributeError:
         mod = None
-    if isinstance(mod, HookPoint):
-        return mod
-    out = getattr(mod, "hook_sae_output", None) if mod is not None else None
-    if isinstance(out, HookPoint):
-        return out
+    live = adapter.live_hook_point(mod)
+    if live is not None:
+        return live
     raise MissingHookError(
         f"{what} is derived from {path}, but the model has {type(mod).__name__ if mod is not None else 'nothing'} "
         "there, not a HookPoint (nor an SAELens SAE whose hook_sae_output bayes_lens could follow). Detach "
@@ -313,16 +333,52 @@ def _model_of_output_module(module):
     return module.__dict__.get("_bl_model", module)
 
 
+def _model_of_watched(module):
+    model = module.__dict__.get("_bl_model")
+    return model if model is not None else (module if _STATE in module.__dict__ else None)
+
+
 def _rebind_pre_hook(module, args):
-    """Forward pre-hook: follow a source that was replaced since attach (an SAE added or removed)."""
-    model = _model_of_output_module(module)
+    """Forward pre-hook on a module that contains sources: follow a source replaced since attach.
+
+    It sits on the source's parent (the block of ``hook_resid_post``, the attention of ``hook_pattern``),
+    which runs on every pass that reaches the source however the pass was started: ``model(...)``,
+    ``run_with_cache``, and ``run_with_hooks``, which calls ``forward`` directly and so skips hooks on
+    the model itself. So an SAE spliced after ``bl.attach`` (``add_sae``, ``run_with_saes``,
+    ``run_with_hooks_with_saes``) is followed from the first pass after the splice.
+    """
+    model = _model_of_watched(module)
+    if model is None:
+        return None
     for b in model.__dict__.get(_STATE, ()):
-        if b.source_path is None:
-            continue
-        live = _live_source(model, b.source_path, b.name)
-        if live is not b.source:
-            b.bind(live)
+        if b.watch is module and b.source_path is not None:
+            b.follow(model)
     return None
+
+
+def _watch(model, binding: _Binding) -> None:
+    """Put :func:`_rebind_pre_hook` on the module containing ``binding``'s source (once per module)."""
+    parent_path = binding.source_path.rpartition(".")[0]
+    module = model.get_submodule(parent_path)
+    binding.watch = module
+    if any(fn is _rebind_pre_hook for fn in module._forward_pre_hooks.values()):
+        return
+    if module is not model:
+        module.__dict__["_bl_model"] = model  # a plain reference (not a submodule): copies keep it consistent
+    module.register_forward_pre_hook(_rebind_pre_hook)
+
+
+def _unwatch(model, bindings: Sequence[_Binding]) -> None:
+    """Remove the pre-hooks of modules that no live binding of ``model`` watches any more."""
+    live = {id(b.watch) for b in model.__dict__.get(_STATE, ()) if b.watch is not None}
+    for b in bindings:
+        module, b.watch = b.watch, None
+        if module is None or id(module) in live:
+            continue
+        for key in [k for k, f in module._forward_pre_hooks.items() if f is _rebind_pre_hook]:
+            del module._forward_pre_hooks[key]
+        if not any(f is _next_token_entropy_hook for f in module._forward_hooks.values()):
+            module.__dict__.pop("_bl_model", None)
 
 
 def _next_token_entropy_hook(module, args, out):
@@ -341,20 +397,19 @@ def _next_token_entropy_hook(module, args, out):
 
 def _install_root_hooks(model) -> None:
     out = adapter.output_module(model)
-    if any(fn is _rebind_pre_hook for fn in out._forward_pre_hooks.values()):
+    if any(fn is _next_token_entropy_hook for fn in out._forward_hooks.values()):
         return
     if out is not model:
         out.__dict__["_bl_model"] = model  # a plain reference (not a submodule): copies keep it consistent
-    out.register_forward_pre_hook(_rebind_pre_hook)
     out.register_forward_hook(_next_token_entropy_hook)
 
 
 def _remove_root_hooks(model) -> None:
     out = adapter.output_module(model)
-    for hooks, fn in ((out._forward_pre_hooks, _rebind_pre_hook), (out._forward_hooks, _next_token_entropy_hook)):
-        for key in [k for k, f in hooks.items() if f is fn]:
-            del hooks[key]
-    out.__dict__.pop("_bl_model", None)
+    for key in [k for k, f in out._forward_hooks.items() if f is _next_token_entropy_hook]:
+        del out._forward_hooks[key]
+    if not any(fn is _rebind_pre_hook for fn in out._forward_pre_hooks.values()):
+        out.__dict__.pop("_bl_model", None)
 
 
 def _unbind(model, bindings: Sequence[_Binding]) -> None:
@@ -370,6 +425,8 @@ def _unbind(model, bindings: Sequence[_Binding]) -> None:
         model.__dict__[_STATE] = live
     else:
         model.__dict__.pop(_STATE, None)
+    _unwatch(model, bindings)
+    if not live:
         _remove_root_hooks(model)
 
 
@@ -419,6 +476,7 @@ class Attachment:
             b.derive = derive_of(hp)
             b.source_path = path
             b.bind(_live_source(model, path, name))
+            _watch(model, b)
             hp._bl_binding = b
         return hp
 
@@ -518,8 +576,13 @@ def attached_for(model, pairs: Sequence) -> Iterator[List[Attachment]]:
     wanted = [(name, _axis_of_hook(fn)) for name, fn in pairs]
     wanted = [(name, ax) for name, ax in wanted if ax is not None]
     have = adapter.hook_names(model) if wanted else set()  # a bridge's hook_dict is costly: only when needed
-    axes = []
+    axes, owner = [], {}
     for name, ax in wanted:
+        if owner.setdefault(name, ax) is not ax:
+            raise InvalidInputError(
+                f"the hooks act on {name} for two different axes, but one coordinate hook point measures one "
+                "axis. Patches of several axes combine when the axes sit at different layers (or sites); apply "
+                "patches whose axes share a layer and site in separate runs.")
         if name not in have and all(a is not ax for a in axes):
             axes.append(ax)
     attachments = []

@@ -191,3 +191,30 @@ def test_right_padded_cache_with_its_right_padded_mask_is_still_accepted(kind):
         col = bl.reduce_cache((logits, cache), attention_mask=right, value_layers=[-1], attention=True)
         np.testing.assert_allclose(col.value_rows(model.cfg.n_layers - 1).double().numpy(),
                                    _unpadded_final_v(model).numpy(), atol=1e-4)
+@pytest.mark.parametrize("kind", (["hooked"] if bl.adapter.has_hooked_transformer() else []) + ["bridge"])
+def test_left_padded_string_run_with_tokens_is_accepted(kind):
+    """Issue 32 §3: ``run_with_cache(strings, padding_side="left")`` masks the left pads (TL sets the
+    tokenizer's side for the call, then puts "right" back), so ``tokens=`` of that batch is read with the
+    left-padding mask (the cached patterns show the pads unattended) and gives each prompt's unpadded
+    numbers; a run of the same tokens alone attended to the pads and stays refused."""
+    model = tiny_model(kind)
+    assert model.tokenizer.padding_side == "right"
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(PROMPTS, padding_side="left", names_filter=bl.hook_filter())
+    tokens = model.to_tokens(PROMPTS, padding_side="left")
+    assert model.tokenizer.padding_side == "right" and bool(tokens[:, 0].eq(model.tokenizer.pad_token_id).any())
+    col = bl.collect.reduce_cache((logits, cache), tokens=tokens, value_layers=[-1], attention=True)
+    lengths = [len(model.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in PROMPTS]
+    assert col.n_tokens.tolist() == lengths
+    np.testing.assert_allclose(col.value_rows(model.cfg.n_layers - 1).double().numpy(),
+                               _unpadded_final_v(model).numpy(), atol=1e-4)
+    vm = bl.value_manifold((logits, cache), tokens=tokens, n_boot=10, n_null=5)
+    ref = bl.value_manifold((logits, cache), attention_mask=bl.adapter.mask_from_tokens(model, tokens, "left"),
+                            n_boot=10, n_null=5)
+    assert vm.pc1.value == pytest.approx(ref.pc1.value, abs=1e-12)
+    # the same tokens run without the strings' mask: the patterns show the leak -> refused
+    with torch.no_grad():
+        logits2, cache2 = model.run_with_cache(tokens, names_filter=bl.hook_filter())
+    with pytest.raises(InvalidInputError, match="attention") as err:
+        bl.collect.reduce_cache((logits2, cache2), tokens=tokens, value_layers=[-1])
+    assert "attention_mask=" in str(err.value)

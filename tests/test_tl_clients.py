@@ -9,6 +9,7 @@ Every number is compared with an independent computation: an out-of-place by-han
 import copy
 import io
 
+import numpy as np
 import pytest
 import torch
 
@@ -372,6 +373,77 @@ def test_sae_removed_while_attached_and_sae_at_another_hook():
     expected = cache["blocks.1.hook_resid_post"].double() @ axis.axes_[1].double()
     torch.testing.assert_close(cache["blocks.1.hook_resid_post_axis"][..., 0].double(), expected, atol=1e-5, rtol=0)
     assert "blocks.0.hook_resid_post.hook_sae_acts_post" in cache and "blocks.0.hook_pattern_entropy" in cache
+
+
+@pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
+@pytest.mark.parametrize("route", ["run_with_hooks", "run_with_hooks_with_saes"])
+def test_sae_spliced_after_attach_is_followed_on_the_first_pass(route):
+    """Issue 32 §3: TL's run_with_hooks (and SAELens's run_with_hooks_with_saes, which splices the SAE and
+    then calls it) runs ``forward`` directly, past any hook on the model itself: the splice must be
+    followed on that very pass. The zero-ablated coordinate equals the by-hand removal on hook_sae_output."""
+    m, make_sae = _sae_model()
+    sae = make_sae("blocks.1.hook_resid_post")
+    axis = _axis(m, site="resid_post", layers=(1,))
+    u = axis.axes_[1]
+    toks = _tokens(m, 15)
+    zero = [("blocks.1.hook_resid_post_axis", lambda c, hook: 0 * c)]
+    out_name = "blocks.1.hook_resid_post.hook_sae_output"
+    with torch.no_grad():
+        by_hand = m.run_with_hooks_with_saes(
+            toks, saes=[sae], fwd_hooks=[(out_name, _by_hand(u, lambda v, u: v - (v @ u)[..., None] * u))])
+        sae_only = m.run_with_saes(toks, saes=[sae])
+        with bl.attach(m, axis=axis):
+            if route == "run_with_hooks":
+                m.add_sae(sae)  # no forward pass between the splice and the hooked run
+                ablated = m.run_with_hooks(toks, fwd_hooks=zero)
+                m.reset_saes()
+            else:
+                ablated = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=zero)
+            again = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=zero)
+            bare = m.run_with_hooks(toks, fwd_hooks=zero)  # the SAE is gone again: back on TL's hook point
+    assert float((by_hand - sae_only).abs().max()) > 1e-2
+    torch.testing.assert_close(ablated, by_hand, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again, by_hand, atol=1e-5, rtol=0)
+    no_sae = m.run_with_hooks(toks, fwd_hooks=[("blocks.1.hook_resid_post",
+                                                _by_hand(u, lambda v, u: v - (v @ u)[..., None] * u))])
+    torch.testing.assert_close(bare, no_sae, atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
+def test_analyses_read_a_site_an_sae_replaced_at_its_output():
+    """Issue 32 §3: with an SAE already spliced at the axis's source, from_directions, fit and
+    compare_patched work (they raised MissingHookError while attach and patched handled the model): the
+    site is read, and patched, at the SAE's hook_sae_output, what flows on. Checked against a numpy PCA of
+    the cached SAE output and against by-hand hooks on it."""
+    m, make_sae = _sae_model()
+    m.add_sae(make_sae("blocks.1.hook_resid_post"))
+    out_name = "blocks.1.hook_resid_post.hook_sae_output"
+    prompts = [f"the {w} is {i}" for i, w in enumerate(["cat", "dog", "sun", "moon", "tree", "car", "book", "cup"])]
+    fixed = _axis(m, site="resid_post", layers=(1,))  # from_directions
+    axis = bl.EntropyAxis(layer=1, site="resid_post", standardize="raw", progress=False).fit(m, prompts)
+    toks, mask = bl.adapter.tokenize(m, prompts)
+    last = mask.sum(1) - 1
+    with torch.no_grad():
+        _, cache = m.run_with_cache(toks, attention_mask=mask)
+    x = cache[out_name][torch.arange(len(prompts)), last].double().numpy()
+    x = x - x.mean(0)
+    pc1 = np.linalg.svd(x, full_matrices=False)[2][0]
+    assert abs(float(pc1 @ axis.axis_.double().numpy())) == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(axis.means_[1].double().numpy(),
+                               cache[out_name][torch.arange(len(prompts)), last].double().mean(0).numpy(), atol=1e-5)
+    # the random control acts on the site itself (not a coordinate point): at the SAE output too
+    control = axis.random_control(seed=0)
+    r = control.directions[1].double()
+    with torch.no_grad(), bl.patched(m, control):
+        got = m(toks, attention_mask=mask)
+        want = m.run_with_hooks(toks, attention_mask=mask,
+                                fwd_hooks=[(out_name, _by_hand(r, lambda v, u: v - (v @ u)[..., None] * u))])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    cmp = bl.compare_patched(m, prompts, {"fitted": axis.removal(), "given": fixed.removal()}, n_boot=20,
+                             n_random_seeds=1, progress=False)
+    assert cmp.conditions[:3] == ("clean", "fitted", "given") and len(cmp.conditions) == 4
+    assert cmp.corr("clean", 1).value == pytest.approx(axis.entropy_correlation_[1], abs=1e-6)
+    assert cmp.corr("fitted", 1).value == 0.0 and cmp.table.query("condition == 'fitted'")["degenerate"].any()
 
 
 def test_readme_tl_patching_example_runs_on_the_real_model(smol):

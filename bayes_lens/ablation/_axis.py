@@ -550,17 +550,35 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         processed = meta.get("processed")
         return "unknown" if processed is None else ("processed" if processed else "raw")
 
-    def _warn_basis(self, what: str, center: bool) -> None:
-        """Warn when an uncentred removal/keep-only acts on values whose biases were folded out."""
-        if center or not getattr(self, "model_meta_", {}).get("value_bias_folded"):
-            return
-        warnings.warn(
-            f"{what}: this axis was fitted on a model whose value biases were folded out of hook_v "
-            f"({self.model_meta_.get('processing')}; fold_value_biases), so hook_v there is the raw value minus "
-            "b_V and v − (v·u)u is a different intervention than on the raw model (METHODS.md §7 defines it on "
-            "raw activations). Pass center=True (removes the coordinate's deviation from its mean: the same "
-            "intervention in either basis) or fit on raw weights (from_pretrained_no_processing).",
-            UserWarning, stacklevel=3)
+    def _warn_basis(self, what: str, center: bool, op: str) -> None:
+        """Warn when weight processing changed what ``op`` acts on at this axis's site (site-aware).
+
+        ``site="v"``: value biases folded out of ``hook_v`` (``fold_value_biases``) shift v by a constant,
+        which changes an uncentred removal / keep-only (not a shift; ``center=True`` undoes it).
+        ``site="resid_post"``: centred writing weights (``center_writing_weights``) project the residual
+        onto the mean-zero subspace, which changes the direction itself and so every intervention
+        along it (``center=True`` does not undo it). Folded layer norm and a centred unembedding change
+        neither site; value biases do not change ``resid_post`` (b_V·W_O reaches it through b_O).
+        """
+        meta = getattr(self, "model_meta_", None) or {}
+        if self.site_ == "v":
+            if center or op == "shift" or not meta.get("value_bias_folded"):
+                return
+            warnings.warn(
+                f"{what}: this axis was fitted on a model whose value biases were folded out of hook_v "
+                f"({meta.get('processing')}; fold_value_biases), so hook_v there is the raw value minus "
+                "b_V and v − (v·u)u is a different intervention than on the raw model (METHODS.md §7 defines it on "
+                "raw activations). Pass center=True (removes the coordinate's deviation from its mean: the same "
+                "intervention in either basis) or fit on raw weights (from_pretrained_no_processing).",
+                UserWarning, stacklevel=3)
+        elif meta.get("writing_weights_centred"):
+            warnings.warn(
+                f"{what}: this resid_post axis was fitted on a model whose writing weights were centred "
+                f"({meta.get('processing')}; center_writing_weights), so hook_resid_post there is the raw residual "
+                "with its mean over d_model removed: the axis direction, and every removal, keep-only or shift "
+                "along it, differ from the raw model's (center=True does not undo this). Fit on a model loaded with "
+                "center_writing_weights=False (or from_pretrained_no_processing) to match the raw model, or use "
+                "site='v', which centring leaves unchanged.", UserWarning, stacklevel=3)
 
     @staticmethod
     def _layer_tag(layers) -> str:
@@ -580,7 +598,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         """
         lam = finite_float(lam, "lam")
         parts = self._parts("removal", layers, lam=lam, center=center)
-        self._warn_basis("removal", center)
+        self._warn_basis("removal", center, "removal")
         tag = self._layer_tag([p.layer for p in parts])
         return Patch(parts, label=f"removal{' centred' if center else ''} λ={lam:g} @{tag}", kind="removal",
                      axis=self, params={"lam": lam, "center": bool(center)}, model_meta=self.model_meta_)
@@ -589,7 +607,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         """v ← (v·u) u at every position: only the axis component survives (``center=True``:
         v ← μ + ((v − μ)·u) u, the same intervention in a processed and a raw basis)."""
         parts = self._parts("keep_only", layers, center=center)
-        self._warn_basis("keep_only", center)
+        self._warn_basis("keep_only", center, "keep_only")
         tag = self._layer_tag([p.layer for p in parts])
         return Patch(parts, label=f"keep-only{' centred' if center else ''} @{tag}", kind="keep_only", axis=self,
                      params={"center": bool(center)}, model_meta=self.model_meta_)
@@ -599,6 +617,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         ``c ↦ c + s·σ`` on the coordinate hook point."""
         sigmas = finite_float(sigmas, "sigmas")
         parts = self._parts("shift", layers, amount_sigmas=sigmas)
+        self._warn_basis("shift", False, "shift")
         tag = self._layer_tag([p.layer for p in parts])
         return Patch(parts, label=f"shift {sigmas:+g}σ @{tag}", kind="shift", axis=self,
                      params={"sigmas": sigmas}, model_meta=self.model_meta_)
@@ -631,8 +650,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         if op == "shift":
             sigmas = finite_float(1.0 if sigmas is None else sigmas, "sigmas")
         picked = self._pick_layers(layers)
-        if op != "shift":
-            self._warn_basis(f"random_control(op={op!r})", center)
+        self._warn_basis(f"random_control(op={op!r})", center, op)
         dirs = {layer: self.random_direction(layer, seed=seed) for layer in picked}
         parts = self._parts(op, picked, lam=lam, amount_sigmas=sigmas, directions=dirs, center=center)
         tag = self._layer_tag(picked)

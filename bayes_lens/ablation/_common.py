@@ -54,6 +54,7 @@ def model_meta(model, site: str) -> dict:
         "processing": info.processing,
         "basis": "processed" if info.processed else "raw",
         "value_bias_folded": adapter.value_biases_folded(model),
+        "writing_weights_centred": adapter.writing_weights_centred(model),
     }
 
 

@@ -543,8 +543,9 @@ def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=N
         their label without the seed.
     axis:
         The axis whose *clean-fitted* coordinate is read (default: the axis the first patch came
-        from). At readout layers it was not fitted on, an axis with the same settings is fitted on
-        the clean run of ``prompts``.
+        from; for a sum of patches of several axes, ``a1.removal() + a2.removal()``, their layers
+        together, each layer read with the axis patched there). At readout layers it was not fitted
+        on, an axis with the same settings is fitted on the clean run of ``prompts``.
     readout_layers:
         ``"auto"``: every layer from the first patched layer to the last (from caches: the layers the
         clean cache holds from the first axis layer on); or a list of layers.
@@ -604,7 +605,7 @@ def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=N
     calibration = _check_calibration(calibration, bayes)
     conds = _conditions(patches, int(n_random_seeds))
     if axis is None:
-        axis = next((p.axis for c in conds for p in c.patches if isinstance(p, Patch) and p.axis is not None), None)
+        axis = _reading_axis(conds)
     if axis is None:
         raise InvalidInputError("no axis to read: pass axis=EntropyAxis(...).fit(...) or patches made by an axis.")
     axis.check_fitted()
@@ -647,6 +648,42 @@ def _strata(prompts):
     if k is None and isinstance(prompts, (list, tuple)) and prompts and all(hasattr(p, "k") for p in prompts):
         k = [p.k for p in prompts]  # a plain list of SULA items
     return None if k is None else np.asarray(k)
+
+
+def _reading_axis(conds) -> Optional[EntropyAxis]:
+    """The axis a comparison reads when none is given: the first patch's axis, or — for a patch that sums
+    patches of several axes — one axis holding each of their layers (the first axis of the site wins a
+    layer two of them share; axes of another site than the first are not read)."""
+    for c in conds:
+        for p in c.patches:
+            if not isinstance(p, Patch) or not p.axes:
+                continue
+            if p.axis is not None or len(p.axes) == 1:
+                return p.axis if p.axis is not None else p.axes[0]
+            return _merged_axis(p.axes)
+    return None
+
+
+def _merged_axis(axes) -> EntropyAxis:
+    first = axes[0]
+    for a in axes:
+        a.check_fitted()
+    same = [a for a in axes if a.site_ == first.site_]
+    picked: Dict[int, EntropyAxis] = {}
+    for a in same:
+        for k in a.layers_:
+            picked.setdefault(k, a)
+    layers = sorted(picked)
+    merged = EntropyAxis(layer=layers, site=first.site_, standardize=first.standardize, sign_by=first.sign_by)
+
+    def take(attr):
+        return {k: getattr(picked[k], attr)[k] for k in layers}
+
+    merged._set_fitted(None, first.model_meta_, take("axes_"), take("means_"), take("scales_"), take("sigma_"),
+                       take("explained_variance_ratio_"), take("entropy_correlation_"), n_prompts=first.n_prompts_,
+                       versions=first.versions_)
+    merged.entropy_kind_ = getattr(first, "entropy_kind_", None)
+    return merged
 
 
 def _check_prompts(prompts):

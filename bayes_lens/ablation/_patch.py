@@ -104,12 +104,29 @@ class Patch:
     """An intervention (possibly at several layers): an iterable of ``(hook_name, fn)`` pairs.
 
     Made by :class:`EntropyAxis` (``removal``, ``keep_only``, ``shift``, ``random_control``). Use it
-    as ``with bl.patched(model, patch):``, ``model.hooks(fwd_hooks=list(patch))`` or
-    ``model.run_with_hooks(tokens, fwd_hooks=list(patch))``. ``patch_a + patch_b`` applies both.
+    as ``with bl.patched(model, patch):`` (which attaches the hook points the patch needs), or hand its
+    pairs to TransformerLens — ``model.hooks(fwd_hooks=list(patch))``,
+    ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` — *inside* ``with bl.attach(model,
+    axis=patch.axis):``: a removal or shift hooks the axis's coordinate hook point
+    (``blocks.{l}.hook_v_axis``), which the model has only while it is attached (outside, a
+    HookedTransformer raises ``KeyError`` and a TransformerBridge ignores the unknown name: the run is
+    silently unpatched). Keep-only and the random controls hook ``hook_v`` itself and need no attach.
+    ``patch_a + patch_b`` applies both (also patches of different axes: ``bl.patched`` and
+    ``bl.compare_patched`` attach every axis they need).
 
     Attributes: ``label``, ``kind`` (``"removal"``, ``"keep_only"``, ``"shift"``, ``"combined"``),
     ``layers``, ``hook_names``, ``site``, ``random_seed`` (None unless a random control),
-    ``directions`` (layer → unit vector), ``axis`` (the :class:`EntropyAxis` it came from).
+    ``directions`` (layer → unit vector), ``axis`` (the :class:`EntropyAxis` it came from; None for a sum of
+    patches of different axes), ``axes`` (every axis it came from, in order).
+
+    >>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
+    >>> tokens = model.to_tokens(prompts)
+    >>> with bl.patched(model, axis.removal()):
+    ...     removed = model(tokens)
+    >>> with bl.attach(model, axis=axis):            # the coordinate hook point exists while attached
+    ...     by_pairs = model.run_with_hooks(tokens, fwd_hooks=list(axis.removal()))
+    >>> torch.allclose(removed, by_pairs, atol=1e-5)
+    True
     """
 
     def __init__(self, parts: Sequence[PatchPart], *, label: str, kind: str, axis: Optional["EntropyAxis"] = None,
@@ -122,6 +139,7 @@ class Patch:
         self.random_seed = random_seed
         self.params = dict(params or {})
         self.model_meta = model_meta
+        self._axes: Tuple[object, ...] = () if axis is None else (axis,)
         self._pairs = tuple((p.hook_name, p.hook_fn) for p in self._parts)
 
     # --- the [(hook_name, fn)] protocol ---
@@ -137,9 +155,13 @@ class Patch:
     def __add__(self, other):
         if isinstance(other, Patch):
             site = self.site if self.site == other.site else "mixed"
-            return Patch(self._parts + other._parts, label=f"{self.label} + {other.label}", kind="combined",
-                         axis=self.axis if self.axis is other.axis else None,
-                         model_meta=self.model_meta if site != "mixed" else None)
+            out = Patch(self._parts + other._parts, label=f"{self.label} + {other.label}", kind="combined",
+                        axis=self.axis if self.axis is other.axis else None,
+                        model_meta=self.model_meta if site != "mixed" else None)
+            axes = list(self._axes)
+            axes += [a for a in other._axes if all(a is not b for b in axes)]
+            out._axes = tuple(axes)
+            return out
         if isinstance(other, (list, tuple)):
             return list(self) + list(other)
         return NotImplemented
@@ -154,6 +176,11 @@ class Patch:
     def parts(self) -> Tuple[PatchPart, ...]:
         """The per-layer parts (hook, direction, operation)."""
         return self._parts
+
+    @property
+    def axes(self) -> Tuple[object, ...]:
+        """Every :class:`EntropyAxis` this patch came from, in order (several for ``a1.removal() + a2.removal()``)."""
+        return self._axes
 
     @property
     def layers(self) -> Tuple[int, ...]:
@@ -250,6 +277,32 @@ def check_against_model(model, patch: Patch) -> None:
             f"the patch {patch.label!r} was fitted on a model with {meta.get('processing')!r} but this model has "
             f"{info.processing!r}: a direction measured in one weight basis is wrong in the other "
             "(METHODS.md §0 'Weights'). Refit the axis on this model.", UserWarning, stacklevel=3)
+    elif meta is not None:
+        _warn_site_processing(model, patch, meta)
+
+
+def _warn_site_processing(model, patch: Patch, meta: dict) -> None:
+    """Warn when the processing that changes the patch's site differs between the fitting model and ``model``
+    (:func:`bayes_lens.adapter.site_processing`): value biases at ``hook_v`` (uncentred removal and
+    keep-only only; a shift and ``center=True`` do not depend on them), centred writing weights at
+    ``hook_resid_post`` (every operation)."""
+    sites = {p.site for p in patch.parts
+             if p.site == "resid_post" or (p.op != "shift" and p.offset == 0.0 and p.mean is None)}
+    for site, key in (("v", "value_bias_folded"), ("resid_post", "writing_weights_centred")):
+        fitted = meta.get(key)
+        if site not in sites or fitted is None:
+            continue
+        now = adapter.value_biases_folded(model) if site == "v" else adapter.writing_weights_centred(model)
+        if now is None or bool(now) == bool(fitted):
+            continue
+        what = "value biases folded out of hook_v" if site == "v" else "writing weights centred"
+        fix = ("pass center=True to the patch, which is the same intervention in both" if site == "v" else
+               "refit the axis on this model")
+        warnings.warn(
+            f"the patch {patch.label!r} acts on {site!r}, and the model it was fitted on had {what} = {bool(fitted)} "
+            f"but this model has {bool(now)}: the {site!r} activations differ between the two, so the patch is a "
+            f"different intervention here (METHODS.md §7). To compare like with like, {fix}.",
+            UserWarning, stacklevel=4)
 
 
 def _check_attached_axis(model, part: PatchPart) -> None:
