@@ -81,6 +81,7 @@ _LAZY = {
     "shard": ("bayes_lens.shard", None),
     "reporting": ("bayes_lens.reporting", None),
     "report": ("bayes_lens.reporting", "report"),
+    "NotFittedError": ("bayes_lens.errors", "NotFittedError"),   # lazy: its scikit-learn base is slow to import
 }
 
 __all__ = [
