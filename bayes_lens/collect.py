@@ -271,7 +271,7 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
 
     def read(name: str, ndim: int) -> Tensor:
         if not adapter.cache_has(cache, name):
-            raise _missing_hook(name)
+            raise _missing_hook(name, cache)
         t = cache[name].detach()
         if t.ndim != ndim:
             raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}; expected {ndim} dimensions "
@@ -383,9 +383,10 @@ def _check_cache_fits(cache, model, v_layers, r_layers) -> None:
             raise InvalidInputError(f"{name} in the cache is {shape} ([batch, pos, d_model]): {why}")
 
 
-def _missing_hook(name: str) -> MissingHookError:
+def _missing_hook(name: str, cache) -> MissingHookError:
     return MissingHookError(
-        f"the cache has no {name!r}; make it with model.run_with_cache(tokens, names_filter=bl.hook_filter(...)) "
+        f"the cache has no {name!r} (it holds {adapter.cache_contents(cache)}); make it with "
+        "model.run_with_cache(tokens, names_filter=bl.hook_filter(...)) "
         "including that hook (e.g. sites=('v', 'pattern', 'resid_post'); bayes_lens's own hook points such as "
         "'pattern_entropy' need bl.attach(model)).")
 
@@ -399,7 +400,7 @@ def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
         needed.append(ent0 if adapter.cache_has(cache, ent0) else adapter.hook_name(model, 0, "pattern"))
     for name in needed:
         if not adapter.cache_has(cache, name):
-            raise _missing_hook(name)
+            raise _missing_hook(name, cache)
     if logits is not None:
         return int(logits.shape[0]), int(logits.shape[1])
     for name in needed + [HOOK_POINTS["next_token_entropy"]]:
@@ -409,8 +410,9 @@ def _batch_shape(cache, model, logits, v_layers, r_layers, attention):
                 raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}: no batch dimension (was "
                                         "it made with remove_batch_dim=True?). Make the cache without it.")
             return int(t.shape[0]), int(t.shape[-1] if name.endswith("hook_pattern") else t.shape[1])
-    raise MissingHookError("the cache holds none of the activations asked for; make it with "
-                           "names_filter=bl.hook_filter(...) covering them.")
+    raise MissingHookError(f"the cache holds none of the activations asked for (it holds "
+                           f"{adapter.cache_contents(cache)}); make it with names_filter=bl.hook_filter(...) "
+                           "covering them.")
 
 
 def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None) -> Tensor:
