@@ -348,3 +348,25 @@ def test_shard_dir_runs_the_report_through_the_sharded_runner(tiny_kind, tmp_pat
 
     assert numbers("plain") == numbers("sharded") and numbers("plain")
     capsys.readouterr()
+
+
+def test_info_prints_both_parameter_counts(tiny_kind, monkeypatch, capsys):
+    """Issue 37.5: the README promises two counts (the checkpoint's weights, and sum(p.numel()) as loaded);
+    `info` printed only one where they are equal (TL 4.3's bridge has no zero lm_head bias). Both are
+    printed for every kind, the second being exactly sum(p.numel() for p in model.parameters())."""
+    import re
+
+    import bayes_lens.cli as cli
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model(tiny_kind)
+    monkeypatch.setattr(cli, "_load", lambda args: (model, 0.0))
+    assert main(["info", "--max-new-tokens", "0"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("parameters"))
+    m = re.fullmatch(r"parameters +([\d,]+) in the checkpoint's weights; ([\d,]+) as loaded, "
+                     r"sum\(p\.numel\(\) for p in model\.parameters\(\)\) \((.+)\)", line)
+    assert m, line
+    weights, loaded = (int(m.group(i).replace(",", "")) for i in (1, 2))
+    assert loaded == sum(p.numel() for p in model.parameters())
+    assert weights == cli._parameter_counts(model)[1] <= loaded
+    assert (m.group(3) == "the same: no copies, no all-zero biases") == (weights == loaded)
