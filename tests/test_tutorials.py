@@ -236,3 +236,32 @@ def test_no_iprogress_warning_in_a_kernel_without_ipywidgets():
     err = _kernel_stderr("import bayes_lens as bl\nimport transformers.utils.logging\nimport tqdm.auto\n"
                          "print(bl.__file__)")
     assert "IProgress" not in err and "TqdmWarning" not in err, err
+
+
+def test_classroom_exercise_4_check_runs_on_a_tiny_model(capsys):
+    """Exercise 4's solution and check cells, run on a tiny random 8-layer model (no real model needed): the
+    solution passes every line; flipped readings, or an ablation at another layer, are 'not yet'."""
+    import numpy as np
+    import torch
+
+    import bayes_lens as bl
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model("bridge", n_layers=8)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=4, seed=0)
+    ns = {"bl": bl, "np": np, "torch": torch, "model": model, "items": items, "QUICK": True}
+    setup = builder().CLASSROOM_SETUP
+    exec(setup[setup.index("def check("):], ns)  # noqa: S102 - our builder's source
+    check = _check_cells(builder().notebook("05_classroom.ipynb"))[3].source
+    exec(builder().SOLUTIONS[4] + "\n" + check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert out.count(": correct - ") == 6 and "not yet" not in out, out
+    exec("moved = not moved\n" + check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert "Δρ interval excludes 0: not yet" in out and out.count(": correct - ") == 5, out
+    other = bl.EntropyAxis(layer=4).fit(model, items)   # the right kind of answer at the wrong depth
+    ns["late"] = bl.compare_patched(model, items, {"axis removed": other.removal()}, axis=other, n_random_seeds=1,
+                                    n_boot=200).effect()
+    exec(check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert "ablated layer: not yet" in out and "Δρ downstream: not yet" in out, out
