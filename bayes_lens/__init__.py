@@ -43,6 +43,10 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+from ._progress import quiet_tqdm_in_kernels as _quiet_tqdm_in_kernels
+
+_quiet_tqdm_in_kernels()   # no "TqdmWarning: IProgress not found" in Jupyter when transformers loads (issue 37.4)
+
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
     "adapter": ("bayes_lens.adapter", None),
@@ -81,6 +85,7 @@ _LAZY = {
     "shard": ("bayes_lens.shard", None),
     "reporting": ("bayes_lens.reporting", None),
     "report": ("bayes_lens.reporting", "report"),
+    "NotFittedError": ("bayes_lens.errors", "NotFittedError"),   # lazy: its scikit-learn base is slow to import
 }
 
 __all__ = [

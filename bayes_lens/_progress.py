@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-__all__ = ["progress"]
+__all__ = ["progress", "quiet_tqdm_in_kernels"]
 
 
 def progress(iterable: Iterable, *, desc: str, total: Optional[int] = None,
@@ -49,3 +49,26 @@ def _has_widgets() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("ipywidgets") is not None
+
+
+def quiet_tqdm_in_kernels() -> None:
+    """Silence tqdm's "IProgress not found" for the libraries bayes_lens loads, in a Jupyter kernel.
+
+    transformers (``transformers.utils.logging``) and TransformerLens import ``tqdm.auto`` when they
+    load; in a kernel without ipywidgets that import prints "TqdmWarning: IProgress not found. Please
+    update jupyter and ipywidgets", though none of them draws a bar there. Importing ``tqdm.auto`` once
+    here with that one warning filtered leaves tqdm exactly as it would be (the text bar; the widget
+    where ipywidgets exists) and the later imports silent. Called when ``bayes_lens`` is imported; does
+    nothing outside a kernel or when ``tqdm.auto`` was already imported.
+    """
+    import sys
+    import warnings
+
+    if "ipykernel.zmqshell" not in sys.modules or "tqdm.autonotebook" in sys.modules:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import tqdm.auto  # noqa: F401
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        pass

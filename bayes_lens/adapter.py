@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
 from jaxtyping import Float, Int
@@ -78,6 +79,7 @@ __all__ = [
     "mask_from_tokens",
     "cache_model",
     "cache_has",
+    "cache_contents",
     "SITES",
     "VECTOR_SITES",
     "check_site",
@@ -911,6 +913,40 @@ def cache_has(cache, name: str) -> bool:
         return name in cache.cache_dict
     except AttributeError:  # pragma: no cover
         return name in dict(cache.items())
+
+
+def cache_contents(cache, *, limit: int = 8) -> str:
+    """What a cache holds, for an error message: ``"blocks.{15-29}.attn.hook_v, hook_embed"``.
+
+    Hook names under ``blocks.{l}.`` are grouped by the rest of the name with their layers as ranges;
+    at most ``limit`` groups are listed (then "and N more"). ``"nothing"`` for an empty cache.
+    """
+    try:
+        names = list(cache.cache_dict)
+    except AttributeError:
+        names = list(dict(cache.items()) if hasattr(cache, "items") else cache)
+    groups: Dict[str, List[int]] = {}
+    for name in map(str, names):
+        m = re.match(r"blocks\.(\d+)\.(.+)$", name)
+        key, layer = (m.group(2), int(m.group(1))) if m else (name, None)
+        groups.setdefault(key, [])
+        if layer is not None:
+            groups[key].append(layer)
+    if not groups:
+        return "nothing"
+
+    def ranges(layers):
+        layers, out = sorted(set(layers)), []
+        for k in layers:
+            if out and k == out[-1][1] + 1:
+                out[-1][1] = k
+            else:
+                out.append([k, k])
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+    said = [f"blocks.{{{ranges(layers)}}}.{key}" if layers else key for key, layers in groups.items()]
+    more = len(said) - limit
+    return ", ".join(said[:limit]) + (f" and {more} more" if more > 0 else "")
 
 
 # --- read-only questions about a model (weight basis, padding) --------------------------------------

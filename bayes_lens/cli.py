@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
+import re
 import sys
 import time
 from typing import List, Optional
@@ -76,14 +78,91 @@ class _LazyVersion(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"bayes-lens {package_version()}")
+        print(transformer_lens_summary())
         parser.exit(0)
 
 
+def transformer_lens_summary() -> str:
+    """One line: the installed TransformerLens version, its major, and which model classes it has.
+
+    Read from the distribution's metadata and its files, without importing TransformerLens (which
+    imports torch): ``--version`` must answer at once. TransformerLens 3.x has ``HookedTransformer``
+    (``transformer_lens/HookedTransformer.py``) and, from 3.4, ``TransformerBridge``
+    (``transformer_lens/model_bridge/``); 4.x has only the bridge, so ``bl.load_model()`` returns one.
+    """
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    try:
+        tl = version("transformer-lens")
+        spec = importlib.util.find_spec("transformer_lens")  # finds the package without executing it
+    except (PackageNotFoundError, ImportError, ValueError):
+        return "TransformerLens: not installed (pip install 'transformer-lens>=3.4,<5')"
+    if spec is None or not spec.submodule_search_locations:
+        return f"TransformerLens {tl}: installed, but its package folder was not found"
+    where = Path(list(spec.submodule_search_locations)[0])
+    hooked = (where / "HookedTransformer.py").is_file()
+    bridge = (where / "model_bridge").is_dir()
+    major = tl.split(".")[0]
+
+    def yes(flag):
+        return "yes" if flag else "no"
+
+    return (f"TransformerLens {tl} (major {major}): HookedTransformer {yes(hooked)}, TransformerBridge {yes(bridge)}"
+            f"; bl.load_model() returns a {'HookedTransformer' if hooked else 'TransformerBridge'} by default")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: (?P<word>'[^']*'|\S+) \(choose from (?P<choices>.*)\)")
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``bayes-lens: error: ...``) and exit status 2."""
+    """argparse with one-line errors (``bayes-lens: error: ...``), exit status 2, and a "did you mean"
+    for a misspelt sub-command, choice or option (Python 3.11's argparse has no ``suggest_on_error``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        # kept for the suggestions: which sub-command's options an unrecognized --option is compared with
+        self._argv_ = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"bayes-lens: error: {message} (see `{self.prog} --help`)\n")
+        hint, prog = self._suggestion(message)
+        self.exit(2, f"bayes-lens: error: {message}{hint} (see `{prog} --help`)\n")
+
+    def _suggestion(self, message):
+        """``("; did you mean ...?", the prog whose --help lists the right options)``."""
+        if "did you mean" in message or "maybe you meant" in message:  # argparse >= 3.14 says it itself
+            return "", self.prog
+        m = _INVALID_CHOICE.search(message)
+        if m:
+            word = m.group("word").strip("'")
+            choices = [c.strip().strip("'") for c in m.group("choices").split(",")]
+            close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+            return (f"; did you mean {close[0]!r}?" if close else ""), self.prog
+        if message.startswith(_UNRECOGNIZED):
+            parser = self._command_parser()
+            options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+            hints = []
+            for word in message[len(_UNRECOGNIZED):].split():
+                flag = word.split("=", 1)[0]
+                close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6) if flag.startswith("-") else []
+                if close:
+                    hints.append((close[0], flag))
+            if len(hints) == 1:
+                return f"; did you mean {hints[0][0]!r}?", parser.prog
+            said = ", ".join(f"{good!r} (for {bad!r})" for good, bad in hints)
+            return (f"; did you mean {said}?" if hints else ""), parser.prog
+        return "", self.prog
+
+    def _command_parser(self) -> argparse.ArgumentParser:
+        """The (sub-)parser the command line reached: ``report`` in ``bayes-lens report --quik``."""
+        parser = self
+        for word in getattr(self, "_argv_", []):
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and word in subs[0].choices:
+                parser = subs[0].choices[word]
+        return parser
 
 
 def _nonneg_int(text: str) -> int:
@@ -127,10 +206,9 @@ def _load(args):
 
 
 def _cmd_models(args) -> int:
-    from . import adapter
     from .models import model_catalog
 
-    print(f"TransformerLens HookedTransformer available: {adapter.has_hooked_transformer()}")
+    print(transformer_lens_summary())
     for e in model_catalog():
         size = f"{e.size_bytes / 1e6:.0f} MB" if e.size_bytes else "-"
         print(f"{e.name:13s} {e.description}; {size}; licence: {e.licence}")
@@ -143,21 +221,23 @@ def _cmd_models(args) -> int:
 def _parameter_counts(model):
     """``(as loaded, the checkpoint's weights, why they differ)``.
 
-    A ``HookedTransformer`` of a model with tied embeddings (SmolLM2) stores the unembedding as its
-    own copy of ``W_E.T``, and it has every bias (``b_Q`` ... ``b_U``) even where the checkpoint has
-    none (all zeros); the bridge keeps the checkpoint's modules (here with one zero ``lm_head``
-    bias). ``sum(p.numel())`` therefore reads 163.0 M on the HookedTransformer and 134.6 M on the
-    bridge for the one 134.5 M-weight SmolLM2-135M. The second count drops a ``W_U`` equal to
-    ``W_E.T`` and all-zero bias tensors, so it is the same for both kinds.
+    "As loaded" is ``sum(p.numel() for p in model.parameters())``. A ``HookedTransformer`` of a model
+    with tied embeddings (SmolLM2) stores the unembedding as its own copy of ``W_E.T``, and it has
+    every bias (``b_Q`` ... ``b_U``) even where the checkpoint has none (all zeros); the bridge keeps
+    the checkpoint's modules (TL 3.9's with one zero ``lm_head`` bias, TL 4.3's with none). So it reads
+    163.0 M on the HookedTransformer, 134.6 M on TL 3.9's bridge and 134.5 M on TL 4.3's for the one
+    134.5 M-weight SmolLM2-135M. The checkpoint's count drops a ``W_U`` equal to ``W_E.T``, all-zero
+    bias tensors and a second name for one storage, so it is the same for both kinds and both majors.
     """
     import torch
 
-    seen, loaded, copies, zero_biases = set(), 0, 0, 0
+    loaded = sum(p.numel() for p in model.parameters())
+    seen, unique, copies, zero_biases = set(), 0, 0, 0
     for name, p in model.named_parameters():
         if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
             continue
         seen.add(p.data_ptr())
-        loaded += p.numel()
+        unique += p.numel()
         last = name.split(".")[-1].lstrip("_")
         if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
             zero_biases += p.numel()
@@ -166,9 +246,10 @@ def _parameter_counts(model):
             and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
             any(p is w_u for p in model.parameters()):
         copies = w_u.numel()
-    parts = ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
+    parts = ([f"{loaded - unique:,} in parameters that share one storage"] if loaded != unique else []) + \
+        ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
         ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
-    return loaded, loaded - copies - zero_biases, "; ".join(parts)
+    return loaded, unique - copies - zero_biases, "; ".join(parts)
 
 
 def _cmd_info(args) -> int:
@@ -181,8 +262,10 @@ def _cmd_info(args) -> int:
     for key, value in info.__dict__.items():
         print(f"{key:12s} {value}")
     loaded, weights, why = _parameter_counts(model)
-    print(f"{'parameters':12s} {weights:,} in the checkpoint's weights"
-          + (f"; {loaded:,} as loaded ({why})" if loaded != weights else ""))
+    # both readings, always (README "Install as a pip user"): on TL 4.x's bridge they are equal, and saying so
+    # is the answer to "why does sum(p.numel()) differ from what I read elsewhere?"
+    print(f"{'parameters':12s} {weights:,} in the checkpoint's weights; {loaded:,} as loaded, "
+          f"sum(p.numel() for p in model.parameters()) ({why or 'the same: no copies, no all-zero biases'})")
     tokens, _ = adapter.tokenize(model, [args.prompt])
     room = info.n_ctx - int(tokens.shape[1]) if info.n_ctx else None
     if room is not None and args.max_new_tokens > room:

@@ -357,8 +357,9 @@ def _batch_shape(cache, logits, bound):
                 raise InvalidInputError(f"{name} in the cache has shape {list(t.shape)}: no batch dimension (was "
                                         "it made with remove_batch_dim=True?). Make the cache without it.")
             return int(t.shape[0]), int(t.shape[-1] if name.endswith("hook_pattern") else t.shape[1])
-    raise MissingHookError("the cache holds none of the activations asked for; make it with "
-                           "names_filter=bl.hook_filter(...) covering them.")
+    raise MissingHookError(f"the cache holds none of the activations asked for (it holds "
+                           f"{adapter.cache_contents(cache)}); make it with names_filter=bl.hook_filter(...) "
+                           "covering them.")
 
 
 def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, rows: Sequence[str] = ()) -> Tensor:

@@ -29,6 +29,7 @@ __all__ = [
     "LockTimeoutError",
     "UnsupportedModelError",
     "WriteError",
+    "NotFittedError",
 ]
 
 
@@ -93,3 +94,34 @@ def require_extra(module: str, extra: str):
             f"{module!r} is not installed; it comes with the {extra!r} extra: "
             f"pip install 'bayes-lens[{extra}]' (or pip install {module})"
         ) from err
+
+
+def __getattr__(name: str):
+    """``NotFittedError`` is made on first use: its scikit-learn base costs a second to import, which
+    ``bayes-lens --help`` (it imports this module) must not pay."""
+    if name == "NotFittedError":
+        import threading
+
+        with globals().setdefault("_NOT_FITTED_LOCK", threading.Lock()):  # one class, even under threads
+            if name not in globals():
+                globals()[name] = _not_fitted_error()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _not_fitted_error():
+    bases = (InvalidInputError,)
+    try:  # scikit-learn is a dependency (EntropyAxis is its estimator); this module stays importable without it
+        from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+
+        bases += (_SklearnNotFittedError,)
+    except ImportError:  # pragma: no cover - depends on the environment
+        pass
+
+    class NotFittedError(*bases):
+        """An estimator (``EntropyAxis``) was used before ``fit``. It is also scikit-learn's
+        ``sklearn.exceptions.NotFittedError`` (so a ``ValueError`` and an ``AttributeError``): code that
+        catches that one for any estimator catches this too."""
+
+    NotFittedError.__qualname__ = "NotFittedError"
+    return NotFittedError

@@ -92,21 +92,13 @@ class CacheView:
         return t
 
 
-def missing_hook(name: str, cache=None) -> MissingHookError:
+def missing_hook(name: str, cache) -> MissingHookError:
     """The error for a hook a read needs and the cache lacks, naming what the cache does hold."""
-    held = ""
-    if cache is not None:
-        keys = [str(k) for k in cache.keys()]
-        import re
-
-        layers = sorted({int(m.group(1)) for m in (re.match(r"blocks\.(\d+)\.", k) for k in keys) if m})
-        sites = sorted({re.sub(r"^blocks\.\d+\.", "", k) for k in keys if k.startswith("blocks.")})
-        held = (f" The cache holds layers {layers or 'none'} with {', '.join(sites[:8]) or 'no per-layer hooks'}"
-                f"{' ...' if len(sites) > 8 else ''}.")
     return MissingHookError(
-        f"the cache has no {name!r}.{held} Make it with model.run_with_cache(tokens, "
-        "names_filter=bl.hook_filter(...)) including that hook (e.g. sites=('v', 'pattern', 'resid_post'); "
-        "bayes_lens's own hook points such as 'pattern_entropy' need bl.attach(model)).")
+        f"the cache has no {name!r} (it holds {adapter.cache_contents(cache)}); make it with "
+        "model.run_with_cache(tokens, names_filter=bl.hook_filter(...)) "
+        "including that hook (e.g. sites=('v', 'pattern', 'resid_post'); bayes_lens's own hook points such as "
+        "'pattern_entropy' need bl.attach(model)).")
 
 
 class BoundRead:

@@ -126,3 +126,24 @@ def test_fit_transform_on_a_model_is_the_transform_of_the_fitted_activations(tin
     torch.testing.assert_close(axis.transform(x), z, rtol=1e-4, atol=1e-5)
     assert float(z[:, 0].std()) == pytest.approx(axis.sigma_[1], rel=1e-4)
     assert not hasattr(axis, "_fit_rows")
+
+
+def test_use_before_fit_raises_sklearns_not_fitted_error():
+    """Issue 37.5: scikit-learn users catch ``sklearn.exceptions.NotFittedError``; bayes_lens users catch
+    ``bl.InvalidInputError``. The one error is both (and a ``bl.BayesLensError``)."""
+    import pickle
+
+    from sklearn.exceptions import NotFittedError
+
+    axis = bl.EntropyAxis(layer=0)
+    for use in (lambda: axis.transform(np.ones((4, 3))), axis.removal, lambda: axis.layer_):
+        with pytest.raises(NotFittedError, match="not fitted yet; call .fit"):
+            use()
+    with pytest.raises(bl.InvalidInputError) as info:
+        axis.transform(np.ones((4, 3)))
+    err = info.value
+    assert type(err) is bl.NotFittedError and isinstance(err, (bl.BayesLensError, ValueError, AttributeError))
+    assert type(pickle.loads(pickle.dumps(err))) is bl.NotFittedError   # one class, found again by name
+    from bayes_lens.errors import NotFittedError as same
+
+    assert same is bl.NotFittedError

@@ -189,3 +189,29 @@ def test_mask_from_tokens_matches_the_runner_mask(tiny):
     assert torch.equal(bl.adapter.mask_from_tokens(tiny, toks), mask)
     left, lmask = tokenize(tiny, TEXTS, padding_side="left")
     assert torch.equal(bl.adapter.mask_from_tokens(tiny, left, padding_side="left"), lmask)
+
+
+def test_missing_hook_error_says_what_the_cache_holds(tiny):
+    """Issue 37.5: "the cache has no X" also says which hook names, at which layers, the cache does hold,
+    so the fix (a wider names_filter, or another layer=) is visible at once."""
+    import re
+
+    toks, mask = tokenize(tiny, TEXTS)
+    n = tiny.cfg.n_layers
+    with torch.inference_mode():
+        _, cache = tiny.run_with_cache(toks, attention_mask=mask,
+                                       names_filter=lambda name: name == f"blocks.{n - 1}.attn.hook_v")
+    held = [k for k in cache.keys()]   # on a bridge, the alias and the canonical name of the one activation
+    assert held and all(k.startswith(f"blocks.{n - 1}.") for k in held)
+    with pytest.raises(bl.MissingHookError) as info:
+        bl.value_manifold(cache, layer=0, attention_mask=mask, **FAST)
+    msg = str(info.value)
+    assert "the cache has no 'blocks.0.attn.hook_v'" in msg
+    said = re.search(r"\(it holds (.*?)\); make it with", msg).group(1)
+    assert said.split(", ") == [f"blocks.{{{n - 1}}}.{k.split('.', 2)[2]}" for k in held]
+    # several layers are shown as ranges; an empty cache says so
+    assert bl.adapter.cache_contents({f"blocks.{k}.attn.hook_v": 0 for k in (0, 1, 2, 5)} | {"hook_embed": 0}) == \
+        "blocks.{0-2,5}.attn.hook_v, hook_embed"
+    assert bl.adapter.cache_contents({}) == "nothing"
+    many = {f"hook_{i}": 0 for i in range(10)}
+    assert bl.adapter.cache_contents(many).endswith("hook_7 and 2 more")

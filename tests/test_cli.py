@@ -163,12 +163,57 @@ def test_help_and_version_do_not_import_torch(args):
 
 
 def test_version_names_the_installed_distribution(capsys):
+    """bayes_lens's version, then TransformerLens's version, major and model classes (issue 37.1: the pip
+    route installs TL 4.x, where bl.load_model() returns a TransformerBridge), checked against TL itself."""
     from importlib.metadata import version
 
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"bayes-lens {version('bayes-lens')}"
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"bayes-lens {version('bayes-lens')}"
+    tl = version("transformer-lens")
+    try:
+        from transformer_lens import HookedTransformer  # noqa: F401
+        hooked = True
+    except ImportError:   # TL 4.x raises ImportError (not AttributeError) for the removed class
+        hooked = False
+    try:
+        from transformer_lens.model_bridge import TransformerBridge  # noqa: F401
+        bridge = True
+    except ImportError:
+        bridge = False
+    yes = {True: "yes", False: "no"}
+    assert lines[1] == (f"TransformerLens {tl} (major {tl.split('.')[0]}): HookedTransformer {yes[hooked]}, "
+                        f"TransformerBridge {yes[bridge]}; bl.load_model() returns a "
+                        f"{'HookedTransformer' if hooked else 'TransformerBridge'} by default")
+    assert len(lines) == 2
+
+
+@pytest.mark.parametrize("argv,hint,helps", [
+    (["reprot"], "did you mean 'report'?", "bayes-lens --help"),
+    (["report", "--quik"], "did you mean '--quick'?", "bayes-lens report --help"),
+    (["geometry", "--quik", "--sed", "3"], "did you mean '--quick' (for '--quik'), '--seed' (for '--sed')?",
+     "bayes-lens geometry --help"),
+    (["sula", "--kind", "bridg"], "did you mean 'bridge'?", "bayes-lens sula --help"),
+    (["shard", "plna"], "did you mean 'plan'?", "bayes-lens shard --help"),
+    (["windtunnel", "evla"], "did you mean 'eval'?", "bayes-lens windtunnel --help"),
+    (["models", "--verbose"], None, "bayes-lens models --help"),   # nothing close: no guess
+    (["frobnicate"], None, "bayes-lens --help"),
+])
+def test_misspelt_command_or_option_gets_did_you_mean(argv, hint, helps, capsys):
+    """Issue 37.5: `bayes-lens reprot` / `--quik` say what was probably meant (argparse on Python 3.11 does
+    not), in the one error line, and point to the --help that lists the right options."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bayes-lens: error:"), lines
+    if hint is None:
+        assert "did you mean" not in lines[0]
+    else:
+        assert hint in lines[0], lines[0]
+    assert lines[0].endswith(f"(see `{helps}`)"), lines[0]
 
 
 def test_top_level_help_lists_windtunnel_without_loading_it(capsys):
@@ -305,3 +350,25 @@ def test_shard_dir_runs_the_report_through_the_sharded_runner(tiny_kind, tmp_pat
 
     assert numbers("plain") == numbers("sharded") and numbers("plain")
     capsys.readouterr()
+
+
+def test_info_prints_both_parameter_counts(tiny_kind, monkeypatch, capsys):
+    """Issue 37.5: the README promises two counts (the checkpoint's weights, and sum(p.numel()) as loaded);
+    `info` printed only one where they are equal (TL 4.3's bridge has no zero lm_head bias). Both are
+    printed for every kind, the second being exactly sum(p.numel() for p in model.parameters())."""
+    import re
+
+    import bayes_lens.cli as cli
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model(tiny_kind)
+    monkeypatch.setattr(cli, "_load", lambda args: (model, 0.0))
+    assert main(["info", "--max-new-tokens", "0"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("parameters"))
+    m = re.fullmatch(r"parameters +([\d,]+) in the checkpoint's weights; ([\d,]+) as loaded, "
+                     r"sum\(p\.numel\(\) for p in model\.parameters\(\)\) \((.+)\)", line)
+    assert m, line
+    weights, loaded = (int(m.group(i).replace(",", "")) for i in (1, 2))
+    assert loaded == sum(p.numel() for p in model.parameters())
+    assert weights == cli._parameter_counts(model)[1] <= loaded
+    assert (m.group(3) == "the same: no copies, no all-zero biases") == (weights == loaded)

@@ -144,5 +144,5 @@ def test_a_cache_missing_a_hook_says_which_layers_it_holds(tiny):
     tokens, mask = adapter.tokenize(tiny, PROMPTS)
     with torch.no_grad():
         _, cache = tiny.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter(tiny, layers=[0]))
-    with pytest.raises(bl.MissingHookError, match=r"holds layers \[0\]"):
+    with pytest.raises(bl.MissingHookError, match=r"has no 'blocks\.\d+\.attn\.hook_v' \(it holds blocks\.\{0\}\."):
         reduce_cache(cache, attention_mask=mask, reads=[FinalRows(-1)])

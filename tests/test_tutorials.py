@@ -152,11 +152,116 @@ def test_classroom_solutions_are_folded():
     assert text.count("not answered yet") >= 4  # committed unanswered: the solutions stay hidden
 
 
+def _check_cells(nb):
+    """The check cell of each exercise: the code cell right after its "# Exercise N: your answer" cell."""
+    cells = nb.cells
+    return [cells[i + 1] for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith("# Exercise ")]
+
+
+def test_classroom_checks_reveal_nothing_before_an_answer(capsys):
+    """Issue 37.4: a check cell printed the expected value before the student tried ("not answered yet
+    (bayes_lens says 1.88167e-06)"), and the committed outputs showed it. Unanswered, a check prints only
+    "not answered yet": no number in any committed check output."""
+    import re
+
+    nb = nbformat.read(TUTORIALS / "05_classroom.ipynb", as_version=4)
+    checks = _check_cells(nb)
+    assert len(checks) == 5
+    for cell in checks:
+        text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        assert lines, cell.source
+        for ln in lines:
+            assert ln.endswith(": not answered yet") or ln == "not answered yet" or ln.startswith("homework:"), ln
+        assert not re.search(r"\d\.\d|\de[-+]?\d|bayes_lens says", text), text
+    # the notebook's own check(), unanswered, says nothing about the reference
+    setup = builder().CLASSROOM_SETUP
+    ns = {"np": __import__("numpy")}
+    exec(setup[setup.index("def check("):], ns)  # noqa: S102 - our builder's source
+    ns["check"]("H (bits)", None, 1.88167e-06)
+    assert capsys.readouterr().out == "H (bits): not answered yet\n"
+    ns["check"]("H (bits)", 0.5, 0.5)
+    assert capsys.readouterr().out.startswith("H (bits): correct - ")
+
+
+def test_classroom_exercise_4_checks_what_it_asks():
+    """Issue 37.4: exercise 4's check tested only the layer index. It asks for the ablation at 3/4 depth with
+    a random control, and two readings (does Δρ move downstream; does calibration survive): the check
+    compares the effect's numbers with bayes_lens's own run and the readings with the numbers."""
+    check = _check_cells(builder().notebook("05_classroom.ipynb"))[3].source
+    answer = next(c.source for c in builder().notebook("05_classroom.ipynb").cells
+                  if c.cell_type == "code" and c.source.startswith("# Exercise 4: your answer"))
+    for name in ("late", "moved", "survives"):
+        assert f"{name} = None" in answer and f"{name} is None" in check
+    for compared in ("late.corr_delta", "late.calibration", "late.random_corr_delta", "late.patched_layers",
+                     "bl.compare_patched(", "excludes(0.0)", "0.01 * mae.value"):
+        assert compared in check, compared
+
+
 @pytest.mark.real
 def test_classroom_solutions_run_and_are_correct():
-    """The folded solutions, put in the answer cells, run and every check says 'correct'."""
+    """The folded solutions, put in the answer cells, run and every check says 'correct'; a wrong reading in
+    exercise 4 (its check re-run with `moved` flipped) is not."""
     nb = builder().with_solutions(builder().notebook("05_classroom.ipynb"))
+    flipped = "moved = not moved\nsurvives = not survives\n" + _check_cells(nb)[3].source
+    nb.cells.append(nbformat.v4.new_code_cell(flipped))
     builder().execute(nb)
-    text = "".join(o.get("text", "") for o in _outputs(nb) if o.get("output_type") == "stream")
-    assert "not yet" not in text and "not answered yet" not in text
-    assert text.count(": correct - ") >= 6
+    def stream(cells):
+        return "".join(o.get("text", "") for c in cells if c.cell_type == "code" for o in c.get("outputs", [])
+                       if o.get("output_type") == "stream")
+
+    before, last = stream(nb.cells[:-1]), stream(nb.cells[-1:])
+    assert "not yet" not in before and "not answered yet" not in before
+    assert before.count(": correct - ") >= 10   # exercise 4 alone: layer, Δρ, Δ MAE, random Δρ, two readings
+    for line in ("Δρ downstream: correct - ", "Δ SULA MAE (bits): correct - ", "random direction's Δρ: correct - ",
+                 "Δρ interval excludes 0: correct - ", "calibration survives: correct - "):
+        assert line in before, line
+    assert "Δρ interval excludes 0: not yet" in last and "calibration survives: not yet" in last
+
+
+def _kernel_stderr(source: str) -> str:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    return "".join(o.get("text", "") for o in _outputs(nb) if o.get("name") == "stderr")
+
+
+def test_no_iprogress_warning_in_a_kernel_without_ipywidgets():
+    """Issue 37.4: Jupyter showed "TqdmWarning: IProgress not found": transformers imports ``tqdm.auto``
+    when it loads, which warns in a kernel without ipywidgets. Importing bayes_lens first (as the
+    notebooks do) keeps it silent; the control shows the warning is real in this kernel."""
+    if importlib.util.find_spec("ipywidgets") is not None:
+        pytest.skip("ipywidgets is installed here: tqdm draws its widget and never warns")
+    pytest.importorskip("transformers")
+    assert "IProgress not found" in _kernel_stderr("import transformers.utils.logging")   # the control
+    err = _kernel_stderr("import bayes_lens as bl\nimport transformers.utils.logging\nimport tqdm.auto\n"
+                         "print(bl.__file__)")
+    assert "IProgress" not in err and "TqdmWarning" not in err, err
+
+
+def test_classroom_exercise_4_check_runs_on_a_tiny_model(capsys):
+    """Exercise 4's solution and check cells, run on a tiny random 8-layer model (no real model needed): the
+    solution passes every line; flipped readings, or an ablation at another layer, are 'not yet'."""
+    import numpy as np
+    import torch
+
+    import bayes_lens as bl
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model("bridge", n_layers=8)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=4, seed=0)
+    ns = {"bl": bl, "np": np, "torch": torch, "model": model, "items": items, "QUICK": True}
+    setup = builder().CLASSROOM_SETUP
+    exec(setup[setup.index("def check("):], ns)  # noqa: S102 - our builder's source
+    check = _check_cells(builder().notebook("05_classroom.ipynb"))[3].source
+    exec(builder().SOLUTIONS[4] + "\n" + check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert out.count(": correct - ") == 6 and "not yet" not in out, out
+    exec("moved = not moved\n" + check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert "Δρ interval excludes 0: not yet" in out and out.count(": correct - ") == 5, out
+    other = bl.EntropyAxis(layer=4).fit(model, items)   # the right kind of answer at the wrong depth
+    ns["late"] = bl.compare_patched(model, items, {"axis removed": other.removal()}, axis=other, n_random_seeds=1,
+                                    n_boot=200).effect()
+    exec(check, ns)  # noqa: S102
+    out = capsys.readouterr().out
+    assert "ablated layer: not yet" in out and "Δρ downstream: not yet" in out, out

@@ -807,7 +807,7 @@ import numpy as np
 def check(name, mine, reference, tol=1e-6):
     """Compare your answer with bayes_lens's number."""
     if mine is None:
-        print(f"{name}: not answered yet (bayes_lens says {reference:.6g})")
+        print(f"{name}: not answered yet")   # the reference stays hidden until you try
     elif abs(float(mine) - float(reference)) <= tol * max(1.0, abs(float(reference))):
         print(f"{name}: correct - {float(mine):.6g} (bayes_lens {float(reference):.6g})")
     else:
@@ -929,20 +929,45 @@ axis = bl.EntropyAxis(layer=layer).fit(model, items)
 cmp = bl.compare_patched(model, items, {"axis removed": axis.removal()}, axis=axis, n_random_seeds=1,
                          n_boot=200 if QUICK else 1000)   # quick: ~30 s
 print(cmp.effect())'''),
-    *exercise(4, 15, """Repeat the ablation at three quarters of the depth (`3 * n_layers // 4`). Does the
-geometry break downstream there? Does calibration survive? Compare the random direction's change.""",
-              """late = None   # the effect at 3/4 depth: cmp.effect() of your comparison""",
+    *exercise(4, 15, """Repeat the ablation at three quarters of the depth (`3 * n_layers // 4`), with the random
+direction as control (`n_random_seeds=1`). Then read the effect at the first layer after the ablated one:
+does removing the axis there change the axis–entropy correlation downstream (does the paired Δρ interval
+exclude 0?), and does calibration survive (|Δ SULA MAE| below 1% of the clean MAE)? Compare Δρ with the
+random direction's Δρ.""",
+              """late = None       # the effect at 3/4 depth: .effect() of your comparison
+moved = None      # True / False: does the Δρ interval at the first layer after the ablated one exclude 0?
+survives = None   # True / False: is |Δ SULA MAE| below 1% of the clean MAE?""",
               """late_layer = 3 * model.cfg.n_layers // 4
 late_axis = bl.EntropyAxis(layer=late_layer).fit(model, items)
 late_cmp = bl.compare_patched(model, items, {"axis removed": late_axis.removal()}, axis=late_axis,
                               n_random_seeds=1, n_boot=200 if QUICK else 1000)
 late = late_cmp.effect()
-print(late)""",
-              """if late is None:
+print(late)
+k = late.downstream_layer
+moved = bool(late.corr_delta[k].excludes(0.0))
+clean_mae, d_mae, random_d_mae = late.calibration
+survives = abs(d_mae.value) < 0.01 * clean_mae.value
+print(f"Δρ at layer {k}: {late.corr_delta[k].value:+.3f} (random direction {late.random_corr_delta[k].value:+.3f})")""",
+              """if late is None or moved is None or survives is None:
     print("not answered yet")
-else:
-    check("downstream layer", late.downstream_layer, 3 * model.cfg.n_layers // 4 + 1, tol=0)
-    print("geometry:", late.geometry, "| calibration survives:", late.calibration_survives)"""),
+else:   # bayes_lens's own run of the same ablation (~30 s), then your numbers and readings against it
+    ref_layer = 3 * model.cfg.n_layers // 4
+    ref_axis = bl.EntropyAxis(layer=ref_layer).fit(model, items)
+    ref = bl.compare_patched(model, items, {"axis removed": ref_axis.removal()}, axis=ref_axis, n_random_seeds=1,
+                             n_boot=200).effect()
+    k = ref.downstream_layer
+    check("ablated layer", late.patched_layers[0], ref_layer, tol=0)
+    check("Δρ downstream", late.corr_delta.get(k, float("nan")), ref.corr_delta[k], tol=1e-6)
+    check("Δ SULA MAE (bits)", late.calibration[1] if late.calibration else float("nan"), ref.calibration[1])
+    if late.random_condition is None:
+        print("random control: not yet - pass n_random_seeds=1 to compare_patched")
+    else:
+        check("random direction's Δρ", late.random_corr_delta[k], ref.random_corr_delta[k], tol=1e-6)
+    d, (mae, d_mae, _) = late.corr_delta[k], late.calibration
+    for what, yours, truth in (("Δρ interval excludes 0", moved, bool(d.excludes(0.0))),
+                               ("calibration survives", survives, abs(d_mae.value) < 0.01 * mae.value)):
+        print(f"{what}: correct - {truth}" if bool(yours) == truth else f"{what}: not yet - yours {yours}, "
+              f"the numbers say {truth}")"""),
     md("""**Discuss.** Paper A reports that removing the axis takes the correlation from ≈0.3 to ≈0 while
 calibration moves by < 1%. What would it mean if the correlation downstream did *not* move? (The
 signal would be carried or recomputed elsewhere — the axis at one layer is not where the model keeps

@@ -2,6 +2,7 @@
 
     python tools/readme_numbers.py --record flagship-smollm2   # run a recipe, store its numbers in the JSON
     python tools/readme_numbers.py --record all                # every recipe (~15-25 min on 2 CPU cores)
+    .venv-tl4/bin/python tools/readme_numbers.py --record flagship-smollm2-tl4   # the flagship under TL 4.x
     python tools/readme_numbers.py --write                     # rewrite README.md's generated blocks from the JSON
     python tools/readme_numbers.py --check                     # exit 1 when README.md and the JSON disagree
 
@@ -21,7 +22,9 @@ Recipes:
 
 * ``flagship-smollm2`` / ``flagship-gemma``: README's flagship block (the first ``python`` block of
   "## Quickstart"), executed as written; for Gemma with ``bl.load_model()`` replaced by
-  ``bl.load_model("gemma-3-270m")``. It records ``cmp.effect()``.
+  ``bl.load_model("gemma-3-270m")``. It records ``cmp.effect()``. ``flagship-smollm2`` runs under
+  TransformerLens 3.x (``.venv``: a ``HookedTransformer``), ``flagship-smollm2-tl4`` under 4.x
+  (``.venv-tl4``: a ``TransformerBridge``, what the pip route installs); the README says whether they agree.
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
   table of "A second offline model" is made from both.
@@ -37,7 +40,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -68,8 +71,20 @@ def _est(e) -> dict:
     return {"value": float(e.value), "ci": [float(e.ci[0]), float(e.ci[1])]}
 
 
-def run_flagship(key: str) -> dict:
-    """Execute the flagship block on model ``key`` and return what ``cmp.effect()`` holds."""
+def tl_major() -> int:
+    """The installed TransformerLens's major version (3: HookedTransformer by default; 4: TransformerBridge)."""
+    from importlib.metadata import version
+
+    return int(version("transformer-lens").split(".")[0])
+
+
+def run_flagship(key: str, major: Optional[int] = None) -> dict:
+    """Execute the flagship block on model ``key`` and return what ``cmp.effect()`` holds; with ``major``,
+    only under that TransformerLens major (the README quotes the block under both)."""
+    if major is not None and tl_major() != major:
+        env = ".venv" if major == 3 else ".venv-tl4"
+        raise SystemExit(f"this recipe records the flagship under TransformerLens {major}.x, but "
+                         f"{tl_major()}.x is installed here: run it with {env}/bin/python tools/readme_numbers.py")
     name, _ = MODELS[key]
     ns: dict = {}
     exec(compile(flagship_source(name), f"README flagship ({name})", "exec"), ns)  # noqa: S102 - our README
@@ -123,12 +138,14 @@ def run_report_quick(key: str) -> dict:
 
 
 RECIPES: Dict[str, Callable[[], dict]] = {
-    "flagship-smollm2": lambda: run_flagship("smollm2"),
+    "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
+    "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
     "flagship-gemma": lambda: run_flagship("gemma"),
     "report-quick-smollm2": lambda: run_report_quick("smollm2"),
     "report-quick-gemma": lambda: run_report_quick("gemma"),
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
+BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
 
 
 def _versions() -> dict:
@@ -177,6 +194,8 @@ def render_flagship(data: dict) -> str:
         out.append(f"**{MODELS[key][1]}** (`{call}`, {n['n_layers']} layers; measured "
                    f"{rec['measured']['utc'][:10]}, bayes_lens {rec['measured']['bayes_lens']}, TransformerLens "
                    f"{rec['measured']['transformer_lens']}):\n\n```text\n{n['text']}\n```\n")
+        if key == "smollm2":
+            out.append(render_other_major(rec, data[BY_MAJOR[4]]))
     s, g = data["flagship-smollm2"]["numbers"], data["flagship-gemma"]["numbers"]
 
     def spread(n):
@@ -196,6 +215,35 @@ def render_flagship(data: dict) -> str:
                f"{s['at_patched']['value']:+.2f}), so there is little to break; its label entropy does not follow "
                f"the evidence to begin with (table below).\n")
     return "\n".join(out)
+
+
+def _numbers(x, path=""):
+    """Every float of a recorded ``numbers`` dict, by path (for comparing two records)."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{path}[{i}]")
+    elif isinstance(x, float):
+        yield path, x
+
+
+def render_other_major(rec: dict, other: dict) -> str:
+    """The same flagship under the other TransformerLens major: "the same printout" when it is, else its text."""
+    a, b = dict(_numbers(rec["numbers"])), dict(_numbers(other["numbers"]))
+    if set(a) != set(b) or rec["settings"] != other["settings"]:
+        raise SystemExit("the two TransformerLens majors' flagship records have different settings or fields; "
+                         "record both again")
+    diff = max(abs(a[k] - b[k]) for k in a)
+    m = other["measured"]
+    head = (f"Under **TransformerLens {m['transformer_lens']}** (what the pip route installs; `bl.load_model()` "
+            f"then returns a `TransformerBridge`; measured {m['utc'][:10]}, bayes_lens {m['bayes_lens']}) the same "
+            f"block prints ")
+    if other["numbers"]["text"] == rec["numbers"]["text"]:
+        return head + (f"the same text, digit for digit (the largest difference between the two majors' recorded "
+                       f"numbers is {diff:.1e}).\n")
+    return head + f"(largest difference {diff:.1e}):\n\n```text\n{other['numbers']['text']}\n```\n"
 
 
 def _pct(m) -> str:
@@ -273,7 +321,9 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when README.md's blocks differ from the JSON")
     args = p.parse_args(argv)
     if args.record:
-        names = list(RECIPES) if args.record == ["all"] else args.record
+        # "all": every recipe of the installed TransformerLens major (the -tl4 one needs .venv-tl4)
+        names = [n for n in RECIPES if (4 if n.endswith("-tl4") else 3) == tl_major()] if args.record == ["all"] \
+            else args.record
         bad = [n for n in names if n not in RECIPES]
         if bad:
             p.error(f"unknown recipe(s) {bad}; known: {list(RECIPES)}")

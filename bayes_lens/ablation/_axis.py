@@ -26,7 +26,7 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from torch import Tensor
 
-from .. import adapter
+from .. import adapter, errors
 from ..adapter import VECTOR_SITES, check_site
 from .._files import sha256_json, write_atomic
 from .._inputs import as_reduced, is_layer_dict, source_model
@@ -393,9 +393,10 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
 
     # --- fitted accessors ---
     def check_fitted(self) -> None:
-        """Raise InvalidInputError unless :meth:`fit` (or :meth:`load`, :meth:`from_directions`) ran."""
+        """Raise :class:`~bayes_lens.errors.NotFittedError` (an InvalidInputError and scikit-learn's
+        NotFittedError) unless :meth:`fit` (or :meth:`load`, :meth:`from_directions`) ran."""
         if not hasattr(self, "axes_"):
-            raise InvalidInputError("this EntropyAxis is not fitted yet; call .fit(model, prompts) first.")
+            raise errors.NotFittedError("this EntropyAxis is not fitted yet; call .fit(model, prompts) first.")
 
     def _single(self, what: str):
         self.check_fitted()

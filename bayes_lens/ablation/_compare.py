@@ -726,7 +726,8 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
                     if adapter.cache_has(cache, adapter.hook_name(m, layer, site))]
         if first not in readouts:
             raise MissingHookError(
-                f"the clean cache has no {adapter.hook_name(m, first, site)!r}; make the caches with "
+                f"the clean cache has no {adapter.hook_name(m, first, site)!r} (it holds "
+                f"{adapter.cache_contents(cache)}); make the caches with "
                 f"names_filter=bl.hook_filter(model, layers=range({first}, model.cfg.n_layers)).")
     else:
         readouts = adapter.resolve_layers(m, readout_layers)
