@@ -43,9 +43,10 @@ from .errors import (
 
 __version__ = "0.1.0"
 
-from ._progress import quiet_tqdm_in_kernels as _quiet_tqdm_in_kernels
+from ._progress import quiet_tqdm_in_kernels  # noqa: E402
 
-_quiet_tqdm_in_kernels()   # no "TqdmWarning: IProgress not found" in Jupyter when transformers loads (issue 37.4)
+quiet_tqdm_in_kernels()   # no "TqdmWarning: IProgress not found" in Jupyter when transformers loads
+del quiet_tqdm_in_kernels
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
