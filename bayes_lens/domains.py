@@ -153,24 +153,27 @@ class DomainComparison(Result):
         from plotly.subplots import make_subplots
 
         df = self.to_dataframe()
-        # (title, column, CI low, CI high, null column, y-axis title, tick format)
+        # (title with its units, column, CI low, CI high, null column, tick format). The units are in the
+        # panel titles, not in y-axis titles: five rotated axis titles between five panels ran into the
+        # neighbouring panel's tick labels
         panels = [
-            ("PC1", "pc1_fraction", "pc1_ci_low", "pc1_ci_high", "null_pc1_fraction",
-             "explained variance (% of total)", ".0%"),
-            ("PC1+PC2", "pc12_fraction", "pc12_ci_low", "pc12_ci_high", "null_pc12_fraction",
-             "explained variance (% of total)", ".0%"),
-            ("participation ratio", "participation_ratio_dims", "participation_ratio_ci_low",
-             "participation_ratio_ci_high", "null_participation_ratio_dims", "effective dimensions", None),
-            ("alignment ρ(PC1, H)", "alignment_spearman_rho", "alignment_ci_low", "alignment_ci_high", None,
-             "Spearman ρ (sign arbitrary)", None),
-            ("focusing reduction", "focusing_reduction_fraction", "focusing_ci_low", "focusing_ci_high", None,
-             "attention entropy reduction (%)", ".0%"),
+            ("PC1<br>(% of variance)", "pc1_fraction", "pc1_ci_low", "pc1_ci_high", "null_pc1_fraction", ".0%"),
+            ("PC1+PC2<br>(% of variance)", "pc12_fraction", "pc12_ci_low", "pc12_ci_high", "null_pc12_fraction",
+             ".0%"),
+            ("participation ratio<br>(effective dims)", "participation_ratio_dims", "participation_ratio_ci_low",
+             "participation_ratio_ci_high", "null_participation_ratio_dims", None),
+            ("alignment ρ(PC1, H)<br>(Spearman; sign arbitrary)", "alignment_spearman_rho", "alignment_ci_low",
+             "alignment_ci_high", None, None),
+            ("attention focusing<br>(entropy reduction)", "focusing_reduction_fraction", "focusing_ci_low",
+             "focusing_ci_high", None, ".0%"),
         ]
         bar, null_color = "#4c72b0", "#d62728"  # the null markers share one colour, the legend's
-        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
-        for j, (title, col, lo, hi, null, ytitle, fmt) in enumerate(panels, start=1):
+        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels],
+                            horizontal_spacing=0.06)
+        fig.update_annotations(font_size=12)  # the subplot titles
+        for j, (title, col, lo, hi, null, fmt) in enumerate(panels, start=1):
             y = df[col].to_numpy(float)
-            fig.add_trace(go.Bar(x=df["domain"], y=y, name=title, showlegend=False, marker_color=bar,
+            fig.add_trace(go.Bar(x=df["domain"], y=y, name=title.split("<br>")[0], showlegend=False, marker_color=bar,
                                  error_y=dict(type="data", symmetric=False, array=df[hi].to_numpy(float) - y,
                                               arrayminus=y - df[lo].to_numpy(float))), row=1, col=j)
             if null is not None:
@@ -178,10 +181,11 @@ class DomainComparison(Result):
                                          marker=dict(size=18, color=null_color, line=dict(width=3, color=null_color)),
                                          name="Gaussian null (same n × d)", legendgroup="null",
                                          showlegend=j == 1), row=1, col=j)
-            fig.update_yaxes(title_text=ytitle, tickformat=fmt, row=1, col=j)
+            fig.update_yaxes(tickformat=fmt, row=1, col=j)
         fig.update_layout(title=f"Geometry by domain ({self.model_name}, layer {self.layer}, n = {self.n} each; "
                                 f"bars: 95% bootstrap CI)",
-                          legend=dict(orientation="h", x=0, xanchor="left", y=-0.15, yanchor="top"))
+                          legend=dict(orientation="h", x=0, xanchor="left", y=-0.15, yanchor="top"),
+                          margin=dict(t=110))
         return fig
 
 

@@ -113,9 +113,11 @@ def test_collapses_dict_plot(comparison):
     assert len(nulls) == 3 and len({t.marker.color for t in nulls}) == 1
     assert [t.showlegend for t in nulls] == [True, False, False]
     np.testing.assert_allclose(np.asarray(nulls[1].y, float), cmp.to_dataframe()["null_pc12_fraction"].to_numpy(float))
-    # every panel's y axis says what it measures
-    titles = [fig.layout[f"yaxis{'' if i == 1 else i}"].title.text for i in range(1, 6)]
-    assert all(titles) and "explained variance" in titles[0] and titles[2] == "effective dimensions"
+    # every panel's title says what it measures and in what units; no rotated y-axis titles, which ran
+    # into the neighbouring panel's tick labels (issue 37.3)
+    titles = [a.text for a in fig.layout.annotations]
+    assert len(titles) == 5 and "% of variance" in titles[0] and "effective dims" in titles[2]
+    assert not any(fig.layout[f"yaxis{'' if i == 1 else i}"].title.text for i in range(1, 6))
 
 
 def test_deterministic(comparison):

@@ -41,7 +41,7 @@ from .._files import sha256_file
 
 __all__ = ["Metric", "SectionOutput", "Context", "Section", "run_report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"  # 1.1: a baseline may carry the 95% range of its null ("low", "high")
 _DETAILS_MAX_BYTES = 2_000_000
 CI_METHOD = "95% percentile bootstrap over prompts (seeded)"
 
@@ -63,7 +63,8 @@ class Metric:
     ``ci`` is ``(low, high)`` or None where no interval exists (e.g. a weight statistic); ``baseline``
     is ``(value, label)`` or None where the quantity has no random null. ``fraction`` units are in
     [0, 1] (shown as %). ``value`` may be an :class:`~bayes_lens.Estimate`: its ``ci`` and
-    ``ci_method`` are then used unless given here.
+    ``ci_method`` are then used unless given here, and its ``null_interval`` becomes the baseline's
+    95% range (``baseline_range``; the report draws it as a band) when the baseline is its ``null``.
     """
 
     key: str
@@ -75,10 +76,14 @@ class Metric:
     note: str = ""
     ci_method: str = CI_METHOD
     verdict: Optional[dict] = None  # {"pass": bool, "text": ...} for a threshold the section evaluated
+    baseline_range: Optional[Tuple[Any, Any]] = None  # the null's 95% range, where the null is a distribution
 
     def __post_init__(self):
         if isinstance(self.value, Estimate):
             est = self.value
+            if (self.baseline_range is None and self.baseline is not None and est.null_interval is not None
+                    and est.null is not None and _num(self.baseline[0]) == _num(est.null)):
+                object.__setattr__(self, "baseline_range", tuple(est.null_interval))
             object.__setattr__(self, "value", est.value)
             if self.ci is None:
                 object.__setattr__(self, "ci", est.ci)
@@ -94,6 +99,9 @@ class Metric:
         base = None
         if self.baseline is not None:
             base = {"value": _num(self.baseline[0]), "label": str(self.baseline[1])}
+            lo, hi = (_num(x) for x in (self.baseline_range or (None, None)))
+            if lo is not None and hi is not None:
+                base.update(low=lo, high=hi)
         from ._verdicts import verdict
 
         doc = {

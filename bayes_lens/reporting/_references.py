@@ -12,10 +12,12 @@ Data only: no model runs here.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["REFERENCES", "CAVEATS", "SECTION_CAVEATS", "caveats_for", "PAPERS", "METHODS_URL", "methods_path", "methods_text"]
+__all__ = ["REFERENCES", "CAVEATS", "SECTION_CAVEATS", "caveats_for", "PAPERS", "METHODS_URL", "methods_path", "methods_text",
+           "reference_number"]
 
 # The papers every "Paper A §x" / "Paper B" in this package refers to (docs/METHODS.md, header).
 PAPERS: Dict[str, dict] = {
@@ -149,3 +151,55 @@ def caveats_for(sections: Sequence[str]) -> List[str]:
     """The caveats a report of ``sections`` (their names) must list: the general ones and those of its sections."""
     names = set(sections)
     return [text for about, text in SECTION_CAVEATS if about is None or names & set(about)]
+
+
+_N = r"[-−+]?\d+(?:\.\d+)?"
+
+
+def _f(s: str) -> float:
+    return float(s.replace("−", "-"))
+
+
+def reference_number(ref: dict, units: str) -> Optional[dict]:
+    """Where the papers' number ``ref`` (an entry of :data:`REFERENCES`) goes on an axis of ``units``.
+
+    ``{"kind": "value", "value": v, "low": lo, "high": hi}`` for a reported value (a range "0.11-0.13"
+    or "15-20%" is drawn at its middle with its ends, "0.182 ± 0.021" and "-0.48 [-0.52, -0.44]" with
+    their intervals, "~19%" at 0.19), ``{"kind": "threshold", ...}`` for a "pass threshold" entry
+    ("> 30%", "< 0.20 in >= 50% of layers"), and None for what is not a point on the same axis: a bound
+    ("< 1% change", "< 0.3"), a |ρ| (the axis is signed) or a percentage on an axis that is not a fraction.
+    Percentages become fractions. Only the figure uses this; the tables show the papers' own text.
+    """
+    text = str(ref.get("value", "")).split(";")[0].strip()
+    threshold = str(ref.get("model", "")).strip().lower() == "pass threshold"
+    if threshold:
+        patterns = [(r"^[<>]=?\s*(" + _N + r")\s*(%?)", "t")]
+    elif text.startswith(("<", ">", "|")):
+        return None
+    else:
+        patterns = [(r"^~?\s*(" + _N + r")\s*(%?)\s*±\s*(\d+(?:\.\d+)?)\s*(%?)", "pm"),
+                    (r"^~?\s*(" + _N + r")\s*(%?)\s*\[\s*(" + _N + r")\s*%?\s*,\s*(" + _N + r")\s*(%?)\s*\]", "ci"),
+                    (r"^~?\s*(" + _N + r")\s*(%?)\s*[-–]\s*(\d+(?:\.\d+)?)\s*(%?)", "range"),
+                    (r"^~?\s*(" + _N + r")\s*(%?)", "one")]
+    for pattern, how in patterns:
+        m = re.match(pattern, text)
+        if not m:
+            continue
+        pct = "%" in m.group(0)
+        if pct and units != "fraction":
+            return None
+        scale = 0.01 if pct else 1.0
+        g = [x for x in m.groups() if x and x != "%"]
+        nums = [_f(x) * scale for x in g]
+        if how == "pm":
+            v, d = nums
+            lo, hi = v - d, v + d
+        elif how == "ci":
+            v, lo, hi = nums
+        elif how == "range":
+            lo, hi = nums
+            v = (lo + hi) / 2
+        else:
+            v = lo = hi = nums[0]
+        return {"kind": "threshold" if threshold else "value", "value": v, "low": lo, "high": hi}
+    return None

@@ -32,7 +32,7 @@ from typing import Optional
 
 __all__ = ["SIGN_ARBITRARY", "FOCUSING_THRESHOLD", "KEY_COS_THRESHOLD", "KEY_LAYER_FRACTION", "verdict",
            "threshold_verdict", "wide_interval", "wide_limit", "fit_verdict", "key_orthogonality_verdict",
-           "RELATIVE_WIDE_KEYS"]
+           "RELATIVE_WIDE_KEYS", "WIDE_WARNING", "split_wide"]
 
 FOCUSING_THRESHOLD = 0.30   # Paper A §4.2: focusing reduction > 30%
 KEY_COS_THRESHOLD = 0.20    # Paper A §4.2: mean |cos| < 0.20 ...
@@ -40,6 +40,9 @@ KEY_LAYER_FRACTION = 0.50   # ... in >= 50% of layers
 WIDE = {"correlation": 0.4, "fraction": 0.2}
 FRACTION_WIDE_FLOOR = 0.05  # a fraction's interval is never called wide below 5 percentage points
 RELATIVE_WIDE_KEYS = ("martingale.A",)
+# appended to a verdict whose interval is wide; the HTML shows it once and marks the rows "WIDE"
+WIDE_WARNING = ("WIDE interval: too uncertain to compare with the papers; trust the full report "
+                "(more prompts), not a quick one")
 SIGN_ARBITRARY = ("alignment_spearman", "sula.rho_pc1_bayes", "sula.rho_k_pc1", "sula.rho_pc1_bayes_within_k")
 
 
@@ -101,6 +104,14 @@ def threshold_verdict(passed: bool, rule: str, source: str = "Paper A §4.2") ->
     return {"pass": bool(passed), "text": f"{'PASS' if passed else 'FAIL'}: {rule} ({source})"}
 
 
+def split_wide(text: str):
+    """``(text without the WIDE warning, whether it had one)``: the page says the warning once."""
+    if WIDE_WARNING not in text:
+        return text, False
+    rest = text.replace("; " + WIDE_WARNING, "").replace(WIDE_WARNING, "").strip().rstrip(";").strip()
+    return rest, True
+
+
 def verdict(m: dict) -> Optional[dict]:
     """``{"pass": bool or None, "text": str}`` for metric ``m`` (its JSON form), or None without a rule.
 
@@ -126,8 +137,7 @@ def verdict(m: dict) -> Optional[dict]:
         else:
             out = {"pass": None, "text": f"|ρ| = {abs(v):.2f} (sign arbitrary, compare |ρ|)"}
     if wide_interval(m):
-        warn = ("WIDE interval: too uncertain to compare with the papers; trust the full report "
-                "(more prompts), not a quick one")
+        warn = WIDE_WARNING
         out = {"pass": None if out is None else out["pass"],
                "text": warn if out is None else f"{out['text']}; {warn}"}
     return out

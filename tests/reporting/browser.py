@@ -4,7 +4,9 @@
 host resolver that resolves nothing, no background networking), lets the page's scripts run, and
 returns what the page's own render check wrote on ``<html>`` (figures found / rendered, script
 errors) plus console errors from Chromium's log. :func:`screenshot` saves a PNG of the first
-screen. Both need a ``chromium`` (or ``chromium-browser`` / ``google-chrome``) executable.
+screen. :func:`measure` loads the page at a given window size and returns where its boxes are (every
+plotly figure's width against its box's, the page's width against the window's, the headline
+figure's top and bottom). All need a ``chromium`` (or ``chromium-browser`` / ``google-chrome``) executable.
 
 Example
 -------
@@ -23,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
-__all__ = ["find_chromium", "render", "screenshot", "OFFLINE_FLAGS"]
+__all__ = ["find_chromium", "render", "screenshot", "measure", "overlaps", "OFFLINE_FLAGS"]
 
 OFFLINE_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -78,14 +80,97 @@ def render(html: Union[str, Path], *, budget_ms: int = 15000, timeout: float = 1
     }
 
 
+# Chromium's headless window is never narrower than 500 CSS px (whatever --window-size says): a narrower
+# viewport is a page that holds the report in an iframe of that size
+_MIN_WINDOW = 500
+
+
+def _frame(url: str, width: int, height: int, folder: Path, listen: bool = False) -> Path:
+    """A page in ``folder`` showing ``url`` in a ``width`` x ``height`` iframe (its viewport)."""
+    script = ("<script>window.addEventListener('message',function(e){document.documentElement"
+              ".setAttribute('data-bl-layout',String(e.data));});</script>" if listen else "")
+    page = folder / "frame.html"
+    page.write_text(f"<!DOCTYPE html><html><head>{script}</head><body style='margin:0;background:#fff'>"
+                    f"<iframe src='{url}' width='{width}' height='{height}' style='border:0;display:block'>"
+                    "</iframe></body></html>", encoding="utf-8")
+    return page
+
+
 def screenshot(html: Union[str, Path], png: Union[str, Path], *, width: int = 1280, height: int = 900,
                budget_ms: int = 15000, timeout: float = 120) -> Path:
-    """Save a PNG of the first ``width`` x ``height`` pixels of ``html`` (a path or a file:// URL), offline."""
+    """Save a PNG of the first ``width`` x ``height`` pixels of ``html`` (a path or a file:// URL), offline.
+
+    The page is shown in an iframe of exactly ``width`` x ``height`` (Chromium's headless window is at
+    least 500 px wide and its height includes the window's frame), and the PNG cropped to it (Pillow)."""
     png = Path(png).resolve()
     png.parent.mkdir(parents=True, exist_ok=True)
     url = str(html) if str(html).startswith("file://") else Path(html).resolve().as_uri()
-    proc = _run([f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}",
-                 f"--screenshot={png}", url], timeout)
+    with tempfile.TemporaryDirectory(prefix="bl-shot-") as tmp:
+        frame = _frame(url, width, height, Path(tmp))
+        proc = _run([f"--window-size={max(width, _MIN_WINDOW)},{height + 200}",
+                     f"--virtual-time-budget={budget_ms}", f"--screenshot={png}", frame.as_uri()], timeout)
     if not png.exists():
         raise RuntimeError(f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-500:]}")
+    from PIL import Image
+
+    with Image.open(png) as im:
+        im.crop((0, 0, width, min(height, im.size[1]))).save(png)
     return png
+
+
+# run after the page's own render check (load + 50 ms) and plotly's responsive resizes
+_MEASURE = """<script>window.addEventListener('load',function(){setTimeout(function(){
+ var out={innerWidth:window.innerWidth,innerHeight:window.innerHeight,
+  docScrollWidth:document.documentElement.scrollWidth,figures:[]};
+ document.querySelectorAll('.js-plotly-plot').forEach(function(p){
+  var box=p.closest('.bl-figure')||p.parentElement,r=p.getBoundingClientRect(),b=box.getBoundingClientRect();
+  var svg=p.querySelector('.main-svg'),sw=svg?svg.getBoundingClientRect().width:null;
+  function boxes(sel){return Array.prototype.map.call(p.querySelectorAll(sel),function(e){
+   var q=e.getBoundingClientRect();return {text:(e.textContent||'').slice(0,40),l:q.left,t:q.top,r:q.right,b:q.bottom};})
+   .filter(function(q){return q.r>q.l&&q.b>q.t;});}
+  out.figures.push({id:p.id,scrollWidth:p.scrollWidth,clientWidth:p.clientWidth,svgWidth:sw,
+   boxClientWidth:box.clientWidth,left:r.left,right:r.right,boxLeft:b.left,boxRight:b.right,
+   top:r.top+window.scrollY,bottom:r.bottom+window.scrollY,
+   texts:boxes('.infolayer .annotation-text-g, .infolayer [class^="g-x"][class$="title"], '+
+               '.infolayer [class^="g-y"][class$="title"], .xtick text, .ytick text'),
+   areas:boxes('.bglayer rect.bg')});});
+ parent.postMessage(JSON.stringify(out),'*');},400);});</script>"""
+
+
+def measure(html: Union[str, Path], *, width: int, height: int, budget_ms: int = 15000,
+            timeout: float = 120) -> dict:
+    """Load ``html`` offline in a ``width`` x ``height`` viewport; return the boxes of its figures.
+
+    ``{"innerWidth", "innerHeight", "docScrollWidth", "figures": [{"id", "scrollWidth", "clientWidth",
+    "svgWidth", "boxClientWidth", "left", "right", "boxLeft", "boxRight", "top", "bottom", "texts",
+    "areas"}, ...]}`` in CSS pixels (tops and bottoms from the top of the page; ``texts``: the boxes
+    ``{text, l, t, r, b}`` of a figure's subplot titles, axis titles and tick labels, ``areas``: its
+    plot areas, both in viewport pixels). A copy of the page with a measuring script is loaded in an
+    iframe of exactly that size (see :func:`screenshot`).
+    """
+    src = Path(html)
+    page = src.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>")
+    with tempfile.TemporaryDirectory(prefix="bl-measure-") as tmp:
+        copy = Path(tmp) / src.name
+        copy.write_text(page, encoding="utf-8")
+        frame = _frame(copy.resolve().as_uri(), width, height, Path(tmp), listen=True)
+        proc = _run([f"--window-size={max(width, _MIN_WINDOW)},{height + 200}", f"--virtual-time-budget={budget_ms}",
+                     "--dump-dom", frame.resolve().as_uri()], timeout)
+    m = re.search(r'data-bl-layout="([^"]*)"', proc.stdout)
+    if not m:
+        raise RuntimeError(f"the page wrote no measurements (exit {proc.returncode}): {proc.stderr[-500:]}")
+    import html as _html
+
+    return json.loads(_html.unescape(m.group(1)))
+
+
+def overlaps(figure: dict, tolerance: float = 1.0) -> list:
+    """Pairs of a :func:`measure` figure's texts that overlap each other or a plot area (by > tolerance px)."""
+    def hit(a, b):
+        return (min(a["r"], b["r"]) - max(a["l"], b["l"]) > tolerance
+                and min(a["b"], b["b"]) - max(a["t"], b["t"]) > tolerance)
+
+    texts, areas = figure["texts"], figure["areas"]
+    out = [(a["text"], b["text"]) for i, a in enumerate(texts) for b in texts[i + 1:] if hit(a, b)]
+    out += [(a["text"], "plot area") for a in texts for b in areas if hit(a, b)]
+    return out

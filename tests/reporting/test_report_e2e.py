@@ -126,6 +126,8 @@ def test_report_renders_in_headless_chromium_offline(quick_report):
     n_figures = sum(len(s["figures"]) for s in doc["sections"].values())
     assert n_figures >= 8
     res = render(quick_report["out"] / "report.html")
+    n_figures += 1  # the first screen's headline figure (issue 37.3)
+    assert 'id="fig-headline"' in res["dom"]
     assert res["figures"] == n_figures, res["dom"][:500]
     assert res["rendered"] == n_figures
     assert res["errors"] == [] and res["console_errors"] == []
