@@ -512,7 +512,7 @@ class Equivalence:
         nums = [self.value / scale, lo / scale, hi / scale]
         m = self.margin / scale
         k = 100.0 if pct else 1.0
-        d = digits_to_show([x * k for x in nums], [m * k, -m * k], digits=1 if pct else 4)
+        d = digits_to_show([x * k for x in nums], [m * k, -m * k, 0.0], digits=1 if pct else 4)  # and 0's side
         suffix = "%" if pct else (f" {unit}" if unit else "")
 
         def f(x, sign=True):

@@ -212,6 +212,9 @@ def test_digits_to_show_keeps_a_printed_interval_on_its_side_of_the_threshold():
     d = digits_to_show([-0.5604, -0.50004], [-0.5])
     assert round(-0.50004, d) < -0.5
     assert digits_to_show([0.1, 0.9], [0.5]) == 2
+    # an equivalence sentence never shows an interval end as 0 when it is not (−0.02% is not "−0.0%")
+    t = S.equivalence(-0.0036, (-0.0076, -0.0001), 0.00457).describe("d", scale=0.457, pct=True)
+    assert "−0.02%]" in t and "−0.0%]" not in t
 
 
 def test_stratified_bootstrap_keeps_each_stratum_and_covers_the_sula_mae():
