@@ -26,6 +26,7 @@ from torch import Tensor
 
 from . import adapter
 from .collect import check_prompts, collect, reduce_cache
+from ._validate import check_int
 from .errors import InvalidInputError, LayerIndexError
 from .reduced import TOKEN_LOGPROBS, ReducedCache, row_name
 
@@ -83,8 +84,7 @@ def _layers(model, spec, rc: Optional[ReducedCache], site: str):
     held = rc.layers(site) if rc is not None else []
     out = []
     for layer in spec:
-        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
-            raise LayerIndexError(f"layer must be an integer, got {layer!r}.")
+        layer = check_int(layer, "layer", error=LayerIndexError)
         if layer < 0:
             if len(held) != 1 or layer != -1:
                 raise LayerIndexError(f"without the model, pass a non-negative layer this reduced cache holds "

@@ -23,6 +23,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ._validate import check_nonneg_int
 from .errors import InvalidInputError, require_extra
 
 __all__ = ["Result", "Estimate", "jsonable", "plotly", "fmt", "fmt_ci", "fmt_pct", "shape_of"]
@@ -237,10 +238,7 @@ class Estimate:
         if self.null_interval is not None:
             set_(self, "null_interval", _interval(self.null_interval, "null_interval"))
         if self.n is not None:
-            if isinstance(self.n, bool) or not isinstance(self.n, numbers.Integral) or int(self.n) < 0:
-                raise InvalidInputError(f"Estimate n (the number of independent units) must be a non-negative "
-                                        f"integer or None, got {self.n!r}.")
-            set_(self, "n", int(self.n))
+            set_(self, "n", check_nonneg_int(self.n, "Estimate n (the number of independent units)"))
 
     def __eq__(self, other):
         if isinstance(other, Estimate):

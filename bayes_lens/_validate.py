@@ -58,12 +58,51 @@ __all__ = [
     "check_output_dir",
     "check_model",
     "check_mapping",
+    "COUNT_RULES",
+    "POSITIONS",
+    "check_count",
+    "check_positions",
 ]
 
 #: Largest accepted seed (torch.manual_seed takes < 2**64; NumPy any non-negative int).
 MAX_SEED = 2**63 - 1
 
 ErrorType = Type[Exception]
+
+#: One rule per parameter name: the least value each named count accepts, the same in every function
+#: that takes it (``n_boot`` was once ``>= 0`` in one module, ``>= 1`` in another and ``>= 10`` in
+#: a third). Check these with :func:`check_count`, never with a hand-written ``< 1`` test.
+#:
+#: ============== ===== ==========================================================================
+#: name           min   meaning
+#: ============== ===== ==========================================================================
+#: n_boot         1     bootstrap resamples; ``0`` only where a function documents it as "no
+#:                      bootstrap" (the martingale diagnostics) via ``allow_zero=True``
+#: n_perm         1     permutations of a permutation test
+#: n_null         1     draws of a null distribution
+#: n_random_seeds 0     random-axis controls (0: none)
+#: batch_size     1     prompts per forward pass
+#: n_bins         1     calibration bins
+#: n_per_k        1     prompts per number of examples k
+#: n_shards       1     shards of a plan
+#: n_replicas     1     Ray actors
+#: tail_positions 0     final positions kept per prompt (0: none)
+#: ============== ===== ==========================================================================
+COUNT_RULES = {
+    "n_boot": 1,
+    "n_perm": 1,
+    "n_null": 1,
+    "n_random_seeds": 0,
+    "batch_size": 1,
+    "n_bins": 1,
+    "n_per_k": 1,
+    "n_shards": 1,
+    "n_replicas": 1,
+    "tail_positions": 0,
+}
+
+#: The query positions an attention-entropy reading averages over: the final real token or every one.
+POSITIONS = ("last", "all")
 
 
 def describe(value: Any) -> str:
@@ -118,6 +157,21 @@ def check_nonneg_int(value: Any, name: str, *, max: Optional[int] = None, allow_
                      error: ErrorType = InvalidInputError) -> Optional[int]:
     """An integer ``>= 0`` (an index, an offset)."""
     return check_int(value, name, min=0, max=max, allow_none=allow_none, error=error)
+
+
+def check_count(value: Any, name: str, *, allow_zero: bool = False, allow_none: bool = False,
+                error: ErrorType = InvalidInputError) -> Optional[int]:
+    """A count named in :data:`COUNT_RULES`, checked by that one rule (``allow_zero``: ``0`` also
+    accepted, for a function that documents ``0`` as "switched off"); returns a plain ``int``."""
+    if name not in COUNT_RULES:
+        raise KeyError(f"no count rule for {name!r}; add it to bayes_lens._validate.COUNT_RULES")
+    least = 0 if allow_zero else COUNT_RULES[name]
+    return check_int(value, name, min=least, allow_none=allow_none, error=error)
+
+
+def check_positions(value: Any, name: str = "positions", *, error: ErrorType = InvalidInputError) -> str:
+    """``"last"`` or ``"all"`` (:data:`POSITIONS`): which query rows an attention entropy averages."""
+    return check_choice(value, name, POSITIONS, error=error)
 
 
 def check_seed(seed: Any, name: str = "seed", *, allow_none: bool = False,

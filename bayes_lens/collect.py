@@ -64,6 +64,7 @@ from torch import Tensor
 from . import adapter
 from ._progress import progress as progress_bar
 from ._validate import check_prompts as validate_prompts
+from ._validate import check_choice, check_count
 from .errors import InvalidInputError, MissingHookError
 from .hooks import check_finite, last_index
 from .hookpoints import HOOK_POINTS, attached_for
@@ -154,12 +155,9 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
     """
     adapter.check_model(model)  # refuses a HookedTransformer split over several devices
     prompts = check_prompts(prompts)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    if padding_side not in ("left", "right"):
-        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    if logits not in ("final", "all"):
-        raise InvalidInputError(f"logits must be 'final' or 'all', got {logits!r}.")
+    batch_size = check_count(batch_size, "batch_size")
+    check_choice(padding_side, "padding_side", ("left", "right"))
+    check_choice(logits, "logits", ("final", "all"))
     static = None if callable(fwd_hooks) else list(fwd_hooks)
     try:
         ids = adapter.encode_prompts(model, prompts)

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ._results import Estimate, Result, fmt, fmt_ci, plotly
+from ._validate import check_int
 from .errors import InvalidInputError
 from .metrics.stats import percentile_interval
 
@@ -149,8 +150,7 @@ def cot_length(n, eps, h_cot, alpha, gap, *, log_base: Union[str, float] = "e", 
     band = (max(0.0, k_star * (1 - xi)), k_star * (1 + xi))
     lower = n ** -0.25
     if vocab_size is not None:
-        if int(vocab_size) < 2:
-            raise InvalidInputError(f"vocab_size must be >= 2, got {vocab_size}.")
+        vocab_size = check_int(vocab_size, "vocab_size", min=2)
         lower = max(lower, 1.0 / int(vocab_size))
     checks = {
         "eps_at_least_max(n^-1/4, 1/V)": eps >= lower,

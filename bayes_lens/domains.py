@@ -43,6 +43,7 @@ import numpy as np
 
 from . import adapter
 from ._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
+from ._validate import check_choice
 from .errors import InvalidInputError
 
 __all__ = ["DomainComparison", "compare_domains", "PAPER_A_PC12", "DEFAULT_POOL_SIZE"]
@@ -275,10 +276,8 @@ def compare_domains(model, domains: Union[Sequence[str], Mapping[str, object]] =
         reference = "mixed" if "mixed" in specs else next(iter(specs))
     if reference not in specs:
         raise InvalidInputError(f"reference {reference!r} is not one of the domains {list(specs)}.")
-    if ci_method not in CI_METHODS:
-        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
-    if site not in ("v", "resid_post"):
-        raise InvalidInputError(f"site must be 'v' (hook_v, the default) or 'resid_post', got {site!r}.")
+    check_choice(ci_method, "ci_method", CI_METHODS)
+    check_choice(site, "site", ("v", "resid_post"))
     layer = adapter.resolve_layer(model, layer)
     info = adapter.model_info(model)
 

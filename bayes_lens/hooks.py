@@ -56,6 +56,7 @@ from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
 from . import adapter
+from ._validate import check_positions
 from .errors import InvalidInputError, NonFiniteError
 from .metrics.stats import chunked_entropy_bits, entropy_bits
 
@@ -199,8 +200,7 @@ def pattern_entropy_bits(pattern: Float[Tensor, "batch head q k"],
     ``positions="last"``: the final real query row. ``positions="all"``: the mean over every real
     query row (Paper A §4.5). Pad keys are removed and each row is renormalized over the rest.
     """
-    if positions not in ("last", "all"):
-        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    check_positions(positions)
     _check_pattern(pattern, what)
     mask = _mask_for(pattern.permute(0, 2, 1, 3), attention_mask).bool()
     if positions == "last":
@@ -293,8 +293,7 @@ def attention_entropy_hooks(model, layers: Union[int, Sequence[int], str] = "all
     """
     if not isinstance(out, dict):
         raise InvalidInputError("out must be a dict (layer -> list of tensors) the hooks append to.")
-    if positions not in ("last", "all"):
-        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    check_positions(positions)
     hooks: HookList = []
     for layer in _layers(model, layers):
         name = adapter.hook_name(model, layer, "pattern")

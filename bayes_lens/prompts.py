@@ -77,7 +77,7 @@ from jaxtyping import Float, Int
 
 from . import adapter
 from ._results import Result, fmt, plotly
-from ._validate import check_seed
+from ._validate import check_positive_int, check_seed
 from .errors import InvalidInputError
 
 __all__ = [
@@ -363,9 +363,7 @@ class Selection(Result):
 
 
 def _check_n(n, name: str = "n_prompts") -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {n!r}.")
-    return int(n)
+    return check_positive_int(n, name)
 
 
 def subsample_index(size_of_pool: int, pool_size: Optional[int], *,

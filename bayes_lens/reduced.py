@@ -51,6 +51,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ._validate import check_choice, check_positions
 from .errors import CheckpointError, InvalidInputError, MissingHookError
 
 __all__ = ["ReducedCache", "VALUE_NAME", "RESID_NAME", "ENTROPY_NAME", "NEXT_TOKEN_ENTROPY", "TOKEN_LOGPROBS",
@@ -73,8 +74,7 @@ FORMAT = "bayes-lens-reduced-cache/1"
 
 def row_name(layer: int, site: str = "v") -> str:
     """The key of the final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``."""
-    if site not in _ROW_SITES:
-        raise InvalidInputError(f"site must be one of {sorted(_ROW_SITES)}, got {site!r}.")
+    check_choice(site, "site", sorted(_ROW_SITES))
     return _ROW_SITES[site].format(layer=int(layer))
 
 
@@ -115,8 +115,7 @@ class ReducedCache(Mapping):
 
     def __init__(self, tensors: Mapping, *, n_tokens: Int[Tensor, "n"], indices: Optional[Int[Tensor, "n"]] = None,
                  attention_positions: str = "last"):
-        if attention_positions not in ("last", "all"):
-            raise InvalidInputError(f"attention_positions must be 'last' or 'all', got {attention_positions!r}.")
+        check_positions(attention_positions, "attention_positions")
         n_tokens = _counts(n_tokens, "n_tokens")
         n = int(n_tokens.shape[0])
         if indices is not None:

@@ -843,7 +843,7 @@ def test_effect_reads_the_geometry_downstream_of_the_patch(tiny):
               else "strengthens")
     assert eff.geometry == expect
     assert str(eff).splitlines()[-1] == text and "geometry" in repr(eff)
-    with pytest.raises(bl.InvalidInputError, match="patched conditions"):
+    with pytest.raises(bl.InvalidInputError, match=r"condition \(a patched condition\) must be one of \[.*\], got 'clean'"):
         cmp.effect("clean")
     late = compare_patched(tiny, TEXTS, [EntropyAxis(layer=1, progress=False).fit(tiny, TEXTS).removal()],
                            n_random_seeds=0, n_boot=50, progress=False)

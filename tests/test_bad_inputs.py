@@ -254,7 +254,7 @@ CASES = [
     ("windtunnel_train_out_below_file", lambda t: train("bijection", steps=1, out=a_file(t) / "run"), E,
      r"is a file, not a folder"),
     ("windtunnel_train_seed_negative", lambda t: train("bijection", steps=1, seed=-1), E, r"seed must be"),
-    ("windtunnel_train_steps_zero", lambda t: train("bijection", steps=0), E, r"steps must be an integer >= 1"),
+    ("windtunnel_train_steps_zero", lambda t: train("bijection", steps=0), E, r"steps must be a positive integer"),
     ("windtunnel_train_unknown_task", lambda t: train("mnist", steps=1), E, r"unknown wind-tunnel task"),
     ("windtunnel_read_missing", lambda t: read_checkpoint(t / "none"), CheckpointError, r"not found"),
     ("windtunnel_read_no_config", lambda t: read_checkpoint(t), CheckpointError, r"has no config.json"),
@@ -275,16 +275,16 @@ CASES = [
     ("gap_seed_float", lambda t: gap(laplace, range(10, 20, 2), seed=1.5), E, r"got 1.5"),
     ("gap_n_boot_fractional", lambda t: gap(laplace, range(10, 20, 2), n_boot=2.5), E, r"n_boot.*fractional"),
     ("gap_batch_size_zero", lambda t: gap(laplace, range(10, 20, 2), batch_size=0), E, r"batch_size must be"),
-    ("gap_n_seqs_one", lambda t: gap(laplace, range(10, 20, 2), n_seqs=1), E, r"n_seqs must be >= 2"),
+    ("gap_n_seqs_one", lambda t: gap(laplace, range(10, 20, 2), n_seqs=1), E, r"n_seqs must be an integer >= 2"),
     ("gap_too_few_ns", lambda t: gap(laplace, [10, 12]), E, r"at least 3 values of n"),
     ("spectrum_seed_none", lambda t: positional_spectrum(laplace, seed=None), E, r"seed must be"),
-    ("spectrum_short", lambda t: positional_spectrum(laplace, seq_len=8), E, r"seq_len must be >= 16"),
+    ("spectrum_short", lambda t: positional_spectrum(laplace, seq_len=8), E, r"seq_len must be an integer >= 16"),
     ("spectrum_length_float", lambda t: positional_spectrum(laplace, seq_len=32.0), E, r"seq_len must be an integer"),
     ("permutation_seed_negative", lambda t: permutation_average(laplace, seed=-1), E, r"seed must be"),
     ("permutation_n_perms_str", lambda t: permutation_average(laplace, n_perms="8"), E, r"pass the number itself"),
     ("falck_seed_str", lambda t: falck_checks(laplace, seed="0"), E, r"seed must be"),
     ("resample_seed_float", lambda t: resample_paths(laplace, [0, 1], 2, 2, seed=1.5), E, r"seed must be"),
-    ("resample_n_paths_zero", lambda t: resample_paths(laplace, [0, 1], 0, 2), E, r"must be >= 1"),
+    ("resample_n_paths_zero", lambda t: resample_paths(laplace, [0, 1], 0, 2), E, r"n_paths must be a positive integer"),
     ("compression_seed_bool", lambda t: compression(laplace, seed=True), E, r"got True \(bool\)"),
     ("fit_gap_seed_none", lambda t: fit_gap([10, 20, 30], [0.1, 0.05, 0.03], seed=None), E, r"seed must be"),
     ("fit_gap_bad_shape", lambda t: fit_gap([10, 20, 30], [0.1, 0.05, 0.03], shape="cubic"), E, r"shape must be"),
@@ -567,3 +567,56 @@ def test_cli_report_sections_empty_or_repeated(value, pattern, tmp_path, capsys)
 def test_report_sections_repeated_in_the_api(tiny, tmp_path):
     with pytest.raises(InvalidInputError, match=r"\['geometry'\] are named more than once"):
         bl.report(tiny, tmp_path / "o", sections=["geometry", "sula", "geometry"], progress=False)
+
+
+# --- One rule per parameter name (issue 33 §5) -----------------------------------------------------
+
+def test_n_boot_follows_one_rule_everywhere():
+    """n_boot was ``>= 0`` (martingale), ``>= 1`` (geometry, SULA) and ``>= 10`` (ablation): now every
+    function that always computes an interval takes ``n_boot >= 1`` and says so in the same words;
+    ``0`` stays accepted only where it is documented as "no bootstrap" (the martingale diagnostics)."""
+    from bayes_lens.ablation._compare import _check_common
+    from bayes_lens.metrics.pca import bootstrap_pca_stats
+    from bayes_lens.sula._evaluate import _check_n_boot
+
+    assert V.COUNT_RULES["n_boot"] == 1
+    x = np.random.default_rng(0).normal(size=(6, 3))
+    for call in (lambda nb: bootstrap_pca_stats(x, n_boot=nb), lambda nb: _check_common("spearman", 0, nb),
+                 lambda nb: _check_n_boot(nb)):
+        for bad, shown in ((0, "0"), (2.5, r"2\.5 \(float\)"), (True, r"True \(bool\)")):
+            with pytest.raises(InvalidInputError, match=rf"^n_boot must be a positive integer, got {shown}"):
+                call(bad)
+    _check_common("spearman", 0, 5)  # was refused (n_boot >= 10) by compare_patched / compare_axis only
+    assert bootstrap_pca_stats(x, n_boot=np.int64(3), seed=0).shape == (3, 3)
+    # the documented "off" switch of the martingale diagnostics
+    assert np.isnan(fit_gap([10, 20, 30, 40], [0.1, 0.05, 0.034, 0.026], n_boot=0).A.ci).all()
+
+
+def test_positions_is_checked_by_one_rule():
+    """``positions`` / ``attention_positions`` was checked by seven copies; all now give one message."""
+    from bayes_lens.hooks import attention_entropy_hooks, pattern_entropy_bits
+    from bayes_lens.reduced import ReducedCache
+
+    pattern = torch.full((1, 1, 2, 2), 0.5)
+    calls = {
+        "positions": [lambda: pattern_entropy_bits(pattern, positions="first"),
+                      lambda: attention_entropy_hooks(None, positions="first", out={})],
+        "attention_positions": [lambda: ReducedCache({}, n_tokens=torch.tensor([2]), attention_positions="first")],
+    }
+    for name, fns in calls.items():
+        for fn in fns:
+            with pytest.raises(InvalidInputError, match=rf"^{name} must be one of \['last', 'all'\], got 'first'\.$"):
+                fn()
+    assert V.check_positions("all") == "all"
+
+
+def test_counts_named_in_the_rules_are_checked_by_them():
+    for name, least in V.COUNT_RULES.items():
+        assert V.check_count(least, name) == least
+        with pytest.raises(InvalidInputError, match=rf"^{name} must be "):
+            V.check_count(least - 1, name)
+        with pytest.raises(InvalidInputError, match=r"fractional"):
+            V.check_count(least + 0.5, name)
+    assert V.check_count(0, "n_boot", allow_zero=True) == 0
+    with pytest.raises(KeyError, match="COUNT_RULES"):
+        V.check_count(3, "n_unknown")

@@ -224,7 +224,7 @@ def test_bad_input_errors(tok):
             sula.make_prompts(tok, p=p)
     with pytest.raises(bl.InvalidInputError, match="ks is empty"):
         sula.make_prompts(tok, ks=())
-    with pytest.raises(bl.InvalidInputError, match=">= 0"):
+    with pytest.raises(bl.InvalidInputError, match="k must be a non-negative integer, got -1"):
         sula.make_prompts(tok, ks=(0, -1))
     with pytest.raises(bl.InvalidInputError, match="non-negative integer"):
         sula.make_prompts(tok, ks=(1.5,))

@@ -19,6 +19,7 @@ import torch
 
 from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
+from .._validate import check_positions
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy, bootstrap_indices, percentile_interval, spearman_rows
 from .._inputs import as_reduced
@@ -195,8 +196,7 @@ def attention_focusing(source, prompts=None, *, positions: str = "last", attenti
     >>> len(H), bool(np.isclose(af.reduction.value, (H[0] - H[-1]) / H[0]))
     (2, True)
     """
-    if positions not in ("last", "all"):
-        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
+    check_positions(positions)
     check_stats(seed, n_boot=n_boot)
     rc, m = as_reduced(source, prompts, model=model, attention=True, attention_positions=positions,
                        attention_mask=attention_mask, tokens=tokens, batch_size=batch_size,

@@ -21,6 +21,7 @@ from .. import adapter
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
 from .._inputs import is_cache_like
 from ..reduced import ReducedCache
+from .._validate import check_choice
 from ..errors import BayesLensError, InvalidInputError
 from ..metrics.keys import (
     gaussian_abs_cosine, mean_abs_offdiag_cosine, paper_abs_cosine_baseline, simulate_gaussian_abs_cosine,
@@ -133,8 +134,7 @@ def key_orthogonality(model, *, reference=None, n_sims: int = 200, seed: int = 0
     values are reported as the "initialization" baseline. ``on_processed``: ``"warn"`` (default),
     ``"error"`` or ``"ignore"`` when the weights were processed (folded layer norm changes W_K).
     """
-    if on_processed not in ("warn", "error", "ignore"):
-        raise InvalidInputError(f"on_processed must be 'warn', 'error' or 'ignore', got {on_processed!r}.")
+    check_choice(on_processed, "on_processed", ("warn", "error", "ignore"))
     if is_cache_like(model) or isinstance(model, ReducedCache):
         raise InvalidInputError("key orthogonality is a weight metric: pass the model, not a cache.")
     info = adapter.model_info(model)

@@ -21,6 +21,7 @@ import torch
 
 from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
+from .._validate import check_choice
 from ..errors import InvalidInputError
 from ..metrics.pca import CI_METHODS, bootstrap_pca_stats, gaussian_null_pca_stats, interval_label, pca, pca_bootstrap_cis
 from ..metrics.stats import as_numpy, percentile_interval
@@ -102,8 +103,7 @@ class ValueManifold(Result):
 def manifold_from_samples(x: np.ndarray, *, layer, site, name, seed, n_boot, n_null, n_components,
                           expand_kv, ci_method="recentered") -> ValueManifold:
     """The value-manifold statistics of samples ``x`` [n, d] (float64), with bootstrap CIs and the null."""
-    if ci_method not in CI_METHODS:
-        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
+    check_choice(ci_method, "ci_method", CI_METHODS)
     fit = pca(x, n_components=n_components)
     evr = fit.explained_variance_ratio
     pc1, pc12, pr = float(evr[0]), float(evr[:2].sum()), fit.participation_ratio
@@ -157,8 +157,7 @@ def value_manifold(source, prompts=None, *, layer: int = -1, site: str = "v", at
     >>> bool(np.isclose(vm.pc12.value, vm.explained_variance_ratio[:2].sum()))
     True
     """
-    if ci_method not in CI_METHODS:
-        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
+    check_choice(ci_method, "ci_method", CI_METHODS)
     check_stats(seed, n_boot=n_boot, n_null=n_null)
     s = check_site(site)
     if expand_kv and s != "v":

@@ -13,7 +13,7 @@ import numpy as np
 from .. import adapter
 from ..adapter import check_site
 from ..reduced import ReducedCache
-from .._validate import check_positive_int, check_seed
+from .._validate import check_count, check_seed
 from ..errors import InvalidInputError
 
 __all__ = ["check_site", "check_stats", "resolve_layer", "expand_kv_heads"]
@@ -24,7 +24,7 @@ def check_stats(seed, n_boot=None, n_null=None, n_perm=None) -> None:
     check_seed(seed)
     for name, value in (("n_boot", n_boot), ("n_null", n_null), ("n_perm", n_perm)):
         if value is not None:
-            check_positive_int(value, name)
+            check_count(value, name)
 
 
 def resolve_layer(rc: ReducedCache, model, layer: int, site: str) -> int:

@@ -15,6 +15,7 @@ from typing import Optional
 from .. import adapter
 from .._inputs import as_reduced
 from .._results import Result, fmt, fmt_ci, fmt_pct, plotly
+from .._validate import check_choice, check_positions
 from ..errors import InvalidInputError
 from ..metrics.stats import as_numpy
 from ._alignment import EntropyAlignment, alignment_from
@@ -118,10 +119,8 @@ def geometry(source, prompts=None, *, layer: int = -1, site: str = "v", position
     """
     s = check_site(site)
     check_stats(seed, n_boot=n_boot, n_null=n_null, n_perm=n_perm)
-    if positions not in ("last", "all"):
-        raise InvalidInputError(f"positions must be 'last' or 'all', got {positions!r}.")
-    if ci_method not in CI_METHODS:
-        raise InvalidInputError(f"ci_method must be one of {CI_METHODS}, got {ci_method!r}.")
+    check_positions(positions)
+    check_choice(ci_method, "ci_method", CI_METHODS)
     if expand_kv and s != "v":
         raise InvalidInputError("expand_kv applies to site='v' only.")
     rc, m = as_reduced(source, prompts, model=model, logits=logits, attention_mask=attention_mask,

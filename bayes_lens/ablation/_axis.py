@@ -30,6 +30,7 @@ from .. import adapter, errors
 from ..adapter import VECTOR_SITES, check_site
 from .._files import sha256_json, write_atomic
 from .._inputs import as_reduced, is_layer_dict, source_model
+from .._validate import check_choice, check_seed
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
 from ..hookpoints import axis_hook_name
 from ..metrics.calibration import binary_entropy_bits
@@ -213,10 +214,8 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
     # --- parameters (get_params / set_params: sklearn.base.BaseEstimator) ---
     def _check_params(self) -> None:
         check_site(self.site)
-        if self.standardize not in STANDARDIZE:
-            raise InvalidInputError(f"standardize must be one of {STANDARDIZE}, got {self.standardize!r}.")
-        if self.sign_by not in SIGN_BY:
-            raise InvalidInputError(f"sign_by must be one of {SIGN_BY}, got {self.sign_by!r}.")
+        check_choice(self.standardize, "standardize", STANDARDIZE)
+        check_choice(self.sign_by, "sign_by", SIGN_BY)
 
     # --- fitting ---
     def _layers(self, model) -> List[int]:
@@ -625,8 +624,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
 
     def random_direction(self, layer: int, *, seed: int) -> Tensor:
         """A seeded random unit vector orthogonal to the axis at ``layer`` (float32)."""
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
+        seed = check_seed(seed)
         layer = self._pick_layers([layer])[0]
         u = self.axes_[layer].double().numpy()
         u = u / np.linalg.norm(u)
@@ -645,8 +643,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         *axis* coordinate, so the perturbation has the same size). ``seed`` makes it reproducible.
         ``center`` as in :meth:`removal`.
         """
-        if op not in ("removal", "keep_only", "shift"):
-            raise InvalidInputError(f"op must be 'removal', 'keep_only' or 'shift', got {op!r}.")
+        check_choice(op, "op", ("removal", "keep_only", "shift"))
         lam = finite_float(lam, "lam")
         if op == "shift":
             sigmas = finite_float(1.0 if sigmas is None else sigmas, "sigmas")

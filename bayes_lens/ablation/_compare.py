@@ -18,7 +18,6 @@ Both give the same :class:`PatchComparison`; read it with ``.corr(condition, lay
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -28,7 +27,7 @@ from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import is_cache_like, source_model
 from ..collect import check_runnable
-from .._validate import check_float, check_seed
+from .._validate import check_choice, check_count, check_float, check_seed
 from ..errors import InvalidInputError, MissingHookError
 from ..metrics.calibration import mae_bits
 from ..metrics.stats import (Equivalence, bootstrap_indices, equivalence, pearson_rows, percentile_interval,
@@ -222,9 +221,7 @@ class PatchComparison(Result):
     def _cal(self, metric: str) -> str:
         if not self.calibration:
             raise InvalidInputError("this comparison has no calibration (plain strings, or calibration=False).")
-        if metric not in _CAL_METRICS:
-            raise InvalidInputError(f"metric must be one of {sorted(_CAL_METRICS)}, got {metric!r}.")
-        return metric
+        return check_choice(metric, "metric", sorted(_CAL_METRICS))
 
     def _random_control(self, condition: str) -> Optional[str]:
         """The random-control condition of an axis patch's ``condition`` (same op, same layers), or None.
@@ -269,9 +266,7 @@ class PatchComparison(Result):
             condition = next((c for c in self.conditions if c != "clean" and not c.startswith("random ⟂")), None)
             if condition is None:
                 raise InvalidInputError("this comparison has no patched condition; pass patches to compare_patched.")
-        if condition == "clean" or condition not in self.conditions:
-            raise InvalidInputError(f"condition must be one of the patched conditions "
-                                    f"{[c for c in self.conditions if c != 'clean']}, got {condition!r}.")
+        check_choice(condition, "condition (a patched condition)", [c for c in self.conditions if c != "clean"])
         t = self.table
         rows = t[t["condition"] == condition]
         patched = sorted({int(x) for v in rows["patched_layers"] for x in str(v).split(",") if x.strip()}) \
@@ -510,12 +505,9 @@ class AblationEffect:
 
 def _check_common(correlation, n_random_seeds, n_boot, seed=0):
     check_seed(seed)
-    if correlation not in ("pearson", "spearman"):
-        raise InvalidInputError(f"correlation must be 'pearson' or 'spearman', got {correlation!r}.")
-    if isinstance(n_random_seeds, bool) or not isinstance(n_random_seeds, numbers.Integral) or n_random_seeds < 0:
-        raise InvalidInputError(f"n_random_seeds must be a non-negative integer, got {n_random_seeds!r}.")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 10:
-        raise InvalidInputError(f"n_boot must be an integer ≥ 10, got {n_boot!r}.")
+    check_choice(correlation, "correlation", ("pearson", "spearman"))
+    check_count(n_random_seeds, "n_random_seeds")
+    check_count(n_boot, "n_boot")
 
 
 def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=None,  # noqa: C901

@@ -37,7 +37,7 @@ from scipy.stats import binom
 from .._results import Result, fmt, plotly
 from ..metrics.calibration import binary_entropy_bits
 from ..metrics.stats import bootstrap_indices, percentile_interval
-from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
+from .._validate import check_count, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, predict_array, prob_of, clipped_mle, krichevsky_trofimov, laplace
 
@@ -135,15 +135,13 @@ def compression(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), seq_len: in
                 n_boot: int = 1000, batch_size: int = 8, progress: Optional[bool] = None) -> CompressionResult:
     """Cumulative cross-entropy per symbol vs H(θ) for the model and the three reference predictors."""
     seed = check_seed(seed)
-    length = check_int(seq_len, "seq_len")
-    n_seqs = check_int(n_seqs, "n_seqs")
-    n_boot = check_nonneg_int(n_boot, "n_boot")
+    length = check_positive_int(seq_len, "seq_len")
+    n_seqs = check_positive_int(n_seqs, "n_seqs")
+    n_boot = check_count(n_boot, "n_boot", allow_zero=True)
     batch_size = check_positive_int(batch_size, "batch_size")
     thetas = [float(t) for t in thetas]
     if not thetas or any(not 0 < t < 1 for t in thetas):
         raise InvalidInputError(f"thetas must be non-empty and in (0, 1), got {thetas}.")
-    if length < 1 or n_seqs < 1:
-        raise InvalidInputError(f"seq_len and n_seqs must be >= 1, got {length} and {n_seqs}.")
     rng = np.random.default_rng(seed)
     predictors = {"model": model, "laplace": laplace, "kt": krichevsky_trofimov, "clipped_mle": clipped_mle(clip)}
     ns = np.arange(1, length + 1)

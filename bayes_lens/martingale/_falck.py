@@ -61,7 +61,7 @@ from jaxtyping import Int
 
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, fmt_pct, plotly
-from .._validate import check_int, check_positive_int, check_seed
+from .._validate import check_choice, check_count, check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ..metrics.stats import keyed_rng, keyed_seed
 from ._predict import BernoulliTemplate, predict_with_next
@@ -73,11 +73,9 @@ DEFINITIONS = ("library", "falck")
 
 
 def _check_definition(definition: str) -> str:
-    if definition not in DEFINITIONS:
-        raise InvalidInputError(
-            f"definition must be one of {DEFINITIONS} ('library': per-path centred T2, all paths, data-posterior "
-            f"bands; 'falck': Falck et al.'s pooled uncentred T2, outlier paths dropped), got {definition!r}.")
-    return definition
+    # 'library': per-path centred T2, all paths, data-posterior bands; 'falck': Falck et al.'s pooled
+    # uncentred T2, outlier paths dropped.
+    return check_choice(definition, "definition", DEFINITIONS)
 
 
 def _iqr_keep(a: np.ndarray) -> np.ndarray:
@@ -180,11 +178,9 @@ def resample_paths(model, data: Int[np.ndarray, "n_data"], n_paths: int, seq_len
     seq_len × (len(data) + seq_len)).
     """
     seed = check_seed(seed)
-    n_paths = check_int(n_paths, "n_paths")
-    length = check_int(seq_len, "seq_len")
-    batch_size = check_positive_int(batch_size, "batch_size")
-    if n_paths < 1 or length < 1:
-        raise InvalidInputError(f"n_paths and seq_len must be >= 1, got {n_paths} and {length}.")
+    n_paths = check_positive_int(n_paths, "n_paths")
+    length = check_positive_int(seq_len, "seq_len")
+    batch_size = check_count(batch_size, "batch_size")
     rng = np.random.default_rng(seed)
     data = np.asarray(data, dtype=np.int64).ravel()
     state = np.tile(data, (n_paths, 1))
@@ -266,7 +262,7 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
     """
     _check_definition(definition)
     seed = check_seed(seed)
-    n_paths = check_int(n_paths, "n_paths")
+    n_paths = check_int(n_paths, "n_paths", min=2)  # K >= 2 for a spread
     n_ref = check_int(n_ref, "n_ref")
     batch_size = check_positive_int(batch_size, "batch_size")
     thetas, ns, ratios = list(thetas), [int(n) for n in ns], sorted(float(r) for r in ratios)
@@ -279,8 +275,6 @@ def falck_checks(model, *, thetas: Sequence[float] = (0.3, 0.5, 0.7), ns: Sequen
         raise InvalidInputError(f"every n must be >= 3, got {min(ns)}.")
     if min(ratios) <= 0:
         raise InvalidInputError(f"every N/n ratio must be positive, got {ratios}.")
-    if n_paths < 2:
-        raise InvalidInputError(f"n_paths (K) must be >= 2 for a spread, got {n_paths}.")
     if not lags or min(lags) < 2:
         raise InvalidInputError(f"lags must be >= 2 (they are compared with lag 1), got {lags}.")
     for n in ns:

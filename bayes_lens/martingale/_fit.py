@@ -46,7 +46,7 @@ from jaxtyping import Float, Int
 
 from .._results import Estimate
 from ..metrics.stats import percentile_interval
-from .._validate import check_nonneg_int, check_seed
+from .._validate import check_choice, check_count, check_seed
 from ..errors import InvalidInputError
 
 __all__ = ["GapFit", "fit_gap", "compare_fits", "SHAPES", "WEIGHTS", "check_weights"]
@@ -135,11 +135,7 @@ def _weighted_fit(X: np.ndarray, y: np.ndarray, counts: np.ndarray, weights: str
 
 def check_weights(weights: str) -> str:
     """Validate a ``weights=`` argument (one of :data:`WEIGHTS`); returns it."""
-    if weights not in WEIGHTS:
-        raise InvalidInputError(
-            f"weights must be one of {WEIGHTS} ('fitted': IRLS with N/fitted², unbiased; 'observed': N/Δ̂², "
-            f"Paper B as written, biased low), got {weights!r}.")
-    return weights
+    return check_choice(weights, "weights", WEIGHTS)  # 'fitted': IRLS, unbiased; 'observed': Paper B, biased low
 
 
 def _check(ns, gaps, counts) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -174,9 +170,8 @@ def fit_gap(ns: Float[np.ndarray, "n_lengths"], gaps: Float[np.ndarray, "n_lengt
     """
     if not isinstance(seed, (np.random.SeedSequence, np.random.Generator)):  # a child stream passes as is
         seed = check_seed(seed)
-    n_boot = check_nonneg_int(n_boot, "n_boot")
-    if shape not in SHAPES:
-        raise InvalidInputError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}.")
+    n_boot = check_count(n_boot, "n_boot", allow_zero=True)
+    check_choice(shape, "shape", sorted(SHAPES))
     check_weights(weights)
     ns, gaps, counts = _check(ns, gaps, counts)
     X = np.stack([SHAPES[shape](ns), np.ones_like(ns)], axis=1)

@@ -42,7 +42,7 @@ from jaxtyping import Float, Int
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, fmt_ci, plotly
 from ..metrics.stats import bootstrap_ci
-from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
+from .._validate import check_count, check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._fit import GapFit, check_weights, compare_fits, fit_gap
 from ._predict import BernoulliTemplate, laplace, predict_array, prob_of
@@ -202,14 +202,12 @@ def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed:
     one-process numbers.
     """
     seed = check_seed(seed)
-    n_seqs = check_int(n_seqs, "n_seqs")
-    n_boot = check_nonneg_int(n_boot, "n_boot")
+    n_seqs = check_int(n_seqs, "n_seqs", min=2)  # a spread needs two
+    n_boot = check_count(n_boot, "n_boot", allow_zero=True)
     batch_size = check_positive_int(batch_size, "batch_size")
     ns = _check_ns(ns)
     if len(ns) < 3:
         raise InvalidInputError(f"gap() needs at least 3 values of n to fit the curve, got {len(ns)}.")
-    if n_seqs < 2:
-        raise InvalidInputError(f"n_seqs must be >= 2 (for a spread), got {n_seqs}.")
     check_weights(weights)
     data_ss, ci_ss, fit_ss = np.random.SeedSequence(seed).spawn(3)
     rng = np.random.default_rng(data_ss)

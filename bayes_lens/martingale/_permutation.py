@@ -62,7 +62,7 @@ import pandas as pd
 
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from ..metrics.stats import bootstrap_indices, percentile_interval
-from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
+from .._validate import check_choice, check_count, check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, is_model, predict_with_next, laplace
 
@@ -166,14 +166,12 @@ def permutation_average(model, *, seq_len: int = 30, n_seqs: int = 16, n_perms: 
     predictive is computed in, for the numerical floor; default None detects it (module docstring)."""
     seed = check_seed(seed)
     precision = _check_precision(precision)
-    n = check_int(seq_len, "seq_len")
-    n_seqs = check_int(n_seqs, "n_seqs")
+    n = check_positive_int(seq_len, "seq_len")
+    n_seqs = check_positive_int(n_seqs, "n_seqs")
     n_perms = check_int(n_perms, "n_perms")
     n_partitions = check_int(n_partitions, "n_partitions")
-    n_boot = check_nonneg_int(n_boot, "n_boot")
+    n_boot = check_count(n_boot, "n_boot", allow_zero=True)
     batch_size = check_positive_int(batch_size, "batch_size")
-    if n < 1:
-        raise InvalidInputError(f"seq_len (prefix length) must be >= 1, got {n}.")
     ks = np.asarray(sorted({int(k) for k in ks}), dtype=np.int64)
     if ks.size == 0 or ks.min() < 1:
         raise InvalidInputError(f"every k must be >= 1 (number of orderings averaged), got {ks.tolist()}.")
@@ -182,8 +180,6 @@ def permutation_average(model, *, seq_len: int = 30, n_seqs: int = 16, n_perms: 
             f"n_perms ({n_perms}) must be at least 2·max(ks) = {2 * ks.max()} so that every k has two "
             "disjoint groups of orderings; raise n_perms or lower ks."
         )
-    if n_seqs < 1:
-        raise InvalidInputError(f"n_seqs must be >= 1, got {n_seqs}.")
     rng = np.random.default_rng(seed)
     x = (rng.random((n_seqs, n)) < p).astype(np.int64)
     perms = np.stack([x[i][rng.permutation(n)] for i in range(n_seqs) for _ in range(n_perms)])
@@ -257,10 +253,7 @@ def _check_precision(precision) -> Optional[str]:
     if precision is None:
         return None
     name = str(precision).replace("torch.", "")
-    if name not in _EPS:
-        raise InvalidInputError(f"precision must be one of {list(_EPS)} (the precision the predictive is computed "
-                                f"in) or None to detect it, got {precision!r}.")
-    return name
+    return check_choice(name, "precision", list(_EPS))  # or None to detect it
 
 
 def _value_precision(values: np.ndarray) -> str:

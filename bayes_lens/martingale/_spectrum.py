@@ -58,7 +58,7 @@ import pandas as pd
 from jaxtyping import Float
 
 from .._results import Estimate, Result, fmt, fmt_ci, fmt_pct, plotly
-from .._validate import check_int, check_nonneg_int, check_positive_int, check_seed
+from .._validate import check_count, check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._predict import BernoulliTemplate, DEFAULT_TEMPLATE, predict_array, prob_of, is_model, laplace
 
@@ -253,8 +253,7 @@ def refine_period(ns: Float[np.ndarray, "n"], g: Float[np.ndarray, "n"], period_
     g = np.asarray(g, dtype=np.float64)
     if not np.isfinite(period_fft) or period_fft <= 0:
         raise InvalidInputError(f"period_fft must be positive, got {period_fft}.")
-    if n_grid < 3:
-        raise InvalidInputError(f"n_grid must be >= 3, got {n_grid}.")
+    n_grid = check_int(n_grid, "n_grid", min=3)
     return _refine_near(ns, g, period_fft, n_harmonics, min_period, n_grid)
 
 
@@ -339,20 +338,14 @@ def positional_spectrum(model, *, seq_len: int = 256, n_seqs: int = 32, p: float
     low signal-to-noise; see the module docstring); ``period_candidates`` lists them.
     """
     seed = check_seed(seed)
-    length = check_int(seq_len, "seq_len")
-    n_seqs = check_int(n_seqs, "n_seqs")
-    n_harmonics = check_int(n_harmonics, "n_harmonics")
+    length = check_int(seq_len, "seq_len", min=16)  # a spectrum needs >= 16 symbols
+    n_seqs = check_positive_int(n_seqs, "n_seqs")
+    n_harmonics = check_positive_int(n_harmonics, "n_harmonics")
     top = check_positive_int(top, "top")
-    n_boot = check_nonneg_int(n_boot, "n_boot")
+    n_boot = check_count(n_boot, "n_boot", allow_zero=True)
     batch_size = check_positive_int(batch_size, "batch_size")
-    if length < 16:
-        raise InvalidInputError(f"seq_len must be >= 16 symbols for a spectrum, got {length}.")
-    if n_seqs < 1:
-        raise InvalidInputError(f"n_seqs must be >= 1, got {n_seqs}.")
     if not 0 < p < 1:
         raise InvalidInputError(f"p must be in (0, 1), got {p}.")
-    if n_harmonics < 1:
-        raise InvalidInputError(f"n_harmonics must be >= 1, got {n_harmonics}.")
     rng = np.random.default_rng(seed)
     x = (rng.random((n_seqs, length)) < p).astype(np.int64)
     p1, _ = predict_array(model, x, template=template, batch_size=batch_size, progress=progress,

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
+from .._validate import check_count
 from ..errors import InvalidInputError
 from .stats import entropy_bits
 
@@ -116,8 +117,7 @@ def _outcomes(y, probs: np.ndarray) -> np.ndarray:
 
 
 def _bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise InvalidInputError(f"n_bins must be a positive integer, got {n_bins!r}.")
+    n_bins = check_count(n_bins, "n_bins")
     return np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
 
 

@@ -71,6 +71,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float
 
+from .._validate import check_choice, check_count
 from ..errors import InvalidInputError, NonFiniteError
 from .stats import as_numpy
 
@@ -285,8 +286,7 @@ def bootstrap_pca_stats(x: Float[np.ndarray | torch.Tensor, "n d"], *, n_boot: i
     constant within a resample is dropped from that resample.
     """
     x = _check_matrix(x)
-    if n_boot < 1:
-        raise InvalidInputError(f"n_boot must be positive, got {n_boot}.")
+    n_boot = check_count(n_boot, "n_boot")
     _, kept = standardize(x)
     x = x[:, kept]
     floor = 1e-20 * x.var(axis=0)
@@ -372,11 +372,8 @@ def _gaussian_null(n: int, d: int, n_sims: int, seed: int, chunk: int) -> np.nda
 
 
 def _check_ci_method(method: str) -> str:
-    if method not in CI_METHODS:
-        raise InvalidInputError(
-            f"ci_method must be one of {CI_METHODS} ('recentered': the same-n statistic, 'basic': the population "
-            f"value, 'percentile': plain), got {method!r}.")
-    return method
+    # 'recentered': the same-n statistic, 'basic': the population value, 'percentile': plain
+    return check_choice(method, "ci_method", CI_METHODS)
 
 
 def bootstrap_interval(replicates: Float[np.ndarray, "n_boot"], estimate: float, method: str = "recentered", level: float = 0.95
@@ -445,8 +442,7 @@ def interval_label(statistic: str, method: str, n: int, d: int, participation_ra
     carries the measured caveat that a weak leading eigenvalue is covered below nominal.
     """
     _check_ci_method(method)
-    if statistic not in ("pc1", "pc12", "participation_ratio"):
-        raise InvalidInputError(f"statistic must be 'pc1', 'pc12' or 'participation_ratio', got {statistic!r}.")
+    check_choice(statistic, "statistic", ("pc1", "pc12", "participation_ratio"))
     label = "95% " + CI_METHOD_LABELS[method]
     n, d = int(n), int(d)
     if statistic == "pc1" and method == "basic" and n < d:

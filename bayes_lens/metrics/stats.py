@@ -49,6 +49,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 
+from .._validate import check_choice
 from ..errors import InvalidInputError
 
 __all__ = [
@@ -391,8 +392,7 @@ def correlation_inference(x: Float[_Array, "n"], y: Float[_Array, "n"], *, metho
     """r(x, y) (Pearson or Spearman), its percentile bootstrap interval over the pairs, and a
     two-sided permutation p-value; bootstrap and permutations use independent child streams of
     ``seed`` (:func:`child_rngs`)."""
-    if method not in ("pearson", "spearman"):
-        raise InvalidInputError(f"method must be 'pearson' or 'spearman', got {method!r}.")
+    check_choice(method, "method", ("pearson", "spearman"))
     x, y = _pair(x, y)
     corr = spearman_rows if method == "spearman" else pearson_rows
     r = float(corr(x, y))

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .._validate import check_device, describe
+from .._validate import check_choice, check_device, describe
 from ..errors import ModelLoadError
 from .gguf import load_gguf
 
@@ -336,8 +336,7 @@ def load_model(name: str | os.PathLike = "default", kind: str = "auto", *, devic
     >>> model.cfg.n_layers                          # doctest: +SKIP
     30
     """
-    if kind not in ("auto", "hooked", "bridge"):
-        raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    check_choice(kind, "kind", ("auto", "hooked", "bridge"), error=ModelLoadError)
     if isinstance(name, bool) or not isinstance(name, (str, os.PathLike)):
         raise ModelLoadError(f"the model must be named by a string or path, got {describe(name)}; pass 'default' "
                              "(or nothing) for SmolLM2-135M, a .gguf file, or a local Hugging Face folder.")

@@ -50,7 +50,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from .._validate import check_device
+from .._validate import check_choice, check_device
 from ..errors import ModelLoadError, require_extra
 from .gguf_checks import check_llama_spec
 
@@ -835,11 +835,12 @@ def from_weights(spec: LlamaSpec, weights, tokenizer, kind: str = "hooked", *, d
     ``weights`` yields ``(hf_name, tensor)`` pairs in transformers' convention (what
     :func:`hf_state_dict` yields) - e.g. random weights for a tiny model of a real architecture.
     """
+    check_choice(kind, "kind", ("hooked", "bridge"), error=ModelLoadError)
     if kind == "hooked":
         return _to_hooked(spec, tokenizer, device, weights)
     if kind == "bridge":
         return _to_bridge(spec, tokenizer, device, weights)
-    raise ModelLoadError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
+    raise AssertionError(f"unreachable: kind={kind!r} was checked above")
 
 
 def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None = None):
@@ -868,8 +869,7 @@ def load_gguf(path: str | os.PathLike, kind: str = "auto", *, device: str | None
     """
     from ..adapter import has_hooked_transformer
 
-    if kind not in ("auto", "hooked", "bridge"):
-        raise ModelLoadError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    check_choice(kind, "kind", ("auto", "hooked", "bridge"), error=ModelLoadError)
     device = check_device(device)
     contents = read_gguf(path)
     tokenizer = _tokenizer(contents)

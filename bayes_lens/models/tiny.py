@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .._validate import check_choice
 from ..errors import InvalidInputError, UnsupportedModelError
 from .gguf import LlamaSpec, from_weights
 
@@ -142,6 +143,7 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
     if family is not None:
         return _family_model(family, kind, n_layers=n_layers, d_model=d_model or 32, n_heads=n_heads,
                              n_ctx=n_ctx or 128, seed=seed)
+    check_choice(kind, "kind", ("hooked", "bridge"))
     d_model, n_ctx = d_model or 64, n_ctx or 256
     tok = tiny_tokenizer()
     d_vocab = len(tok)
@@ -150,8 +152,6 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
         spec = _spec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv, d_head=d_head,
                      d_mlp=4 * d_model, d_vocab=d_vocab, n_ctx=n_ctx)
         weights = _random_llama_weights(spec, seed)
-        if kind not in ("hooked", "bridge"):
-            raise InvalidInputError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
         return from_weights(spec, weights, tok, kind)
     if kind == "hooked":
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -177,7 +177,7 @@ def tiny_model(kind: str = "hooked", *, gqa: bool = True, rotary: bool = True, n
         bridge = TransformerBridge.boot_transformers("tiny-gpt2", hf_model=hf, tokenizer=tok)
         bridge.cfg.default_prepend_bos = False
         return bridge.eval()
-    raise InvalidInputError(f"kind must be 'hooked' or 'bridge', got {kind!r}.")
+    raise AssertionError(f"unreachable: kind={kind!r} was checked above")
 
 
 def tiny_pair(*, gqa: bool = True, seed: int = 0, **kw) -> Tuple[object, object]:
@@ -204,10 +204,8 @@ TINY_WINDOW = 4
 
 
 def _check_family(family: str, kind: str) -> None:
-    if family not in FAMILIES:
-        raise InvalidInputError(f"family must be one of {list(FAMILIES)}, got {family!r}.")
-    if kind not in FAMILY_KINDS:
-        raise InvalidInputError(f"kind must be one of {list(FAMILY_KINDS)}, got {kind!r}.")
+    check_choice(family, "family", list(FAMILIES))
+    check_choice(kind, "kind", list(FAMILY_KINDS))
 
 
 def family_support(family: str, kind: str) -> Optional[str]:

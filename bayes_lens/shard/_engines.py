@@ -34,6 +34,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ..collect import check_prompts, run_order
 from ..reduced import ReducedCache
+from .._validate import check_count
 from ..errors import InvalidInputError
 from ._errors import ShardEngineError, ShardError
 from ._job import write_plan
@@ -152,9 +153,7 @@ class TorchrunEngine:
 
 
 def _n_shards(n) -> Optional[int]:
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise InvalidInputError(f"n_shards must be a positive integer or None, got {n!r}.")
-    return n
+    return check_count(n, "n_shards", allow_none=True)
 
 
 def _destroy_group() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Sequence
 
+from .._validate import COUNT_RULES, check_count, check_int, check_nonneg_int, check_positive_int
 from ..errors import InvalidInputError
 
 __all__ = ["Shard", "plan", "shards_for_rank"]
@@ -36,8 +37,7 @@ class Shard:
     def __post_init__(self):
         for name in ("index", "start", "stop"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise InvalidInputError(f"Shard.{name} must be a non-negative integer, got {v!r}.")
+            object.__setattr__(self, name, check_nonneg_int(v, f"Shard.{name}"))
         if self.stop <= self.start:
             raise InvalidInputError(f"a shard needs stop > start, got [{self.start}, {self.stop}).")
 
@@ -51,9 +51,7 @@ class Shard:
 
 
 def _positive(name: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}.")
-    return value
+    return check_count(value, name) if name in COUNT_RULES else check_positive_int(value, name)
 
 
 def plan(n_prompts: int, batch_size: int = 16, n_shards: int = 1) -> List[Shard]:
@@ -76,6 +74,5 @@ def plan(n_prompts: int, batch_size: int = 16, n_shards: int = 1) -> List[Shard]
 def shards_for_rank(shards: Sequence[Shard], rank: int, world_size: int) -> List[Shard]:
     """The shards worker ``rank`` of ``world_size`` runs: shards ``rank, rank + W, rank + 2W, ...``."""
     w = _positive("world_size", world_size)
-    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < w:
-        raise InvalidInputError(f"rank must be an integer in [0, {w}), got {rank!r}.")
+    rank = check_int(rank, "rank", min=0, max=w - 1)
     return list(shards)[rank::w]

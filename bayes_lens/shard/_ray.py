@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from .._validate import check_count
 from ..errors import InvalidInputError, require_extra
 from ._errors import ShardError
 from ._merge import merge
@@ -55,10 +56,8 @@ class RayEngine:
     def __init__(self, n_replicas: int = 2, *, num_cpus: float = 1, num_gpus: float = 0,
                  address: Optional[str] = None, init_kwargs: Optional[Dict[str, Any]] = None,
                  n_shards: Optional[int] = None):
-        if not isinstance(n_replicas, int) or n_replicas < 1:
-            raise InvalidInputError(f"n_replicas must be a positive integer, got {n_replicas!r}.")
-        if n_shards is not None and (isinstance(n_shards, bool) or not isinstance(n_shards, int) or n_shards < 1):
-            raise InvalidInputError(f"n_shards must be a positive integer or None, got {n_shards!r}.")
+        n_replicas = check_count(n_replicas, "n_replicas")
+        n_shards = check_count(n_shards, "n_shards", allow_none=True)
         self.n_shards = n_shards
         self.n_replicas = n_replicas
         self.num_cpus, self.num_gpus = num_cpus, num_gpus

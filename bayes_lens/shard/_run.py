@@ -34,6 +34,7 @@ from .._files import make_dir
 from .._progress import progress as progress_bar
 from ..collect import check_prompts, collect, use_runner
 from ..reduced import FORMAT
+from .._validate import check_count
 from ..errors import InvalidInputError
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._plan import Shard
@@ -90,8 +91,7 @@ def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None)
            "attention_positions": str(s["attention_positions"]), "token_ids": tok,
            "batch_size": int(s["batch_size"]), "padding_side": str(s["padding_side"])}
     tail = s["tail_positions"]
-    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
-        raise InvalidInputError(f"tail_positions must be a non-negative integer, got {tail!r}.")
+    tail = check_count(tail, "tail_positions")
     if tail:
         out["tail_positions"] = int(tail)
     return out

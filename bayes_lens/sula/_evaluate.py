@@ -17,7 +17,6 @@ one seed.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
@@ -30,7 +29,7 @@ from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._inputs import as_reduced, is_cache_like, source_model
 from ..reduced import ReducedCache
-from .._validate import check_seed
+from .._validate import check_count, check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import (
     binary_entropy_bits,
@@ -395,9 +394,7 @@ def as_prompts(prompts) -> SulaPrompts:
 
 
 def _check_n_boot(n_boot) -> int:
-    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 1:
-        raise InvalidInputError(f"n_boot must be a positive integer, got {n_boot!r}.")
-    return int(n_boot)
+    return check_count(n_boot, "n_boot")
 
 
 def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: int = 0, n_boot: int = 1000,

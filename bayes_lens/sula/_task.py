@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from .._validate import check_seed
+from .._validate import check_count, check_nonneg_int, check_seed
 from ..errors import InvalidInputError, TokenizationError
 from ..metrics.calibration import binary_entropy_bits
 
@@ -370,10 +370,7 @@ def choose_labels(tok, n: int, *, exclude: Iterable[str] = (), label_seed: int =
 
 
 def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise InvalidInputError(f"k must be a non-negative integer, got {k!r}.")
-    if int(k) < 0:
-        raise InvalidInputError(f"k (the number of labelled examples) must be >= 0, got {k}.")
+    k = check_nonneg_int(k, "k")  # the number of labelled examples
     return int(k)
 
 
@@ -435,9 +432,7 @@ def make_prompts(
     seed = check_seed(seed)  # None would silently make the prompt set non-reproducible
     tok = get_tokenizer(model)
     ks = _check_ks(ks)
-    if isinstance(n_per_k, bool) or not isinstance(n_per_k, numbers.Integral) or n_per_k < 1:
-        raise InvalidInputError(f"n_per_k must be a positive integer, got {n_per_k!r}.")
-    n_per_k = int(n_per_k)
+    n_per_k = check_count(n_per_k, "n_per_k")
     p, prior = _check_p(p), _check_prior(prior)
     cond = "main" if control in (None, "main") else control
     if cond != "main" and cond not in CONTROLS:

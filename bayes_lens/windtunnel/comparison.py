@@ -34,6 +34,7 @@ from typing import List, Optional
 import numpy as np
 
 from .._results import Result, fmt, fmt_ci, plotly
+from .._validate import check_int
 from ..errors import InvalidInputError
 from .tasks import make_task
 
@@ -88,8 +89,7 @@ def geometry_prompts(task, n_prompts: int = 200, *, seed: int = 0):
     """
     task = make_task(task)
     n = n_prompts
-    if isinstance(n, bool) or not isinstance(n, int) or n < 3:
-        raise InvalidInputError(f"n_prompts must be an integer >= 3, got {n!r}.")
+    n = check_int(n, "n_prompts", min=3)
     batch = task.sample(n, seed=seed)
     K = len(batch.target_positions)
     k = np.arange(n) % K

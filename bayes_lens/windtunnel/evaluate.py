@@ -35,6 +35,7 @@ import torch
 
 from .._progress import progress as progress_bar
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
+from .._validate import check_count, check_int
 from ..errors import InvalidInputError
 from ..metrics.stats import entropy_bits
 from .tasks import Batch, make_task
@@ -141,10 +142,8 @@ def evaluate(model, task, n_seqs: int = 1000, *, seed: int = 0, batch_size: int 
     """
     task = make_task(task)
     n = n_seqs
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise InvalidInputError(f"n_seqs must be an integer >= 2 (the bootstrap needs two sequences), got {n!r}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    n = check_int(n, "n_seqs", min=2)  # the bootstrap needs two sequences
+    batch_size = check_count(batch_size, "batch_size")
     _check_model_vocab(model, task)
     batch = task.sample(int(n), seed=seed)
     try:

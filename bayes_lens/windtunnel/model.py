@@ -26,6 +26,7 @@ from typing import Dict, Iterable, Tuple
 
 import torch
 
+from .._validate import check_choice, check_positive_int
 from ..errors import InvalidInputError
 
 __all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights"]
@@ -48,8 +49,7 @@ class ModelConfig:
     def __post_init__(self):
         for f in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidInputError(f"ModelConfig.{f} must be a positive integer, got {v!r}.")
+            object.__setattr__(self, f, check_positive_int(v, f"ModelConfig.{f}"))  # frozen: normalize once
         if self.d_head % 2:
             raise InvalidInputError(f"d_head must be even for rotary embeddings, got {self.d_head}.")
         kv = self.kv_heads
@@ -134,8 +134,7 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     from ..errors import ModelLoadError
     from ..models.gguf import from_weights
 
-    if kind not in ("auto", "hooked", "bridge"):
-        raise InvalidInputError(f"kind must be 'auto', 'hooked' or 'bridge', got {kind!r}.")
+    check_choice(kind, "kind", ("auto", "hooked", "bridge"))
     if kind == "auto":
         kind = "hooked" if has_hooked_transformer() else "bridge"
     items = list(weights.items()) if isinstance(weights, dict) else list(weights)

@@ -51,6 +51,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from .._validate import check_int, check_seed
 from ..errors import InvalidInputError
 from ..metrics.stats import entropy_bits
 
@@ -90,17 +91,15 @@ def _entropy_bits(p: np.ndarray) -> np.ndarray:
 
 
 def _check_int(name: str, value, minimum: int, hint: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidInputError(f"{name} must be an integer, got {value!r}.")
-    if value < minimum:
-        raise InvalidInputError(f"{name} must be at least {minimum}, got {value}: {hint}")
-    return int(value)
+    try:
+        return check_int(value, name, min=minimum)
+    except InvalidInputError as err:
+        raise InvalidInputError(f"{str(err).rstrip('.')}: {hint}") from None
 
 
 def _check_n_seed(n, seed) -> None:
     _check_int("n_seqs", n, 1, "ask for at least one sequence.")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}.")
+    check_seed(seed)
 
 
 class _Task:

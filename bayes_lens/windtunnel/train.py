@@ -37,7 +37,7 @@ import torch
 
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, plotly
-from .._validate import check_output_dir
+from .._validate import COUNT_RULES, check_float, check_int, check_output_dir, check_positive_int, check_seed
 from ..errors import CheckpointError, InvalidInputError
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .evaluate import entropy_stats, position_mae_bits
@@ -75,17 +75,15 @@ class TrainConfig:
     def __post_init__(self):
         for f in ("batch_size", "warmup"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if f == "batch_size" else 0):
-                raise InvalidInputError(f"TrainConfig.{f} must be a {'positive' if f == 'batch_size' else 'non-negative'} "
-                                        f"integer, got {v!r}.")
+            object.__setattr__(self, f, check_int(v, f"TrainConfig.{f}",
+                                                  min=COUNT_RULES["batch_size"] if f == "batch_size" else 0))
         for f in ("lr", "grad_clip"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InvalidInputError(f"TrainConfig.{f} must be a positive number, got {v!r}.")
         if not 0 <= self.min_lr_ratio <= 1:
             raise InvalidInputError(f"TrainConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}.")
-        if self.weight_decay < 0:
-            raise InvalidInputError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}.")
+        check_float(self.weight_decay, "TrainConfig.weight_decay", min=0.0)
         self.model_config(None)  # validates the shape
 
     def model_config(self, task) -> ModelConfig:
@@ -229,12 +227,10 @@ def train(task, config: Optional[TrainConfig] = None, steps: int = 2000, *, seed
     config = TrainConfig() if config is None else config
     if not isinstance(config, TrainConfig):
         raise InvalidInputError(f"config must be a bl.windtunnel.TrainConfig, got {type(config).__name__}.")
-    for name, v, lo in (("steps", steps, 1), ("seed", seed, 0), ("n_eval_seqs", n_eval_seqs, 2)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise InvalidInputError(f"{name} must be an integer >= {lo}, got {v!r}.")
-    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, (int, np.integer))
-                                or not 1 <= stop_at <= steps):
-        raise InvalidInputError(f"stop_at must be an integer in [1, steps], got {stop_at!r}.")
+    steps = check_positive_int(steps, "steps")
+    seed = check_seed(seed)
+    n_eval_seqs = check_int(n_eval_seqs, "n_eval_seqs", min=2)
+    stop_at = check_int(stop_at, "stop_at", min=1, max=steps, allow_none=True)
     end = int(steps if stop_at is None else stop_at)
     eval_every = eval_every or max(1, steps // 20)
     mcfg = config.model_config(task)

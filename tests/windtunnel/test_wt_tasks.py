@@ -112,14 +112,14 @@ def test_hmm_layout():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: BijectionTask(V=1), "at least 2"),
-    (lambda: HMMTask(S=1), "at least 2"),
-    (lambda: HMMTask(V=1), "at least 2"),
-    (lambda: HMMTask(K=0), "at least 1"),
+    (lambda: BijectionTask(V=1), r"V must be an integer >= 2, got 1"),
+    (lambda: HMMTask(S=1), r"S must be an integer >= 2, got 1"),
+    (lambda: HMMTask(V=1), r"V must be an integer >= 2, got 1"),
+    (lambda: HMMTask(K=0), r"K must be a positive integer, got 0"),
     (lambda: HMMTask(alpha=-1), "positive"),
     (lambda: make_task("coinflip"), "unknown wind-tunnel task"),
     (lambda: make_task("bijection", W=3), "bad parameters"),
-    (lambda: BijectionTask(V=4).sample(0, seed=0), "at least 1"),
+    (lambda: BijectionTask(V=4).sample(0, seed=0), r"n_seqs must be a positive integer, got 0"),
     (lambda: BijectionTask(V=4).sample(3, seed=-1), "seed"),
     (lambda: BijectionTask(V=2.5), "integer"),
 ])
