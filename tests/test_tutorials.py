@@ -202,8 +202,10 @@ def test_classroom_exercise_4_checks_what_it_asks():
 def test_classroom_solutions_run_and_are_correct():
     """The folded solutions, put in the answer cells, run and every check says 'correct'; a wrong reading in
     exercise 4 (its check re-run with `moved` flipped) is not."""
-    nb = builder().with_solutions(builder().notebook("05_classroom.ipynb"))
-    flipped = "moved = not moved\nsurvives = not survives\n" + _check_cells(nb)[3].source
+    plain = builder().notebook("05_classroom.ipynb")
+    check4 = _check_cells(plain)[3].source   # found in the plain notebook: the solutions replace the answer cells
+    nb = builder().with_solutions(plain)
+    flipped = "moved = not moved\nsurvives = not survives\n" + check4
     nb.cells.append(nbformat.v4.new_code_cell(flipped))
     builder().execute(nb)
     def stream(cells):
