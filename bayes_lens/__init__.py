@@ -80,6 +80,7 @@ _LAZY = {
     "EntropyAxis": ("bayes_lens.ablation", "EntropyAxis"),
     "patched": ("bayes_lens.ablation", "patched"),
     "compare_patched": ("bayes_lens.ablation", "compare_patched"),
+    "localize": ("bayes_lens.ablation", "localize"),
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
     "windtunnel": ("bayes_lens.windtunnel", None),

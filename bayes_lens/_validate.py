@@ -84,6 +84,8 @@ ErrorType = Type[Exception]
 #: batch_size     1     prompts per forward pass
 #: n_bins         1     calibration bins
 #: n_per_k        1     prompts per number of examples k
+#: folds          2     cross-fitting folds K (each fold's rows scored by a fit on the others)
+#: n_random       1     Haar-random subspaces drawn for a random band
 #: n_shards       1     shards of a plan
 #: n_replicas     1     Ray actors
 #: tail_positions 0     final positions kept per prompt (0: none)
@@ -99,6 +101,8 @@ COUNT_RULES = {
     "n_shards": 1,
     "n_replicas": 1,
     "tail_positions": 0,
+    "folds": 2,
+    "n_random": 1,
 }
 
 #: The query positions an attention-entropy reading averages over: the final real token or every one.

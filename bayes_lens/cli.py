@@ -7,6 +7,7 @@ Sub-commands (each has ``--help``):
 * ``sula``        - only SULA calibration with its controls
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
+* ``localize``    - SULA, then readout or mediator: cross-fitted readouts and subspace removals per layer
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
 * ``models``      - what is installed and loadable offline; ``info`` - a model's facts
@@ -66,6 +67,8 @@ _ANALYSES = {
     "ablate": (["sula", "ablation"], "report-ablate",
                "entropy-axis ablation (fit on SULA prompts) vs a random direction: geometry and calibration"),
     "martingale": (["martingale"], "report-martingale", "martingale gap on binary sequences (Paper B)"),
+    "localize": (["sula", "localize"], "report-localize",
+                 "readout or mediator: which subspaces read the Bayes entropy, which does calibration use"),
 }
 
 
@@ -362,7 +365,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                        "`torchrun ... -m bayes_lens.cli` (default: local)")
         if name == "report":
             p.add_argument("--sections", default=None,
-                           help="comma-separated subset of geometry,sula,ablation,martingale (default: all)")
+                           help="comma-separated subset of geometry,sula,ablation,martingale,localize (default: all but the "
+                           "opt-in localize)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub)

@@ -16,7 +16,7 @@ import pytest
 
 from bayes_lens.cli import build_parser, main
 
-COMMANDS = ["report", "geometry", "sula", "ablate", "martingale"]
+COMMANDS = ["report", "geometry", "sula", "ablate", "martingale", "localize"]
 
 
 def _console_script():

@@ -69,10 +69,13 @@ True
 
 from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
+from ._localize import Localization, default_layers, localize, subspace_patch
 from ._patch import Patch, PatchPart, patched
+from ._readout import Readout, cross_fitted_readout
 
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
-           "PatchComparison", "AblationEffect"]
+           "PatchComparison", "AblationEffect", "localize", "Localization", "subspace_patch",
+           "cross_fitted_readout", "Readout"]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402
 

@@ -154,7 +154,7 @@ def report(
     printer = None
     if progress and os.environ.get("BAYES_LENS_PROGRESS", "1") not in ("0", "false", "False", ""):
         names = list(sections) if sections is not None and not isinstance(sections, str) else (
-            [sections] if isinstance(sections, str) else list(_registry()))
+            [sections] if isinstance(sections, str) else [n for n, s in _registry().items() if s.default])
         printer = SectionPrinter(names)
     return run_model_report(model, out, quick=quick, seed=seed, progress=progress, sections=sections, strict=strict,
                             overrides=overrides, on_section=printer)

@@ -160,6 +160,7 @@ class Section:
     description: str
     run: Callable[[Context], SectionOutput]
     requires: Tuple[str, ...] = ()
+    default: bool = True  # run when no sections are named (an opt-in section costs more than it is read)
 
 
 def _version(dist: str) -> Optional[str]:
@@ -330,7 +331,7 @@ def run_report(
 
 def check_sections(names, registry: Dict[str, Section]) -> List[Section]:
     if names is None:
-        return list(registry.values())
+        return [s for s in registry.values() if s.default]
     if isinstance(names, str):
         names = [names]
     unknown = [n for n in names if n not in registry]

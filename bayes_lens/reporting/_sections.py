@@ -68,6 +68,9 @@ QUICK: Dict[str, object] = {
     "martingale_n_seqs": 8,
     "martingale_permutation": {"seq_len": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
     "martingale_compression": {"thetas": (0.3, 0.7), "seq_len": 32, "n_seqs": 6},
+    "localize_n_layers": 1,
+    "localize_ranks": (1, 4),
+    "localize_n_random": 5,
     "n_boot": 300,
 }
 
@@ -85,6 +88,9 @@ FULL: Dict[str, object] = {
     "martingale_n_seqs": 20,
     "martingale_permutation": {"seq_len": 30, "n_seqs": 8, "n_perms": 32, "ks": (1, 2, 4, 8, 16)},
     "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "seq_len": 100, "n_seqs": 20},
+    "localize_n_layers": 3,
+    "localize_ranks": (1, 4, 16),
+    "localize_n_random": 20,
     "n_boot": 1000,
 }
 
@@ -337,6 +343,47 @@ def _ablation(ctx: Context) -> SectionOutput:
     return out
 
 
+def _localize(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    from ..ablation import default_layers
+
+    model, z = ctx.model, ctx.sizes
+    prompts = ctx.shared["sula_prompts"]
+    layers = default_layers(int(model.cfg.n_layers), int(z["localize_n_layers"]))
+    ranks = tuple(int(k) for k in z["localize_ranks"])
+    n_random = int(z["localize_n_random"])
+    out = SectionOutput(settings={"layers": layers, "site": "resid_post", "ranks": list(ranks), "n_random": n_random,
+                                  "folds": 5, "target": "bayes", "operation": "removal", "n_prompts": len(prompts),
+                                  "n_boot": z["n_boot"]})
+    loc = bl.localize(model, prompts, layers=layers, ranks=ranks, n_random=n_random, n_boot=max(int(z["n_boot"]), 10),
+                      n_null=50, seed=ctx.seed, progress=ctx.progress)
+    t = loc.table
+    for layer in layers:
+        at = t[(t["layer"] == layer) & (t["kind"] != "random")]
+        for row in at.itertuples():
+            key = f"localize.L{layer}.{row.subspace.replace(' ', '_').replace('=', '')}"
+            med = bool(row.mediator)
+            out.metrics.append(Metric(
+                key, f"layer {layer}, {row.subspace} removed: change of SULA MAE (patched − clean)",
+                row.delta_mae_bits, "bits", (row.delta_mae_ci_low, row.delta_mae_ci_high),
+                (float((row.band_low + row.band_high) / 2), f"random subspaces of rank {row.rank} ({n_random})"),
+                baseline_range=(row.band_low, row.band_high),
+                note=f"held-out R² {row.r2:.3f} [{row.r2_ci_low:.3f}, {row.r2_ci_high:.3f}] (shuffled-target null "
+                     f"95th pct {row.r2_null_q95:.3f}); {row.verdict}",
+                ci_method="95% paired percentile bootstrap over prompts (within k)",
+                verdict={"pass": None, "text": (
+                    f"{row.verdict.upper()}: Δ MAE interval {'above' if med else 'not above'} the random band and "
+                    f"0.01 bits; held-out R² {'above' if row.readable else 'not above'} its shuffled null and 0.1 "
+                    "(informational: a finding, not a pass; METHODS.md §13)")}))
+    out.tables["localize"] = t
+    out.tables["localize_layers"] = loc.layers_table
+    out.figure("Readout or mediator: calibration change per subspace, with the random band", loc.plot)
+    out.notes.append(f"rule: {loc.rule}")
+    out.notes.append("; ".join(f"layer {r.layer}: {r.verdict} (readout–mediator angle {r.angle_deg:.1f}°, "
+                               f"Haar p = {r.angle_p:.3g})" for r in loc.layers_table.itertuples()))
+    return out
+
+
 # ------------------------------------------------------------------------------------------- martingale
 _SEQ_CI = "95% percentile bootstrap over sequences (seeded)"
 _GAP_CI = "95% percentile bootstrap over sequences within each n (seeded), IRLS refit in every replicate"
@@ -461,5 +508,10 @@ SECTIONS: Dict[str, Section] = {
                 "Paper B eq. 27: the martingale gap Δ_n on balanced binary sequences, fit A·log(n)/n + B "
                 "(IRLS); order sensitivity across orderings of the same prefix; compression efficiency.",
                 _martingale),
+        Section("localize", "Readout or mediator: where the model keeps the uncertainty it uses",
+                "Readable (cross-fitted ridge / PCA / frame readouts of the Bayes entropy, held-out R² against a "
+                "shuffled null) versus used (calibration change when the subspace is removed, against Haar-random "
+                "subspaces of the same rank); METHODS.md §13. Opt-in: bayes-lens localize, or --sections sula,localize.",
+                _localize, requires=("sula_prompts",), default=False),
     ]
 }
