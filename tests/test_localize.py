@@ -199,7 +199,7 @@ def test_localize_table_on_a_tiny_model(kind):
     assert t[(t.layer == 0) & (t.subspace == "mine")]["band_high"].iloc[0] == pytest.approx(np.quantile(r, 0.975))
     # a verdict is its rule applied to its own columns
     for row in t.itertuples():
-        med = row.delta_mae_ci_low > max(row.band_high, 0.01)
+        med = (row.delta_mae_ci_low > max(row.band_high, 0.01)) or (row.swap_ci_low > max(row.swap_band_high, 0.01))
         assert row.mediator == med
     assert all(loc.verdict(layer) in ("readout and mediator", "readout only", "mediator only", "neither")
                for layer in (0, 1))
@@ -227,3 +227,38 @@ def test_localize_refuses_bad_input():
         bl.localize(model, items, target="entropy")
     with pytest.raises(InvalidInputError, match="operation"):
         bl.localize(model, items, operation="zero")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_full_swap_at_the_last_layer_gives_the_donors_output(kind):
+    """Swapping the whole residual stream at the final position of the last layer hands each prompt its
+    donor's output exactly, so the swap's move is the mean |log₂-odds(donor) − log₂-odds(own)|, computed
+    here from TransformerLens forwards of one prompt at a time."""
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
+    last = model.cfg.n_layers - 1
+    loc = bl.localize(model, items, layers=[last], ranks=(1,), estimators=("pca",), bases={"all": np.eye(model.cfg.d_model)},
+                      n_random=2, folds=2, n_boot=50, n_null=0, progress=False)
+    ids = bl.sula.label_token_ids(model, items[0].labels)
+    lo = []
+    for it in items:
+        with torch.no_grad():
+            logits = model(model.to_tokens(it.text))[0, -1].double()
+        lp = torch.log_softmax(logits, -1)[list(ids)]
+        p = float(torch.softmax(lp, -1)[0].clamp(1e-6, 1 - 1e-6))
+        lo.append(np.log2(p) - np.log2(1 - p))
+    lo = np.array(lo)
+    donors = bl.ablation.swap_donors(items, seed=0)
+    want = np.mean(np.abs(lo[donors] - lo))
+    got = loc.table.set_index("subspace").loc["all", "swap_bits"]
+    assert got == pytest.approx(want, rel=1e-3, abs=1e-4)
+
+
+def test_swap_donors_have_other_posteriors():
+    model = _model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=5)
+    donors = bl.ablation.swap_donors(items, seed=3)
+    post = np.array([it.bayes_p_first for it in items])
+    assert np.all(np.abs(post[donors] - post) > 1e-9)
+    with pytest.raises(InvalidInputError, match="different posteriors"):
+        bl.ablation.swap_donors([items[0]] * 5)

@@ -22,10 +22,16 @@ TransformerLens model and SULA items, per layer, as one call and one table:
 * **Effect**: Δ MAE (|H_model − H_Bayes|, bits), Δ ECE and Δ Brier (P(first label) against the hidden
   label) of patched minus clean, each with a paired percentile bootstrap interval over prompts
   (resampled within k).
+* **Swap** (``swap=True``, the wind tunnel's swap patching): at the final position of prompt i, the
+  component in S is taken from a donor j with another exact posterior (a seeded draw among the prompts
+  whose posterior log-odds differs by at least one net example, from the other side of ½ where there
+  is one): v ← v − BBᵀv + BBᵀv_j (v_j the donor's clean row). Score: the move of the model's label
+  log₂-odds toward the donor's clean log₂-odds, sign(ℓ_j − ℓ_i)·(ℓ_i^swapped − ℓ_i), in bits, averaged
+  over prompts with a percentile bootstrap interval.
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
-* **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval lies
-  above both the random band's upper end and ``min_effect_bits``; each subspace, and each layer (its
+* **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
+  its swap move, lies above both that quantity's random band's upper end and ``min_effect_bits``; each subspace, and each layer (its
   estimators' readout, any non-random subspace's mediation), is then "readout and mediator",
   "readout only", "mediator only" or "neither".
 * **Readout–mediator angle** (arXiv 2605.29126's question): the angle θ between the best readout
@@ -54,7 +60,7 @@ import torch
 from .. import adapter
 from .._progress import progress as progress_bar
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
-from .._validate import check_choice, check_count, check_float, check_positive_int, check_seed
+from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import binary_entropy_bits, brier_score, expected_calibration_error
 from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval
@@ -63,7 +69,7 @@ from ._common import model_meta, prompt_data, site_dim
 from ._patch import Patch, PatchPart, flatten_pairs
 from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
 
-__all__ = ["localize", "Localization", "subspace_patch", "default_layers", "TARGETS", "OPERATIONS"]
+__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "default_layers", "TARGETS", "OPERATIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 OPERATIONS = ("removal", "mean")
@@ -192,7 +198,7 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
              estimators: Sequence[str] = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
              operation: str = "removal", n_random: int = 20, folds: int = 5, n_boot: int = 1000, n_null: int = 100,
-             min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
+             swap: bool = True, min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
              progress: Optional[bool] = None) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
@@ -202,7 +208,9 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     PCs) and of the random bands; ``estimators`` rank-one readout axes (``"ridge"``, ``"pca"``);
     ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces; ``target``
     (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"`` or ``"mean"``; ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
+    ``"removal"`` or ``"mean"``; ``swap`` also run the interchange (each prompt's component taken from a donor
+    with another exact posterior, at the final position; scored by the move of the label log₂-odds toward
+    the donor's, in bits); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
     the name); ``folds`` K of the cross-fitting; ``n_boot``, ``n_null``; ``min_effect_bits`` and
     ``min_r2`` the verdict's practical thresholds. Each intervention is one forward pass over the
     prompts (a cross-fitted one: K passes over 1/K of them).
@@ -218,6 +226,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     check_choice(site, "site", ("resid_post", "v"))
     check_choice(target, "target", TARGETS)
     check_choice(operation, "operation", OPERATIONS)
+    swap = check_bool(swap, "swap")
     for e in estimators:
         check_choice(e, "estimators", ("ridge", "pca"))
     n_random = check_count(n_random, "n_random")
@@ -244,12 +253,14 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     outcome = np.array([1.0 if it.hidden_label == 0 else 0.0 for it in items])
 
     def run(subset: np.ndarray, patch, desc: str):
-        """(model entropy over the labels [m], P(first label) [m]) for ``items[subset]`` with ``patch``."""
+        """(model entropy over the labels [m], P(first label) [m]) for ``items[subset]`` with ``patch`` (a patch or
+        a per-batch hook factory)."""
         from ..sula import label_posterior
 
         sub = [items[i] for i in subset]
+        hooks = patch if callable(patch) else ([] if patch is None else flatten_pairs(patch))
         rc, _ = axis_cache(model, sub, layers=[layers[0]], site=site, batch_size=batch_size, progress=False,
-                           desc=desc, fwd_hooks=[] if patch is None else flatten_pairs(patch))
+                           desc=desc, fwd_hooks=hooks)
         p, _ = label_posterior(rc.token_logprobs())
         return binary_entropy_bits(p), p
 
@@ -270,6 +281,8 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                 "brier": brier_score(p[idx], outcome[idx])}
 
     clean_m = metrics(h_clean, p_clean)
+    donors = swap_donors(items, seed=seed) if swap else None
+    lo_clean = _log2_odds(p_clean)
     user = bases or {}
     candidates: List[_Candidate] = []
     kw = dict(folds=folds, strata=strata, n_boot=n_boot, n_null=n_null, min_r2=min_r2, seed=seed)
@@ -316,6 +329,16 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+        if swap:
+            ps = np.empty(n)
+            for subset, b, _ in groups:
+                hook = adapter.hook_name(model, c.layer, site)
+                ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]), f"localize: swap {c.name}")[1]
+            toward = np.sign(lo_clean[donors] - lo_clean)
+            move = (_log2_odds(ps) - lo_clean) * toward
+            mv = move[idx].mean(-1)
+            lo_, hi_ = percentile_interval(mv[1:])
+            rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
         if c.readout is not None:
             rec.update(r2=c.readout.r2.value, r2_ci_low=c.readout.r2.ci_low, r2_ci_high=c.readout.r2.ci_high,
                        r2_null_q95=c.readout.null_r2_q95, r2_p=c.readout.p_value, rho=c.readout.rho,
@@ -334,7 +357,16 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             .quantile([0.025, 0.975]).unstack())
     table["band_low"] = [band.loc[(r.layer, r.rank), 0.025] for r in table.itertuples()]
     table["band_high"] = [band.loc[(r.layer, r.rank), 0.975] for r in table.itertuples()]
-    table["mediator"] = (table["delta_mae_ci_low"] > np.maximum(table["band_high"], min_effect))
+    table["removal_matters"] = table["delta_mae_ci_low"] > np.maximum(table["band_high"], min_effect)
+    if swap:
+        sband = (table[table["kind"] == "random"].groupby(["layer", "rank"])["swap_bits"]
+                 .quantile([0.025, 0.975]).unstack())
+        table["swap_band_low"] = [sband.loc[(r.layer, r.rank), 0.025] for r in table.itertuples()]
+        table["swap_band_high"] = [sband.loc[(r.layer, r.rank), 0.975] for r in table.itertuples()]
+        table["swap_redirects"] = table["swap_ci_low"] > np.maximum(table["swap_band_high"], min_effect)
+        table["mediator"] = table["removal_matters"] | table["swap_redirects"]
+    else:
+        table["mediator"] = table["removal_matters"]
     table["verdict"] = [_verdict(bool(r.readable), bool(r.mediator)) for r in table.itertuples()]
 
     layer_rows = []
@@ -361,10 +393,61 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                        angle_p=np.nan)
         layer_rows.append(row)
     rule = (f"readable: the held-out R² interval (cross-fitted, {folds} folds) lies above the shuffled-target null's "
-            f"95th percentile and {min_r2}; mediator: the Δ MAE interval (paired bootstrap, 95%) lies above the "
-            f"random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and {min_effect} bits")
+            f"95th percentile and {min_r2}; mediator: the Δ MAE interval (paired bootstrap, 95%) of the {operation}"
+            + (" or the swap's move toward the donor (log₂-odds, bits)" if swap else "") +
+            f" lies above its random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and "
+            f"{min_effect} bits")
     return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
                         target=target, operation=operation, rule=rule)
+
+
+def _log2_odds(p) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log2(p) - np.log2(1 - p)
+
+
+def swap_donors(items, *, seed: int = 0) -> np.ndarray:
+    """``[n]`` the donor of each item for a swap: a seeded draw among the items whose exact posterior log-odds
+    differs from its own by at least one net example (|Δ (n₁ − n₂)| ≥ 1), preferring the other side of ½."""
+    lo = np.array([it.bayes_p_first for it in items], dtype=np.float64)
+    lo = np.log(np.clip(lo, 1e-300, None)) - np.log(np.clip(1 - lo, 1e-300, None))
+    step = min((abs(np.log(it.p) - np.log1p(-it.p)) for it in items), default=1.0)
+    rng = keyed_rng(seed, 74)
+    out = np.empty(len(items), dtype=np.int64)
+    for i in range(len(items)):
+        far = np.flatnonzero(np.abs(lo - lo[i]) >= step * (1 - 1e-9))
+        other = far[np.sign(lo[far]) != np.sign(lo[i])] if lo[i] != 0 else far
+        pool = other if len(other) else far
+        if not len(pool):
+            raise InvalidInputError("a swap needs items with different posteriors (several k, both labels); "
+                                    "make prompts with ks=(0, 1, 2, 4) or pass swap=False.")
+        out[i] = rng.choice(pool)
+    return out
+
+
+def _swap_factory(hook_name: str, basis: np.ndarray, donor_rows: np.ndarray):
+    """A per-batch hook factory: at the final real position of each prompt, the component in span(basis) is
+    replaced by the donor's (v ← v − BBᵀv + BBᵀv_donor); ``donor_rows`` ``[m, d]`` in the run's prompt order."""
+    b = torch.as_tensor(np.linalg.qr(np.asarray(basis, dtype=np.float64))[0], dtype=torch.float32)
+    donor = torch.as_tensor(np.asarray(donor_rows), dtype=torch.float32)
+
+    def factory(batch):
+        rows = torch.arange(len(batch.indices))
+        last = batch.last_index
+        d_rows = donor[batch.indices]
+
+        def fn(act, hook=None):
+            flat = act.reshape(act.shape[0], act.shape[1], -1)
+            a = flat[rows, last].float()
+            bb = b.to(a.device)
+            new = a - (a @ bb) @ bb.T + (d_rows.to(a.device) @ bb) @ bb.T
+            out = flat.clone()
+            out[rows, last] = new.to(out.dtype)
+            return out.reshape(act.shape)
+
+        return [(hook_name, fn)]
+
+    return factory
 
 
 def _verdict(readable: bool, mediator: bool) -> str:
