@@ -28,10 +28,10 @@ Example
 >>> from bayes_lens.models.tiny import tiny_tokenizer
 >>> items = gaussian_prompts(tiny_tokenizer(), ks=(1, 4), n_per_k=2, seed=0)
 >>> items.answers[:3], items[0].text
-(('0', '1', '2'), '6.9,')
+(('0', '1', '2'), '5.1,')
 >>> p = leading_digit_probs(gaussian_predictive([5.0], prior="normal", mu0=5.0, tau0=2.0, sigma=1.0), decimals=1)
 >>> round(float(p.sum()), 12), int(p.argmax())
-(1.0, 4)
+(1.0, 5)
 """
 
 from __future__ import annotations

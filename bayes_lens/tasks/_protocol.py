@@ -26,7 +26,7 @@ import numpy as np
 
 from .._validate import check_nonneg_int
 from ..errors import InvalidInputError, TokenizationError
-from ..metrics.stats import entropy_bits as _entropy_bits
+from ..metrics.stats import entropy_bits
 
 __all__ = ["TaskItem", "TaskPrompts", "is_task_item", "as_task_prompts", "get_tokenizer", "single_token_id",
            "answer_token_ids", "choose_answers", "register_task", "task_loader", "STANDARD_FIELDS",
@@ -41,7 +41,7 @@ _SUM_TOL = 1e-9
 
 def posterior_entropy_bits(posterior) -> float:
     """Entropy in bits of one posterior (a sequence of K probabilities), 0·log 0 = 0."""
-    return float(_entropy_bits(np.asarray(posterior, dtype=np.float64)))
+    return float(entropy_bits(np.asarray(posterior, dtype=np.float64)))
 
 
 def _check_distribution(values, name: str, k: int) -> Tuple[float, ...]:
