@@ -3,6 +3,7 @@
 import json
 import struct
 
+import numpy as np
 import pytest
 
 import bayes_lens as bl
@@ -103,3 +104,25 @@ def test_checksums_catch_edits(tmp_path):
         tasks.export(prompts, tmp_path / "c.txt")
     with pytest.raises(bl.BayesLensError):
         tasks.export(["plain", "strings"], tmp_path / "p.jsonl")
+
+
+def test_martingale_gap_sequences_are_the_ones_gap_draws_and_export(tmp_path):
+    seen = []
+
+    def laplace_recording(x):            # a predictor callable: record what gap() feeds it
+        seen.append(np.asarray(x).copy())
+        return bl.martingale.laplace(x)
+
+    bl.martingale.gap(laplace_recording, ns=(6, 8, 10), n_seqs=3, seed=7, n_boot=0)
+    items = bl.martingale.gap_sequences(ns=(6, 8, 10), n_seqs=3, seed=7)
+    drawn = [row.tolist() for batch in seen for row in batch]
+    assert [list(it.sequence) for it in items] == drawn
+    for it in items:
+        assert it.text == bl.martingale.DEFAULT_TEMPLATE.render(it.sequence)
+        s, n = sum(it.sequence), len(it.sequence)
+        assert it.posterior[1] == pytest.approx(bl.martingale.laplace(np.array([list(it.sequence) + [0]]))[0, -1])
+        assert it.posterior == pytest.approx(((n - s + 1) / (n + 2), (s + 1) / (n + 2)))
+    path = tasks.export(items, tmp_path / "gap.jsonl")
+    _same_items(items, tasks.load(path))
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    _same_items(items, tasks.from_records(ds, path))
