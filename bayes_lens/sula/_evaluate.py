@@ -377,11 +377,14 @@ def _plot(results: Dict[str, SulaResult]):
     fig.update_yaxes(title_text="entropy (bits)", row=1, col=1)
     fig.update_xaxes(title_text="k (examples)", row=1, col=2)
     fig.update_yaxes(title_text="PC1 score", row=1, col=2)
-    fig.update_xaxes(title_text="mean predicted P(first label)", range=[0, 1], row=1, col=3)
+    first = next(iter(results.values()))
+    fig.update_xaxes(title_text="mean predicted P(first label)" if first.task == "sula" else
+                     "mean predicted P(top answer)", range=[0, 1], row=1, col=3)
     fig.update_yaxes(title_text="observed frequency", range=[0, 1], row=1, col=3)
     # the legend below the panels, inside the figure (a legend on the right ran off a report's page); no fixed
     # width: the figure takes its box's (a width of 1300 px ran out of the report's 1180 px column)
-    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=520,
+    fig.update_layout(title=("SULA" if first.task == "sula" else f"task {first.task!r}") +
+                      ": model vs exact Bayesian posterior", height=520,
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"),
                       margin=dict(b=150))
     return fig

@@ -118,3 +118,20 @@ def test_smollm2_on_both_tasks(smol, task):
     np.testing.assert_allclose(res.model_posterior.numpy()[:6], post, atol=1e-4)
     assert 0.0 <= res.mae_bits.ci_low <= res.mae_bits.value <= res.mae_bits.ci_high
     assert res.label_mass.value > 0.05        # the model does answer with the task's tokens
+
+
+def test_a_user_defined_task_in_a_few_lines(tiny):
+    """The documented example: a coin task with Laplace's rule, evaluated, plotted and exported."""
+    seqs = [(), (1,), (0, 1), (1, 1, 0), (0, 0, 0, 1), (1, 1, 1, 1, 1)] * 2
+    items = [tasks.TaskItem("Sequence:" + "".join(f" {b}" for b in s), task="coin", answers=(" 0", " 1"), k=len(s),
+                            posterior=(1 - (sum(s) + 1) / (len(s) + 2), (sum(s) + 1) / (len(s) + 2)))
+             for s in seqs]
+    coin = tasks.TaskPrompts(items, task="coin", seed=None, generator_version="coin-1")
+    res = bl.sula.evaluate(tiny, coin, n_boot=50)
+    post, _ = _direct(tiny, coin)
+    h_m = stats.entropy(post, base=2, axis=1)
+    assert res.mae_bits.value == pytest.approx(np.abs(h_m - coin.entropy_bits).mean(), abs=1e-6)
+    assert np.isnan(res.ece.value)                        # no outcomes were given
+    pytest.importorskip("plotly")
+    fig = res.plot()
+    assert "task 'coin'" in fig.layout.title.text
