@@ -82,11 +82,15 @@ def gaussian_predictive(values, *, prior: str = "normal", mu0: float = 5.0, tau0
     return stats.t(df=2.0 * an, loc=mn, scale=np.sqrt(bn * (kn + 1.0) / (an * kn)))
 
 
-def _mass(dist, lo: float, hi: float) -> float:
-    """P(lo ≤ X < hi), from the tail that keeps precision."""
-    if hi <= dist.median():
-        return float(dist.cdf(hi) - dist.cdf(lo))
-    return float(dist.sf(lo) - dist.sf(hi))
+def _mass(dist, lo, hi):
+    """P(lo ≤ X < hi) elementwise, each from the tail that keeps precision."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    return np.where(hi <= dist.median(), dist.cdf(hi) - dist.cdf(lo), dist.sf(lo) - dist.sf(hi))
+
+
+#: decades summed for the leading digits 1-9: [j·10^m − h, (j + 1)·10^m − h) for m < 300 (10^300 stays finite;
+#: a conjugate predictive with at least 6 degrees of freedom has no mass in double precision beyond it)
+_DECADES = 10.0 ** np.arange(300)
 
 
 def leading_digit_probs(dist, *, decimals: int = 1) -> np.ndarray:
@@ -94,18 +98,11 @@ def leading_digit_probs(dist, *, decimals: int = 1) -> np.ndarray:
     j = 0 … 9, for a ``scipy.stats`` frozen distribution ``dist``."""
     decimals = check_int(decimals, "decimals", min=0)
     h = 0.5 * 10.0 ** (-decimals)
+    j = np.arange(1, 10, dtype=np.float64)[:, None]
     out = np.zeros(10)
-    out[0] = _mass(dist, 0.0, 1.0 - h)
-    for j in range(1, 10):
-        m = 0
-        while True:  # decades j·10^m … until the predictive has no mass left there
-            lo = j * 10.0 ** m - h
-            out[j] += _mass(dist, lo, (j + 1) * 10.0 ** m - h)
-            if dist.sf(lo) == 0.0 or m > 300:
-                break
-            m += 1
-    total = float(dist.sf(0.0))
-    if not total > 0.0:
+    out[0] = float(_mass(dist, 0.0, 1.0 - h))
+    out[1:] = _mass(dist, j * _DECADES - h, (j + 1) * _DECADES - h).sum(1)
+    if not float(dist.sf(0.0)) > 0.0:
         raise InvalidInputError("the predictive puts no mass on non-negative numbers; choose mu0 well above 0.")
     return out / out.sum()
 
