@@ -11,6 +11,7 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
   reads the same from logits a user computed (e.g. with ``run_with_cache``);
 * :func:`gap` — Paper B's Δ̂_n (eq. 27) over balanced sequences with weighted fits (IRLS) of
   A·log n/n + B and A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
+  :func:`gap_sequences` gives its sequences as a task prompt set (``bl.tasks.export`` writes them);
 * :func:`positional_spectrum` — the per-position gap, its FFT, the dominant period refined by a
   least-squares scan of the harmonic fit (:func:`refine_period`), a harmonic fit;
 * :func:`permutation_average` — SD of the predictive averaged over k orderings vs k (slope ≈ −0.5);
@@ -36,7 +37,7 @@ from ._compression import (CompressionResult, bernoulli_entropy_bits, compressio
                            mixture_codelength_bits)
 from ._falck import FalckResult, drop_outlier_paths, falck_checks, falck_statistics, resample_paths
 from ._fit import GapFit, compare_fits, fit_gap
-from ._gap import GapResult, balanced_sequences, gap, laplace_expected_gap, martingale_gap
+from ._gap import GapResult, balanced_sequences, gap, gap_sequences, laplace_expected_gap, martingale_gap
 from ._permutation import PermutationResult, permutation_average
 from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, beta_bernoulli, clipped_mle, krichevsky_trofimov,
                        laplace, predictive, predictive_from_logits)
@@ -57,6 +58,7 @@ __all__ = [
     "fit_gap",
     "compare_fits",
     "balanced_sequences",
+    "gap_sequences",
     "martingale_gap",
     "laplace_expected_gap",
     "positional_spectrum",

@@ -45,9 +45,13 @@ from ..metrics.stats import bootstrap_ci
 from .._validate import check_count, check_int, check_positive_int, check_seed
 from ..errors import InvalidInputError
 from ._fit import GapFit, check_weights, compare_fits, fit_gap
-from ._predict import BernoulliTemplate, laplace, predict_array, prob_of
+from ._predict import DEFAULT_TEMPLATE, BernoulliTemplate, laplace, predict_array, prob_of
 
-__all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "martingale_gap"]
+__all__ = ["GapResult", "gap", "balanced_sequences", "laplace_expected_gap", "martingale_gap", "gap_sequences",
+           "GAP_SEQUENCES_VERSION"]
+
+#: Bumped whenever the same arguments would give different sequences (exported in a file's card).
+GAP_SEQUENCES_VERSION = "martingale-gap-1"
 
 PAPER_B = {"A": 0.182, "A_se": 0.021, "B": -0.0043, "B_se": 0.0018, "adj_r2": 0.759, "model": "GPT-3 text-davinci-002"}
 
@@ -241,3 +245,42 @@ def gap(model, ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed:
                      laplace_fit_inv=lfit_inv,
                      mean_symbol_mass=float(np.nanmean(mass_all)) if np.isfinite(mass_all).any() else float("nan"),
                      n_seqs=n_seqs, seed=seed, template=template, per_seq=per_seq)
+
+
+def gap_sequences(ns: Sequence[int] = range(10, 42, 4), *, n_seqs: int = 100, seed: int = 0,
+                  template: Optional[BernoulliTemplate] = None):
+    """The balanced sequences :func:`gap` draws for these arguments, as a task prompt set
+    (:class:`bayes_lens.tasks.TaskPrompts`, METHODS.md §6a and §8) that :func:`bayes_lens.tasks.export`
+    writes as JSONL with a dataset card.
+
+    One item per sequence: the rendered sequence (``template``, default ``"Sequence: 0 1 1 0"``), the
+    answers (the separator plus each symbol: ``(" 0", " 1")``), ``k`` = n, ``sequence`` (the bits),
+    ``n``, and as its posterior Laplace's rule (Beta(1, 1) prior) for the next bit, ((n − s + 1), (s + 1))
+    / (n + 2) with s ones; no outcome (the gap statistic reads every prefix, not a next bit).
+
+    >>> items = gap_sequences(ns=(10, 14), n_seqs=2, seed=0)
+    >>> len(items), items[0].text.count(" "), items[0].posterior
+    (4, 10, (0.5, 0.5))
+    """
+    from ..tasks import TaskItem, TaskPrompts
+
+    seed = check_seed(seed)
+    n_seqs = check_int(n_seqs, "n_seqs", min=2)
+    ns = _check_ns(ns)
+    tmpl = template if template is not None else DEFAULT_TEMPLATE
+    data_ss = np.random.SeedSequence(seed).spawn(3)[0]  # the stream gap() draws its sequences from
+    rng = np.random.default_rng(data_ss)
+    answers = tuple(tmpl.separator + s for s in tmpl.symbols)
+    items = []
+    for n in ns:
+        for x in balanced_sequences(n, n_seqs, rng):
+            s = int(x.sum())
+            items.append(TaskItem(tmpl.render(x), task="martingale_gap", answers=answers,
+                                  posterior=((n - s + 1) / (n + 2), (s + 1) / (n + 2)), k=int(n), outcome=None,
+                                  prior_posterior=(0.5, 0.5), sequence=[int(b) for b in x], n=int(n)))
+    params = {"ns": [int(n) for n in ns], "n_seqs": n_seqs, "prefix": tmpl.prefix, "separator": tmpl.separator,
+              "symbols": list(tmpl.symbols)}
+    return TaskPrompts(items, task="martingale_gap", seed=seed, generator_version=GAP_SEQUENCES_VERSION, params=params,
+                       posterior_definition="balanced 0/1 sequences (floor(n/2) ones, uniformly shuffled) as "
+                       "bl.martingale.gap draws them; posterior = Laplace's rule for the next bit, "
+                       "((n - s + 1), (s + 1)) / (n + 2).")

@@ -17,6 +17,15 @@ or the observed outcome.
 * ``reliability_bins(probs, outcomes, n_bins=10)`` = per-bin counts, mean prediction and observed
   frequency: the data of a reliability diagram.
 
+Over K ≥ 2 classes (any task of :mod:`bayes_lens.tasks`, METHODS.md §6a), the last axis holding the
+classes and the one before it the predictions:
+
+* ``kl_categorical_bits(p, q)`` = Σ_j p_j log₂(p_j / q_j) (0 log 0 = 0; ``q`` clipped below at eps);
+* ``multiclass_brier_score(probs, outcomes)`` = mean over predictions of Σ_j (p_j − 1[j = y])²
+  (Brier 1950's original multi-class form; for K = 2 it is twice the binary score);
+* ``top_label(probs, outcomes)`` = (confidence max_j p_j, correct 1[argmax_j p_j = y]): the inputs of
+  the top-label ECE (Guo et al. 2017), ``expected_calibration_error(*top_label(probs, y))``.
+
 Every reduction is over the **last axis**, so a stack of bootstrap resamples ``[n_boot, n]`` is
 evaluated in one vectorized call.
 
@@ -54,6 +63,9 @@ __all__ = [
     "expected_calibration_error",
     "brier_score",
     "reliability_bins",
+    "kl_categorical_bits",
+    "multiclass_brier_score",
+    "top_label",
 ]
 
 
@@ -165,3 +177,46 @@ def reliability_bins(probs: Float[_Array, "n"], outcomes: Float[_Array, "n"], *,
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     return {"bin_low": edges[:-1], "bin_high": edges[1:], "count": count,
             "mean_predicted": mean_p, "observed_frequency": freq}
+
+
+def _class_probs(probs, name: str) -> np.ndarray:
+    p = _prob(probs, name)
+    if p.ndim < 1 or p.shape[-1] < 2:
+        raise InvalidInputError(f"{name} must hold K ≥ 2 class probabilities on its last axis, got shape {p.shape}.")
+    return p
+
+
+def _class_outcomes(outcomes, p: np.ndarray) -> np.ndarray:
+    y = _arr(outcomes, "outcomes")
+    if y.shape != p.shape[:-1]:
+        raise InvalidInputError(f"outcomes must have shape {p.shape[:-1]} (one class index per prediction), got {y.shape}.")
+    if not np.all((y == np.round(y)) & (y >= 0) & (y < p.shape[-1])):
+        raise InvalidInputError(f"outcomes must be class indices 0 … {p.shape[-1] - 1}.")
+    return y.astype(np.int64)
+
+
+def kl_categorical_bits(p: Float[_Array, "*shape K"], q: Float[_Array, "*shape K"], *,
+                        eps: float = 1e-12) -> Float[np.ndarray, "*shape"]:
+    """KL(p ‖ q) in bits over the last axis (0 log 0 = 0); ``q`` clipped below at ``eps``."""
+    p, q = _class_probs(p, "p"), _class_probs(q, "q")
+    _same_shape(p, q, "p", "q")
+    q = np.maximum(q, eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1.0) / q), 0.0)
+    return terms.sum(-1)
+
+
+def multiclass_brier_score(probs: Float[_Array, "*batch n K"], outcomes: Float[_Array, "*batch n"]) -> Float[np.ndarray, "*batch"]:
+    """Mean over the predictions (axis −2) of Σ_j (p_j − 1[j = outcome])²."""
+    p = _class_probs(probs, "probs")
+    y = _class_outcomes(outcomes, p)
+    onehot = (np.arange(p.shape[-1]) == y[..., None]).astype(np.float64)
+    return ((p - onehot) ** 2).sum(-1).mean(-1)
+
+
+def top_label(probs: Float[_Array, "*batch K"], outcomes: Float[_Array, "*batch"]):
+    """(confidence, correct): the largest class probability, and 1.0 where its class is the outcome
+    (ties go to the first class, as ``argmax`` does)."""
+    p = _class_probs(probs, "probs")
+    y = _class_outcomes(outcomes, p)
+    return p.max(-1), (p.argmax(-1) == y).astype(np.float64)

@@ -267,7 +267,8 @@ def _sula(ctx: Context) -> SectionOutput:
     out.figure("SULA: entropy vs k, PC1 vs k, reliability (main task and controls)", res.plot)
     out.details["main"] = {k: v for k, v in main.to_dict().items()
                            if k not in ("prompts", "model_p_first", "model_entropy_bits", "model_label_mass",
-                                        "bayes_p_first", "bayes_entropy_bits", "k", "hidden_label", "pc1")}
+                                        "bayes_p_first", "bayes_entropy_bits", "k", "hidden_label", "pc1",
+                                        "model_posterior", "bayes_posterior")}
     out.details["labels"] = res.labels
     return out
 

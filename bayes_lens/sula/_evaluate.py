@@ -18,7 +18,7 @@ one seed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -33,11 +33,13 @@ from .._validate import check_count, check_seed
 from ..errors import InvalidInputError
 from ..metrics.calibration import (
     binary_entropy_bits,
-    brier_score,
     expected_calibration_error,
     kl_bernoulli_bits,
+    kl_categorical_bits,
     mae_bits,
+    multiclass_brier_score,
     reliability_bins,
+    top_label,
 )
 from ..metrics.pca import pca
 from ..metrics.stats import (
@@ -48,7 +50,9 @@ from ..metrics.stats import (
     permutation_pvalue_rows,
     slope_rows,
     spearman_rows,
+    entropy_bits,
 )
+from ..tasks import TaskPrompts, answer_token_ids, as_task_prompts, is_task_item
 from ._task import (
     CARRIER_WORDS,
     CONTROLS,
@@ -60,8 +64,8 @@ from ._task import (
     make_prompts,
 )
 
-__all__ = ["SulaResult", "SulaControls", "evaluate", "run_controls", "label_posterior", "as_prompts",
-           "label_token_ids", "evaluate_reduced"]
+__all__ = ["SulaResult", "SulaControls", "evaluate", "run_controls", "label_posterior", "answer_posterior",
+           "as_prompts", "label_token_ids", "evaluate_reduced"]
 
 _METRICS = ("mae_bits", "pearson", "spearman", "kl_bits", "ece", "brier", "bayes_ece", "bayes_brier",
             "label_mass", "h_model_mean_bits")
@@ -89,6 +93,22 @@ def label_posterior(label_logprobs) -> Tuple[np.ndarray, np.ndarray]:
     return np.clip(p_first, 0.0, 1.0), np.exp(lp).sum(1)
 
 
+def answer_posterior(answer_logprobs) -> Tuple[np.ndarray, np.ndarray]:
+    """(posterior over the K answers, raw mass on them) from their full-vocabulary log-probabilities
+    ``[n, K]`` at the final token: P(a_j) / Σ_i P(a_i) (any task, METHODS.md §6a).
+
+    >>> post, mass = answer_posterior(np.log([[0.3, 0.1, 0.1]]))
+    >>> [round(float(x), 3) for x in post[0]], round(float(mass[0]), 3)
+    ([0.6, 0.2, 0.2], 0.5)
+    """
+    lp = np.asarray(torch.as_tensor(answer_logprobs).detach().double().cpu().numpy() if isinstance(answer_logprobs, Tensor)
+                    else answer_logprobs, dtype=np.float64)
+    if lp.ndim != 2 or lp.shape[1] < 2:
+        raise InvalidInputError(f"answer log-probabilities must be [n, K] with K ≥ 2, got shape {list(lp.shape)}.")
+    norm = np.logaddexp.reduce(lp, axis=1, keepdims=True)
+    return np.clip(np.exp(lp - norm), 0.0, 1.0), np.exp(lp).sum(1)
+
+
 def label_token_ids(model, labels) -> Tuple[int, int]:
     """The single-token ids of the two labels (each with its leading space) in the model's tokenizer."""
     _, ids = check_labels(get_tokenizer(model), labels)
@@ -99,26 +119,34 @@ def label_token_ids(model, labels) -> Tuple[int, int]:
 # statistics (vectorized over bootstrap resamples)
 
 
-def _group_stats(h_m, h_b, p_m, p_b, outcome, mass, *, n_boot: int, rng, n_bins: int, strata=None) -> dict:
+def _group_stats(h_m, h_b, kl, cal, mass, *, n_boot: int, rng, n_bins: int, strata=None) -> dict:
     """Point estimates and percentile bootstrap CIs (resampling prompts) of every SULA metric;
-    ``strata`` (the k of each prompt): resample within k, the design's fixed count per k."""
+    ``strata`` (the k of each prompt): resample within k, the design's fixed count per k.
+
+    ``kl`` is KL(Bayes ‖ model) per prompt; ``cal`` is (model ECE probabilities, their 0/1 events,
+    model squared error per prompt, the same three for the exact posterior), or None when the items
+    carry no outcome (ECE and Brier are then NaN). SULA passes P(L1), 1[y = L1] and (P(L1) − 1[y = L1])²;
+    other tasks the top answer's probability, whether it was drawn, and the multi-class squared error."""
     n = len(h_m)
-    kl = kl_bernoulli_bits(p_b, p_m)
 
     def stats(idx):
         hm, hb = h_m[idx], h_b[idx]
-        return {
+        out = {
             "mae_bits": mae_bits(hm, hb),
             "pearson": pearson_rows(hm, hb),
             "spearman": spearman_rows(hm, hb),
             "kl_bits": kl[idx].mean(-1),
-            "ece": expected_calibration_error(p_m[idx], outcome[idx], n_bins=n_bins),
-            "brier": brier_score(p_m[idx], outcome[idx]),
-            "bayes_ece": expected_calibration_error(p_b[idx], outcome[idx], n_bins=n_bins),
-            "bayes_brier": brier_score(p_b[idx], outcome[idx]),
             "label_mass": mass[idx].mean(-1),
             "h_model_mean_bits": hm.mean(-1),
         }
+        if cal is None:
+            nan = np.full(idx.shape[:-1], np.nan)
+            out.update(ece=nan, brier=nan, bayes_ece=nan, bayes_brier=nan)
+        else:
+            pm, ym, sqm, pb, yb, sqb = cal
+            out.update(ece=expected_calibration_error(pm[idx], ym[idx], n_bins=n_bins), brier=sqm[idx].mean(-1),
+                       bayes_ece=expected_calibration_error(pb[idx], yb[idx], n_bins=n_bins), bayes_brier=sqb[idx].mean(-1))
+        return out
 
     point = {key: float(np.asarray(v).ravel()[0]) for key, v in stats(np.arange(n)[None, :]).items()}
     out = {"n": n, "h_bayes_mean_bits": float(h_b.mean())}
@@ -234,9 +262,12 @@ class SulaResult(Result):
     k: Tensor
     hidden_label: Tensor
     pc1: Tensor
-    prompts: SulaPrompts
+    prompts: Union[SulaPrompts, TaskPrompts]
     n_boot: int
     seed: int
+    task: str = "sula"
+    model_posterior: Optional[Tensor] = None
+    bayes_posterior: Optional[Tensor] = None
 
     def _summary(self):
         title = (f"condition {self.condition!r}, labels {tuple(self.labels)}, layer {self.layer}, "
@@ -244,7 +275,8 @@ class SulaResult(Result):
         return title, [
             ("MAE |H_model - H_Bayes|", f"{fmt(self.mae_bits)} bits", fmt_ci(self.mae_bits), ""),
             ("Pearson(H_model, H_Bayes)", fmt(self.pearson), fmt_ci(self.pearson), f"Spearman {fmt(self.spearman)}"),
-            ("ECE / Brier", f"{fmt(self.ece)} / {fmt(self.brier)}", "",
+            ("ECE / Brier" if self.task == "sula" else "ECE (top answer) / Brier (multi-class)",
+             f"{fmt(self.ece)} / {fmt(self.brier)}", "",
              f"Bayes floor {fmt(self.bayes_ece)} / {fmt(self.bayes_brier)}"),
             ("entropy slope on k", f"{fmt(self.entropy_slope_bits_per_example)} bits/example",
              fmt_ci(self.entropy_slope_bits_per_example), f"label mass {fmt(self.label_mass)}"),
@@ -345,11 +377,14 @@ def _plot(results: Dict[str, SulaResult]):
     fig.update_yaxes(title_text="entropy (bits)", row=1, col=1)
     fig.update_xaxes(title_text="k (examples)", row=1, col=2)
     fig.update_yaxes(title_text="PC1 score", row=1, col=2)
-    fig.update_xaxes(title_text="mean predicted P(first label)", range=[0, 1], row=1, col=3)
+    first = next(iter(results.values()))
+    fig.update_xaxes(title_text="mean predicted P(first label)" if first.task == "sula" else
+                     "mean predicted P(top answer)", range=[0, 1], row=1, col=3)
     fig.update_yaxes(title_text="observed frequency", range=[0, 1], row=1, col=3)
     # the legend below the panels, inside the figure (a legend on the right ran off a report's page); no fixed
     # width: the figure takes its box's (a width of 1300 px ran out of the report's 1180 px column)
-    fig.update_layout(title="SULA: model vs exact Bayesian posterior", height=520,
+    fig.update_layout(title=("SULA" if first.task == "sula" else f"task {first.task!r}") +
+                      ": model vs exact Bayesian posterior", height=520,
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"),
                       margin=dict(b=150))
     return fig
@@ -359,21 +394,27 @@ def _plot(results: Dict[str, SulaResult]):
 # evaluation
 
 
-def as_prompts(prompts) -> SulaPrompts:
-    """SULA items as a :class:`SulaPrompts` (one label pair; every item carries its p and prior)."""
-    if isinstance(prompts, SulaPrompts):
+def as_prompts(prompts) -> Union[SulaPrompts, TaskPrompts]:
+    """SULA items as a :class:`SulaPrompts` (one label pair; every item carries its p and prior); any
+    other task's items (:mod:`bayes_lens.tasks`) as a :class:`bayes_lens.tasks.TaskPrompts`."""
+    if isinstance(prompts, (SulaPrompts, TaskPrompts)):
         items = prompts
     else:
         if prompts is None or isinstance(prompts, str) or not isinstance(prompts, Iterable):
-            raise InvalidInputError("prompts must be the output of bl.sula.make_prompts (or a list of its items).")
+            raise InvalidInputError("prompts must be the output of bl.sula.make_prompts (or a list of its items), or "
+                                    "a task's prompt set from bl.tasks.")
         items = list(prompts)
     if not len(items):
         raise InvalidInputError("the prompt list is empty; make prompts with bl.sula.make_prompts(model).")
+    if isinstance(items, TaskPrompts) or not any(isinstance(it, SulaItem) for it in items) and \
+            all(is_task_item(it) for it in items):
+        return as_task_prompts(prompts)
     bad = [i for i, it in enumerate(items) if not isinstance(it, SulaItem)]
     if bad:
         raise InvalidInputError(
-            f"prompt {bad[0]} is a {type(items[bad[0]]).__name__}, not a SULA item: evaluate needs the exact "
-            "posterior each item carries. Make prompts with bl.sula.make_prompts(model).")
+            f"prompt {bad[0]} is a {type(items[bad[0]]).__name__}, not a SULA item (nor an item of another task): "
+            "evaluate needs the exact posterior each item carries. Make prompts with bl.sula.make_prompts(model) "
+            "or a task generator of bl.tasks.")
     missing = [i for i, it in enumerate(items) if getattr(it, "prior", None) is None or getattr(it, "p", None) is None]
     if missing:
         raise InvalidInputError(
@@ -404,20 +445,46 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
     items = as_prompts(items)
     n_boot = _check_n_boot(n_boot)
     if rc.n_prompts != len(items):
-        raise InvalidInputError(f"{rc.n_prompts} prompts were run but {len(items)} SULA items were given; pass "
+        raise InvalidInputError(f"{rc.n_prompts} prompts were run but {len(items)} items were given; pass "
                                 "the items in the order their texts were run.")
-    p_m, mass = label_posterior(rc.token_logprobs())
-    h_m = binary_entropy_bits(p_m)
-    p_b, h_b, k = items.bayes_p_first, items.bayes_entropy_bits, items.k
-    hidden = items.hidden_label
-    outcome = (hidden == 0).astype(np.float64)
-    h_prior = binary_entropy_bits(np.array([it.prior for it in items], dtype=np.float64))
+    k = items.k
+    if isinstance(items, SulaPrompts):
+        p_m, mass = label_posterior(rc.token_logprobs())
+        h_m = binary_entropy_bits(p_m)
+        p_b, h_b = items.bayes_p_first, items.bayes_entropy_bits
+        hidden = items.hidden_label
+        outcome = (hidden == 0).astype(np.float64)
+        h_prior = binary_entropy_bits(np.array([it.prior for it in items], dtype=np.float64))
+        kl = kl_bernoulli_bits(p_b, p_m)
+        cal = (p_m, outcome, (p_m - outcome) ** 2, p_b, outcome, (p_b - outcome) ** 2)
+        post_m, post_b = np.stack([p_m, 1.0 - p_m], 1), np.stack([p_b, 1.0 - p_b], 1)
+        condition, labels, task = (items.control if isinstance(items.control, str) else "main"), tuple(items.labels), "sula"
+    else:
+        lp = rc.token_logprobs()
+        if lp.shape[1] != len(items.answers):
+            raise InvalidInputError(f"the cache holds {lp.shape[1]} token log-probabilities per prompt but the task has "
+                                    f"{len(items.answers)} answers; collect with token_ids = the answers' ids.")
+        post_m, mass = answer_posterior(lp)
+        h_m = np.asarray(entropy_bits(post_m), dtype=np.float64)
+        post_b, h_b = items.posterior, items.entropy_bits
+        p_m, p_b = post_m[:, 0], post_b[:, 0]
+        hidden = items.outcome
+        h_prior = np.asarray(entropy_bits(items.prior_posterior), dtype=np.float64)
+        kl = kl_categorical_bits(post_b, post_m)
+        if np.all(hidden >= 0):
+            conf_m, hit_m = top_label(post_m, hidden)
+            conf_b, hit_b = top_label(post_b, hidden)
+            cal = (conf_m, hit_m, multiclass_brier_score(post_m[:, None, :], hidden[:, None]),
+                   conf_b, hit_b, multiclass_brier_score(post_b[:, None, :], hidden[:, None]))
+        else:  # no (or not every) item carries an outcome: no ECE or Brier score
+            cal = None
+        condition, labels, task = items.task, tuple(items.answers), items.task
 
     groups = [(int(kv), k == kv) for kv in dict.fromkeys(k.tolist())] + [("all", np.ones_like(k, dtype=bool))]
     streams = child_rngs(len(groups) + 3, seed=seed)
     rows = []
     for gi, (name, sel) in enumerate(groups):
-        st = _group_stats(h_m[sel], h_b[sel], p_m[sel], p_b[sel], outcome[sel], mass[sel],
+        st = _group_stats(h_m[sel], h_b[sel], kl[sel], None if cal is None else tuple(a[sel] for a in cal), mass[sel],
                           n_boot=n_boot, rng=streams[gi], n_bins=n_bins, strata=k[sel])
         rows.append({"k": name, **st, "mae_ignore_evidence_bits": float(mae_bits(h_prior[sel], h_b[sel]))})
     table = pd.DataFrame(rows)
@@ -431,7 +498,12 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
     except InvalidInputError:  # fewer than 3 prompts, or identical values: PCA undefined
         pc1, evr = np.full(values.shape[0], np.nan), float("nan")
     geometry = _geometry_table(pc1, h_b, h_m, k, n_boot=n_boot, boot_rng=streams[-3], perm_rng=streams[-2])
-    rel = pd.DataFrame(reliability_bins(p_m, outcome, n_bins=n_bins))
+    if cal is not None:
+        rel = pd.DataFrame(reliability_bins(cal[0], cal[1], n_bins=n_bins))
+    else:  # no outcomes: the diagram's bins, empty
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        rel = pd.DataFrame({"bin_low": edges[:-1], "bin_high": edges[1:], "count": np.zeros(n_bins, dtype=np.int64),
+                            "mean_predicted": np.nan, "observed_frequency": np.nan})
     slope, slope_ci = _slope_with_ci(k.astype(np.float64), h_m, n_boot=n_boot, rng=streams[-1])
 
     def t(a, dtype=torch.float64):
@@ -449,8 +521,7 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
                         null=0.0, n=n)
 
     return SulaResult(
-        condition=items.control if isinstance(items.control, str) else "main",
-        labels=tuple(items.labels), layer=layer, table=table, geometry=geometry, reliability=rel,
+        condition=condition, labels=labels, layer=layer, table=table, geometry=geometry, reliability=rel,
         mae_bits=est("mae_bits", null=float(overall["mae_ignore_evidence_bits"])),
         pearson=est("pearson", null=0.0), spearman=est("spearman", null=0.0), kl_bits=est("kl_bits"),
         ece=est("ece"), brier=est("brier"), bayes_ece=est("bayes_ece"), bayes_brier=est("bayes_brier"),
@@ -460,7 +531,8 @@ def evaluate_reduced(rc: ReducedCache, items: SulaPrompts, *, layer: int, seed: 
         entropy_slope_bits_per_example=Estimate(slope, slope_ci, method, null=0.0, n=n),
         model_p_first=t(p_m), model_entropy_bits=t(h_m), model_label_mass=t(mass), bayes_p_first=t(p_b),
         bayes_entropy_bits=t(h_b), k=t(k, torch.long), hidden_label=t(hidden, torch.long), pc1=t(pc1),
-        prompts=items, n_boot=int(n_boot), seed=int(seed),
+        prompts=items, n_boot=int(n_boot), seed=int(seed), task=task, model_posterior=t(post_m),
+        bayes_posterior=t(post_b),
     )
 
 
@@ -500,6 +572,10 @@ def evaluate(
     seed, n_boot, n_bins:
         Bootstrap seed and resamples (95% percentile CIs over prompts); ECE bins.
 
+    ``prompts`` may be any task's items (:mod:`bayes_lens.tasks`, METHODS.md §6a): the posterior is
+    then over the task's K answers, ECE is for the top answer and the Brier score is the multi-class
+    one; ``condition`` is the task's name and ``labels`` its answers.
+
     A cache may also be a reduced cache (:func:`bayes_lens.collect.collect` with ``token_ids`` = the
     label ids, or :func:`bayes_lens.shard.merge`) with ``model=``. To run the forward passes in shards,
     call it inside ``with bl.shard.sharded(...)`` (batch-aligned shards give the one-process numbers).
@@ -529,7 +605,9 @@ def evaluate(
     items = as_prompts(prompts)
     layer = adapter.resolve_layer(m, layer)
     rc, _ = as_reduced(source, items.texts, model=model, logits=logits, attention_mask=attention_mask,
-                       tokens=tokens, value_layers=[layer], token_ids=list(label_token_ids(m, items.labels)),
+                       tokens=tokens, value_layers=[layer],
+                       token_ids=list(label_token_ids(m, items.labels) if isinstance(items, SulaPrompts)
+                                      else answer_token_ids(m, items.answers)),
                        fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc="sula.evaluate:")
     return evaluate_reduced(rc, items, layer=layer, seed=seed, n_boot=n_boot, n_bins=n_bins)
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from .._validate import check_count, check_nonneg_int, check_seed
 from ..errors import InvalidInputError, TokenizationError
 from ..metrics.calibration import binary_entropy_bits
+from ..tasks import get_tokenizer, register_task, single_token_id
 
 __all__ = [
     "CANDIDATE_LABELS",
@@ -45,6 +46,12 @@ CARRIER_WORDS: Tuple[str, ...] = ("cat", "dog", "tree", "house", "river", "stone
                                   "apple", "chair", "cloud", "lamp")
 #: The control conditions :func:`make_prompts` accepts (``None`` or ``"main"`` is the task itself).
 CONTROLS: Tuple[str, ...] = ("lexical_remap", "shuffled_labels", "evidence_removed", "carriers_masked")
+
+#: Bumped whenever the same arguments would generate different items (exported in a file's card).
+SULA_VERSION = "sula-1"
+_DEFINITION = ("y ~ Bernoulli(prior) over (L1, L2); each of the k example labels equals y with probability p; "
+               "posterior = (P(L1 | D), 1 - P(L1 | D)) with logit P(L1 | D) = logit(prior) + (n1 - n2) log(p / (1 - p)); "
+               "controls shuffled_labels and evidence_removed: posterior = prior; outcome = y.")
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -142,6 +149,34 @@ class SulaItem(str):
         """The item's fields (and its text) as plain Python data."""
         return {"text": self.text, **{f: getattr(self, f) for f in self._FIELDS}}
 
+    # the task protocol (bayes_lens.tasks, METHODS.md §6a): SULA is one task among others
+    task = "sula"
+
+    @property
+    def answers(self) -> Tuple[str, str]:
+        """The two label tokens as continuations: ``(" " + L1, " " + L2)``."""
+        return (" " + self.labels[0], " " + self.labels[1])
+
+    @property
+    def posterior(self) -> Tuple[float, float]:
+        """The exact posterior over ``answers``: (P(L1 | D), 1 − P(L1 | D))."""
+        return (self.bayes_p_first, 1.0 - self.bayes_p_first)
+
+    @property
+    def entropy_bits(self) -> float:
+        """The exact posterior's entropy in bits (``bayes_entropy_bits``)."""
+        return self.bayes_entropy_bits
+
+    @property
+    def outcome(self) -> int:
+        """Index of the hidden label in ``answers`` (``hidden_label``)."""
+        return self.hidden_label
+
+    @property
+    def prior_posterior(self) -> Tuple[float, float]:
+        """The posterior with no evidence: (prior, 1 − prior)."""
+        return (self.prior, 1.0 - self.prior)
+
     def __reduce__(self):
         return (_rebuild_item, (self.text, {f: getattr(self, f) for f in self._FIELDS}))
 
@@ -168,6 +203,22 @@ class SulaPrompts(tuple):
     def _meta(self) -> dict:
         return {k: self.__dict__[k] for k in ("labels", "p", "prior", "control", "ks", "n_per_k",
                                               "template", "seed")}
+
+    # the prompt-set side of the task protocol (what an exported file's card records)
+    task = "sula"
+    generator_version = SULA_VERSION
+    posterior_definition = _DEFINITION
+
+    @property
+    def params(self) -> dict:
+        """The generation settings as JSON-able data (the template as its four strings)."""
+        meta = self._meta()
+        meta.pop("seed")
+        t = meta["template"]
+        meta["template"] = None if t is None else {f: getattr(t, f) for f in ("example", "sep", "end", "query")}
+        meta["labels"] = list(meta["labels"])
+        meta["ks"] = list(meta["ks"])
+        return meta
 
     def __getitem__(self, index):
         out = tuple.__getitem__(self, index)
@@ -290,28 +341,12 @@ def expected_bayes_entropy_bits(k: int, *, p: float = 0.9, prior: float = 0.5) -
 # labels and tokenizers
 
 
-def get_tokenizer(model_or_tokenizer):
-    tok = getattr(model_or_tokenizer, "tokenizer", None)
-    if tok is not None:
-        return tok
-    if hasattr(model_or_tokenizer, "encode") and callable(model_or_tokenizer):
-        return model_or_tokenizer
-    raise InvalidInputError(
-        f"expected a TransformerLens model with a tokenizer, or a tokenizer, got "
-        f"{type(model_or_tokenizer).__name__}; SULA needs the tokenizer to choose single-token labels.")
-
-
 def _token_ids(tok, text: str) -> List[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
 def _single_token_id(tok, label: str) -> Optional[int]:
-    ids = _token_ids(tok, " " + label)
-    if len(ids) != 1:
-        return None
-    if tok.decode(ids) != " " + label:  # e.g. an unknown-token id that decodes to something else
-        return None
-    return int(ids[0])
+    return single_token_id(tok, " " + label)
 
 
 def check_labels(tok, labels) -> Tuple[Tuple[str, str], Tuple[int, int]]:
@@ -484,3 +519,32 @@ def make_prompts(
                        template=tmpl, seed=seed)
 
 
+
+
+# --------------------------------------------------------------------------------------------------
+# loading exported files back (bayes_lens.tasks.load / from_records)
+
+
+def _tuple(value):
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def _from_records(records, card) -> SulaPrompts:
+    """SULA items and their prompt set from exported records (the protocol fields are checked against
+    the ones the rebuilt items derive)."""
+    items = []
+    for rec in records:
+        item = SulaItem(rec["text"], **{f: _tuple(rec[f]) for f in SulaItem._FIELDS})
+        for f in ("answers", "posterior", "entropy_bits", "outcome", "prior_posterior"):
+            if _tuple(rec[f]) != getattr(item, f):
+                raise InvalidInputError(f"record {len(items)}: its {f} {rec[f]!r} is not the one its SULA fields "
+                                        f"imply ({getattr(item, f)!r}); the file was not written by bl.tasks.export.")
+        items.append(item)
+    params = dict(card["params"])
+    t = params.get("template")
+    params["template"] = None if t is None else SulaTemplate(**t)
+    return SulaPrompts(items, seed=card["seed"], **{k: _tuple(v) if k in ("labels", "ks") else v
+                                                    for k, v in params.items()})
+
+
+register_task("sula", _from_records, module=__name__.rsplit(".", 1)[0])

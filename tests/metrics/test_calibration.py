@@ -118,3 +118,34 @@ def test_bad_inputs_raise_clear_errors():
         expected_calibration_error([0.2], [1], n_bins=0)
     with pytest.raises(bl.InvalidInputError, match="empty"):
         brier_score([], [])
+
+
+# ------------------------------------------------------------------ K classes (any task, METHODS.md §6a)
+
+
+def test_multiclass_metrics_against_independent_computations():
+    from scipy import special
+
+    from bayes_lens.metrics.calibration import kl_categorical_bits, multiclass_brier_score, top_label
+
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(5), size=40)
+    q = rng.dirichlet(np.ones(5), size=40)
+    y = rng.integers(0, 5, size=40)
+    np.testing.assert_allclose(kl_categorical_bits(p, q), special.rel_entr(p, q).sum(1) / np.log(2), rtol=1e-12)
+    assert float(kl_categorical_bits(p[0], p[0])) == 0.0
+    brier = np.mean([sum((q[i, j] - (j == y[i])) ** 2 for j in range(5)) for i in range(40)])
+    assert float(multiclass_brier_score(q, y)) == pytest.approx(brier, abs=1e-14)
+    # K = 2: twice the binary Brier score of the first class
+    q2 = np.stack([q[:, 0], 1 - q[:, 0]], 1)
+    y2 = (y % 2).astype(int)
+    assert float(multiclass_brier_score(q2, y2)) == pytest.approx(2 * float(brier_score(q2[:, 0], (y2 == 0).astype(float))))
+    conf, hit = top_label(q, y)
+    np.testing.assert_array_equal(conf, q.max(1))
+    np.testing.assert_array_equal(hit, [float(np.argmax(r) == t) for r, t in zip(q, y)])
+    # stacked bootstrap rows reduce over the prediction axis
+    assert multiclass_brier_score(np.stack([q, q]), np.stack([y, y])).shape == (2,)
+    with pytest.raises(bl.InvalidInputError):
+        multiclass_brier_score(q, y + 5)
+    with pytest.raises(bl.InvalidInputError):
+        kl_categorical_bits(p, q[:, :4])
