@@ -219,7 +219,7 @@ def test_localize_clean_reference_equals_sula_evaluate():
 def test_localize_refuses_bad_input():
     model = _model("bridge")
     items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
-    with pytest.raises(InvalidInputError, match="SULA items"):
+    with pytest.raises(InvalidInputError, match="exact posteriors"):
         bl.localize(model, ["a plain prompt"] * 12)
     with pytest.raises(InvalidInputError, match="rank"):
         bl.localize(model, items, ranks=(model.cfg.d_model,))
@@ -240,16 +240,16 @@ def test_a_full_swap_at_the_last_layer_gives_the_donors_output(kind):
     loc = bl.localize(model, items, layers=[last], ranks=(1,), estimators=("pca",), bases={"all": np.eye(model.cfg.d_model)},
                       n_random=2, folds=2, n_boot=50, n_null=0, progress=False)
     ids = bl.sula.label_token_ids(model, items[0].labels)
-    lo = []
+    post = []
     for it in items:
         with torch.no_grad():
             logits = model(model.to_tokens(it.text))[0, -1].double()
         lp = torch.log_softmax(logits, -1)[list(ids)]
-        p = float(torch.softmax(lp, -1)[0].clamp(1e-6, 1 - 1e-6))
-        lo.append(np.log2(p) - np.log2(1 - p))
-    lo = np.array(lo)
+        post.append(torch.softmax(lp, -1).numpy())
+    post = np.array(post)
     donors = bl.ablation.swap_donors(items, seed=0)
-    want = np.mean(np.abs(lo[donors] - lo))
+    q = post[donors]
+    want = np.mean((q * (np.log2(q) - np.log2(np.maximum(post, 1e-9)))).sum(1))  # KL(q_donor ‖ p_own), bits
     got = loc.table.set_index("subspace").loc["all", "swap_bits"]
     assert got == pytest.approx(want, rel=1e-3, abs=1e-4)
 
@@ -262,3 +262,16 @@ def test_swap_donors_have_other_posteriors():
     assert np.all(np.abs(post[donors] - post) > 1e-9)
     with pytest.raises(InvalidInputError, match="different posteriors"):
         bl.ablation.swap_donors([items[0]] * 5)
+
+
+def test_localize_runs_on_another_task():
+    """Any task of bl.tasks (here K = 4 categorical symbols), not only SULA: entropy over K answers,
+    top-answer ECE and multi-class Brier, swaps scored in KL."""
+    model = _model("bridge")
+    items = bl.tasks.categorical_prompts(model, n_symbols=3, ks=(0, 2, 4, 8), n_per_k=5, seed=0)
+    loc = bl.localize(model, items, layers=[0], ranks=(1,), estimators=("ridge",), n_random=2, folds=2, n_boot=50,
+                      n_null=0, progress=False)
+    t = loc.to_dataframe()
+    assert np.isfinite(t["delta_mae_bits"]).all() and np.isfinite(t["swap_bits"]).all()
+    with pytest.raises(InvalidInputError, match="two answers"):
+        bl.localize(model, items, target="log_odds", layers=[0], n_random=1, folds=2, n_boot=10, n_null=0)

@@ -35,7 +35,7 @@ from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFin
 from ..hookpoints import axis_hook_name
 from ..metrics.calibration import binary_entropy_bits
 from ..metrics.pca import pca
-from ..metrics.stats import pearson
+from ..metrics.stats import entropy_bits, pearson
 from ..reduced import ReducedCache
 from ._common import (
     SIGN_BY, STANDARDIZE, finite_float, library_versions, model_meta, prompt_data, site_dim, unit_vector,
@@ -110,7 +110,7 @@ def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model
     ``prompts`` are SULA items (the entropy is over the two labels) or plain strings (full next-token
     entropy); from a cache of plain strings ``prompts`` may be None.
     """
-    from ..sula import label_token_ids
+    from ..tasks import answer_token_ids
 
     check_site(site)
     texts, bayes = prompt_data(prompts) if prompts is not None else (None, None)
@@ -119,7 +119,7 @@ def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model
     if bayes is not None:
         if m is None:
             raise InvalidInputError("SULA items need the model (for the label token ids): pass model=.")
-        label_ids = list(label_token_ids(m, prompts[0].labels))
+        label_ids = list(answer_token_ids(m, prompts[0].answers))
     rc, m = as_reduced(source, texts, model=model, logits=logits, attention_mask=attention_mask, tokens=tokens,
                        **{"value_layers" if site == "v" else "resid_layers": list(layers)}, token_ids=label_ids,
                        fwd_hooks=fwd_hooks, batch_size=batch_size, progress=progress, desc=desc)
@@ -129,12 +129,15 @@ def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model
 def signing_entropy(rc: ReducedCache, prompts) -> np.ndarray:
     """The model's entropy (bits) per prompt: over the two SULA labels (renormalized) for SULA items, else the
     full next-token entropy."""
-    from ..sula import label_posterior
+    from ..sula import answer_posterior, label_posterior
 
     bayes = prompt_data(prompts)[1] if prompts is not None else None
     if bayes is not None:
-        p_first, _ = label_posterior(rc.token_logprobs())
-        return np.asarray(binary_entropy_bits(p_first), dtype=np.float64)
+        lp = rc.token_logprobs()
+        if lp.shape[1] == 2:  # two answers (SULA): the binary path, bit for bit as before
+            p_first, _ = label_posterior(lp)
+            return np.asarray(binary_entropy_bits(p_first), dtype=np.float64)
+        return np.asarray(entropy_bits(answer_posterior(lp)[0]), dtype=np.float64)
     return rc.next_token_entropy_bits().double().numpy()
 
 

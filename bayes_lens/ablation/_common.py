@@ -90,7 +90,9 @@ def unit_vector(vec, name: str, dim: Optional[int] = None) -> np.ndarray:
 
 
 def is_sula_item(p) -> bool:
-    return hasattr(p, "text") and hasattr(p, "bayes_entropy_bits") and hasattr(p, "labels")
+    """An item of an in-context task with an exact posterior (SULA's or any task of :mod:`bayes_lens.tasks`)."""
+    return (hasattr(p, "text") and hasattr(p, "entropy_bits") and hasattr(p, "answers")
+            and hasattr(p, "posterior"))
 
 
 def prompt_data(prompts) -> Tuple[List[str], Optional[np.ndarray]]:
@@ -101,7 +103,7 @@ def prompt_data(prompts) -> Tuple[List[str], Optional[np.ndarray]]:
     if not items:
         raise InvalidInputError("the prompt list is empty; pass at least one prompt.")
     if all(is_sula_item(p) for p in items):  # (SULA items are str subclasses: test them first)
-        return [p.text for p in items], np.array([float(p.bayes_entropy_bits) for p in items])
+        return [p.text for p in items], np.array([float(p.entropy_bits) for p in items])
     if all(isinstance(p, str) for p in items):
         return [str(p) for p in items], None
     bad = next(i for i, p in enumerate(items) if not (isinstance(p, str) or is_sula_item(p)))

@@ -25,9 +25,10 @@ TransformerLens model and SULA items, per layer, as one call and one table:
 * **Swap** (``swap=True``, the wind tunnel's swap patching): at the final position of prompt i, the
   component in S is taken from a donor j with another exact posterior (a seeded draw among the prompts
   whose posterior log-odds differs by at least one net example, from the other side of ½ where there
-  is one): v ← v − BBᵀv + BBᵀv_j (v_j the donor's clean row). Score: the move of the model's label
-  log₂-odds toward the donor's clean log₂-odds, sign(ℓ_j − ℓ_i)·(ℓ_i^swapped − ℓ_i), in bits, averaged
-  over prompts with a percentile bootstrap interval.
+  is one): v ← v − BBᵀv + BBᵀv_j (v_j the donor's clean row). Score: how many bits closer the output
+  came to the donor's clean output q_j, KL(q_j ‖ p_i) − KL(q_j ‖ p_i^swapped) (p the model's posterior over
+  the answers), averaged over prompts with a percentile bootstrap interval; a full swap scores
+  KL(q_j ‖ p_i).
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
 * **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
@@ -62,8 +63,9 @@ from .._progress import progress as progress_bar
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int, check_seed
 from ..errors import InvalidInputError
-from ..metrics.calibration import binary_entropy_bits, brier_score, expected_calibration_error
-from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval
+from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
+                                   multiclass_brier_score, top_label)
+from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
 from ._axis import axis_cache, value_arrays
 from ._common import model_meta, prompt_data, site_dim
 from ._patch import Patch, PatchPart, flatten_pairs
@@ -191,8 +193,12 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
         return bayes
     if target == "model":
         return h_model
-    p = np.clip(np.array([it.bayes_p_first for it in items], dtype=np.float64), 1e-12, 1 - 1e-12)
-    return np.log(p) - np.log1p(-p)
+    post = np.array([it.posterior for it in items], dtype=np.float64)
+    if post.shape[1] != 2:
+        raise InvalidInputError(f"target='log_odds' needs a task with two answers; these items have {post.shape[1]}: "
+                                "use target='bayes' (the exact posterior's entropy).")
+    post = np.clip(post, 1e-12, None)
+    return np.log(post[:, 0]) - np.log(post[:, 1])
 
 
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
@@ -202,15 +208,15 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
              progress: Optional[bool] = None) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
-    ``model`` a TransformerLens model; ``items`` SULA items (:func:`bayes_lens.sula.make_prompts`: their
-    exact posteriors are the reference); ``layers`` (default: three evenly spaced layers); ``site``
+    ``model`` a TransformerLens model; ``items`` SULA items (:func:`bayes_lens.sula.make_prompts`) or any
+    task's items (:mod:`bayes_lens.tasks`): their exact posteriors are the reference; ``layers`` (default: three evenly spaced layers); ``site``
     ``"resid_post"`` or ``"v"`` (flattened over KV heads); ``ranks`` of the frame (top-k standardized
     PCs) and of the random bands; ``estimators`` rank-one readout axes (``"ridge"``, ``"pca"``);
     ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces; ``target``
     (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
     ``"removal"`` or ``"mean"``; ``swap`` also run the interchange (each prompt's component taken from a donor
-    with another exact posterior, at the final position; scored by the move of the label log₂-odds toward
-    the donor's, in bits); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
+    with another exact posterior, at the final position; scored by how many bits closer the output came to
+    the donor's clean output, in KL); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
     the name); ``folds`` K of the cross-fitting; ``n_boot``, ``n_null``; ``min_effect_bits`` and
     ``min_r2`` the verdict's practical thresholds. Each intervention is one forward pass over the
     prompts (a cross-fitted one: K passes over 1/K of them).
@@ -241,8 +247,9 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         raise InvalidInputError("ranks must hold at least one positive integer, such as (1, 4, 16).")
     items = list(items)
     texts, bayes = prompt_data(items)
-    if bayes is None or not all(hasattr(it, "hidden_label") for it in items):
-        raise InvalidInputError("localize needs SULA items with exact posteriors: bl.sula.make_prompts(model, ...).")
+    if bayes is None:
+        raise InvalidInputError("localize needs items with exact posteriors: SULA items (bl.sula.make_prompts(model, "
+                                "...)) or any task's items (bl.tasks).")
     info = adapter.model_info(model)
     d = site_dim(info, site)
     if max(ranks) >= d:
@@ -250,39 +257,44 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     layers = default_layers(info.n_layers) if layers is None else adapter.resolve_layers(model, layers)
     n = len(items)
     strata = np.array([it.k for it in items])
-    outcome = np.array([1.0 if it.hidden_label == 0 else 0.0 for it in items])
+    outcomes = [getattr(it, "outcome", None) for it in items]
+    outcome = None if any(o is None for o in outcomes) else np.array(outcomes, dtype=np.int64)
 
     def run(subset: np.ndarray, patch, desc: str):
         """(model entropy over the labels [m], P(first label) [m]) for ``items[subset]`` with ``patch`` (a patch or
         a per-batch hook factory)."""
-        from ..sula import label_posterior
-
         sub = [items[i] for i in subset]
         hooks = patch if callable(patch) else ([] if patch is None else flatten_pairs(patch))
         rc, _ = axis_cache(model, sub, layers=[layers[0]], site=site, batch_size=batch_size, progress=False,
                            desc=desc, fwd_hooks=hooks)
-        p, _ = label_posterior(rc.token_logprobs())
-        return binary_entropy_bits(p), p
+        post = _posterior(rc)
+        return entropy_bits(post), post
 
     rc, _ = axis_cache(model, items, layers=layers, site=site, batch_size=batch_size, progress=progress,
                        desc="localize: clean")
-    from ..sula import label_posterior
-
-    p_clean, _ = label_posterior(rc.token_logprobs())
-    h_clean = binary_entropy_bits(p_clean)
+    p_clean = _posterior(rc)
+    h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
     X = value_arrays(rc, layers, site)
     fid = fold_ids(n, folds, seed=seed, strata=strata)
     idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed, strata=strata)])
 
     def metrics(h, p):
-        return {"mae": np.abs(h[idx] - bayes[idx]).mean(-1),
-                "ece": expected_calibration_error(p[idx], outcome[idx]),
-                "brier": brier_score(p[idx], outcome[idx])}
+        out = {"mae": np.abs(h[idx] - bayes[idx]).mean(-1)}
+        if outcome is None:  # no drawn outcome: no ECE or Brier
+            out["ece"] = out["brier"] = np.full(idx.shape[0], np.nan)
+        elif p.shape[1] == 2:  # P(first answer) against "the first answer was drawn", as bl.sula.evaluate
+            first = (outcome == 0).astype(np.float64)
+            out["ece"] = expected_calibration_error(p[:, 0][idx], first[idx])
+            out["brier"] = brier_score(p[:, 0][idx], first[idx])
+        else:  # top-answer ECE and the multi-class Brier score
+            conf, correct = top_label(p, outcome)
+            out["ece"] = expected_calibration_error(conf[idx], correct[idx])
+            out["brier"] = multiclass_brier_score(p[idx], outcome[idx])
+        return out
 
     clean_m = metrics(h_clean, p_clean)
     donors = swap_donors(items, seed=seed) if swap else None
-    lo_clean = _log2_odds(p_clean)
     user = bases or {}
     candidates: List[_Candidate] = []
     kw = dict(folds=folds, strata=strata, n_boot=n_boot, n_null=n_null, min_r2=min_r2, seed=seed)
@@ -321,7 +333,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     for c in bar:
         x = X[c.layer]
         h = np.empty(n)
-        p = np.empty(n)
+        p = np.empty_like(p_clean)
         groups = [(np.arange(n), c.basis, x.mean(0))] if c.fold_bases is None else \
             [(np.flatnonzero(fid == f), b, x[fid != f].mean(0)) for f, b in c.fold_bases.items()]
         for subset, b, mu in groups:
@@ -330,12 +342,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
         if swap:
-            ps = np.empty(n)
+            ps = np.empty_like(p_clean)
             for subset, b, _ in groups:
                 hook = adapter.hook_name(model, c.layer, site)
                 ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]), f"localize: swap {c.name}")[1]
-            toward = np.sign(lo_clean[donors] - lo_clean)
-            move = (_log2_odds(ps) - lo_clean) * toward
+            # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
+            move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
+                    - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
             mv = move[idx].mean(-1)
             lo_, hi_ = percentile_interval(mv[1:])
             rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
@@ -394,30 +407,34 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         layer_rows.append(row)
     rule = (f"readable: the held-out R² interval (cross-fitted, {folds} folds) lies above the shuffled-target null's "
             f"95th percentile and {min_r2}; mediator: the Δ MAE interval (paired bootstrap, 95%) of the {operation}"
-            + (" or the swap's move toward the donor (log₂-odds, bits)" if swap else "") +
+            + (" or the swap's move toward the donor (bits of KL)" if swap else "") +
             f" lies above its random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and "
             f"{min_effect} bits")
     return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
                         target=target, operation=operation, rule=rule)
 
 
-def _log2_odds(p) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-    return np.log2(p) - np.log2(1 - p)
+def _posterior(rc) -> np.ndarray:
+    """``[n, K]`` the model's posterior over the answers, renormalized (:func:`bayes_lens.sula.answer_posterior`)."""
+    from ..sula import answer_posterior
+
+    return answer_posterior(rc.token_logprobs())[0]
 
 
 def swap_donors(items, *, seed: int = 0) -> np.ndarray:
-    """``[n]`` the donor of each item for a swap: a seeded draw among the items whose exact posterior log-odds
-    differs from its own by at least one net example (|Δ (n₁ − n₂)| ≥ 1), preferring the other side of ½."""
-    lo = np.array([it.bayes_p_first for it in items], dtype=np.float64)
-    lo = np.log(np.clip(lo, 1e-300, None)) - np.log(np.clip(1 - lo, 1e-300, None))
-    step = min((abs(np.log(it.p) - np.log1p(-it.p)) for it in items), default=1.0)
+    """``[n]`` the donor of each item for a swap: a seeded draw among the items whose exact posterior has another
+    most probable answer (for SULA: the other side of ½), else, where there is none, among those whose posterior
+    differs at all (total variation > 10⁻⁹)."""
+    post = np.array([it.posterior for it in items], dtype=np.float64)
     rng = keyed_rng(seed, 74)
     out = np.empty(len(items), dtype=np.int64)
+    mode = post.argmax(1)
+    ties = np.isclose(post.max(1), np.sort(post, 1)[:, -2]) if post.shape[1] > 1 else np.zeros(len(items), bool)
     for i in range(len(items)):
-        far = np.flatnonzero(np.abs(lo - lo[i]) >= step * (1 - 1e-9))
-        other = far[np.sign(lo[far]) != np.sign(lo[i])] if lo[i] != 0 else far
-        pool = other if len(other) else far
+        tv = 0.5 * np.abs(post - post[i]).sum(1)
+        differ = tv > 1e-9
+        other = np.flatnonzero(differ & (mode != mode[i]) & ~ties) if not ties[i] else np.flatnonzero(differ & ~ties)
+        pool = other if len(other) else np.flatnonzero(differ)
         if not len(pool):
             raise InvalidInputError("a swap needs items with different posteriors (several k, both labels); "
                                     "make prompts with ks=(0, 1, 2, 4) or pass swap=False.")
