@@ -18,33 +18,47 @@ the transformers model) and ``"bridge_compat"`` (the bridge after ``enable_compa
 TransformerLens model against the model it came from. Where TransformerLens cannot convert a family
 :class:`~bayes_lens.errors.UnsupportedModelError` says why (:func:`family_support`).
 
+Ground truth: :func:`planted_model` builds a tiny llama of either kind whose weights are set by hand
+so that its SULA posterior (METHODS.md §6) is the exact Bayesian one, computed through one planted
+residual direction that the unembedding reads (a *mediator*) beside one that carries a copy of the
+same signal and that nothing reads (*readout only*): the known answer a readout-versus-mediator
+analysis (METHODS.md §7) must recover.
+
 The tokenizer is byte-level BPE (every byte is a token, so any text encodes) with merges for a short
 list of words: " 0"/" 1" (Bernoulli prompts), SULA's nonsense labels and carrier words, ":" etc.
 
 Example
 -------
->>> from bayes_lens.models.tiny import tiny_model
+>>> from bayes_lens.models.tiny import planted_model, tiny_model
 >>> model = tiny_model("bridge", gqa=True, rotary=True)     # "hooked" too on TransformerLens 3.x
 >>> model.cfg.n_key_value_heads, model.cfg.n_layers
 (2, 2)
+>>> planted_model_, planted = planted_model("bridge")          # the ground-truth model
+>>> planted.hook_name, planted.labels
+('blocks.0.hook_resid_post', ('dax', 'lug'))
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
 import torch
+from torch import Tensor
 
 from .._validate import check_choice
 from ..errors import InvalidInputError, UnsupportedModelError
 from .gguf import LlamaSpec, from_weights
 
 __all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "tiny_hf_model", "family_support", "TINY_WORDS",
-           "FAMILIES", "FAMILY_KINDS"]
+           "FAMILIES", "FAMILY_KINDS", "planted_model", "PlantedDirections",
+           "PLANTED_RMS_EPS"]
 
 # Words the tiny tokenizer keeps whole (with a leading space).
 TINY_WORDS = (
@@ -415,3 +429,233 @@ def _family_model(family: str, kind: str, *, n_layers: int, d_model: int, n_head
         if kind == "bridge_compat":
             bridge.enable_compatibility_mode()
     return bridge.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# A model with planted directions (ground truth for readout-versus-mediator localisation)
+# ---------------------------------------------------------------------------------------------
+
+#: RMSNorm ε of the planted model: far above any mean square the residual reaches, so every norm
+#: is linear (x·w/√ε) to float32 precision and the residual's length feeds no logit
+PLANTED_RMS_EPS = 1e10
+#: attention score of the sink (BOS) key in the planted head: the other keys each get
+#: e^-score of the sink's weight, so the head sums (not averages) the label coordinate
+_SINK_SCORE = 10.0
+#: logit the labels have above every other token at no evidence (through the constant coordinate), so
+#: that they hold the next-token mass
+_LABEL_LOGIT = 10.0
+
+
+@dataclass(frozen=True, eq=False)
+class PlantedDirections:
+    """The ground truth :func:`planted_model` returns with its model.
+
+    At ``hook_name`` (``blocks.{layer}.hook_resid_post``) the final-token residual is
+    ``c·mediator + c·readout_only + (orthogonal rest)`` with ``c = evidence_scale·(n₁ − n₂)`` (up to
+    the sink's weight, ≤ 0.2% on SULA prompts): the unembedding of the two labels reads ``mediator``
+    (logit(L1) − logit(L2) = ``log_odds_per_example``·c/``evidence_scale`` + logit(prior)) and no
+    weight anywhere reads ``readout_only``. ``v_hook_name`` (``blocks.{layer}.attn.hook_v``, flattened
+    over the key/value heads as :data:`bayes_lens.adapter.VECTOR_SITES` ``"v"``) holds
+    ``±v_scale·(v_mediator + v_readout_only)`` at each label token (+ for L1, − for L2) and 0 along
+    both at every other token (the final one included): the planted head sums them into the two
+    residual directions. All four are float32 unit vectors.
+    """
+
+    layer: int
+    site: str
+    hook_name: str
+    mediator: Tensor
+    readout_only: Tensor
+    v_hook_name: str
+    v_mediator: Tensor
+    v_readout_only: Tensor
+    labels: Tuple[str, str]
+    label_ids: Tuple[int, int]
+    evidence_scale: float
+    log_odds_per_example: float
+    prior: float
+    v_scale: float
+
+
+def _orthonormal(n: int, g: torch.Generator, exact: Tuple[int, ...]) -> Tensor:
+    """An orthogonal n × n matrix (float64): column i is the unit vector e_exact[i] for each i, and the
+    other columns are a Haar-random basis of the remaining coordinates (exact zeros on ``exact``)."""
+    m = n - len(exact)
+    q, r = torch.linalg.qr(torch.randn(m, m, generator=g, dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r))
+    rest = torch.tensor([i for i in range(n) if i not in exact])
+    out = torch.zeros(n, n, dtype=torch.float64)
+    for col, i in enumerate(exact):
+        out[i, col] = 1.0
+    out[rest[:, None], torch.arange(len(exact), n)[None, :]] = q
+    return out
+
+
+def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: float, prior: float,
+                     evidence_scale: float, seed: int):
+    """``(weights, planted)``: the planted model's HF-named weights (float64) and the directions they plant
+    (mediator, readout_only, their value roles in KV head 0, the value gain)."""
+    weights = {}
+    g = torch.Generator().manual_seed(seed)
+    d, dh, nh, nkv, dm, vocab = (spec.d_model, spec.d_head, spec.n_heads, spec.n_kv_heads, spec.d_mlp,
+                                 spec.d_vocab)
+    f64 = dict(dtype=torch.float64)
+
+    def rnd(*shape, scale):
+        return torch.randn(*shape, generator=g, **f64) * scale
+
+    # residual roles as columns of a random rotation, except readout_only and the label coordinate: the
+    # last two coordinates, so that every other weight's entries on them are exact zeros (removing
+    # readout_only leaves every logit bit for bit; no rounding of another token's value is summed
+    # into the planted head's output and amplified by its gain e^score)
+    basis = _orthonormal(d, g, exact=(d - 1, d - 2))
+    ro, label, med, const, bos = (basis[:, i] for i in range(5))
+    n_tok = (d - 5) // 2
+    tok_sub = basis[:, 5:5 + n_tok]      # token identity (junk the distractors read)
+    junk = basis[:, 5 + n_tok:]          # where distractors write; nothing that matters reads it
+    read = torch.stack([const, bos, label], 1)
+    read = torch.cat([read, tok_sub, junk], 1)  # what distractors may read: all but med, ro
+
+    def reads(rows, scale=1.0):   # [rows, d]: random reads of the allowed subspace
+        return rnd(rows, read.shape[1], scale=scale * read.shape[1] ** -0.5) @ read.T
+
+    def writes(cols, scale):      # [d, cols]: random writes into the junk subspace
+        return junk @ rnd(junk.shape[1], cols, scale=scale * cols ** -0.5)
+
+    gain = math.sqrt(spec.rms_eps)  # RMSNorm(x)·gain = x to float32 precision (ε ≫ mean x²)
+    emb = const[None, :] + rnd(vocab, n_tok, scale=0.3 * n_tok ** -0.5) @ tok_sub.T
+    emb[bos_id] += bos
+    emb[label_ids[0]] += label
+    emb[label_ids[1]] -= label
+    weights["model.embed_tokens.weight"] = emb
+    weights["model.norm.weight"] = torch.full((d,), gain, **f64)
+    log_odds = math.log(p / (1 - p))
+    unembed = rnd(vocab, junk.shape[1] + n_tok, scale=0.3 * d ** -0.5) @ torch.cat([tok_sub, junk], 1).T
+    unembed -= _LABEL_LOGIT * const[None, :]   # every other token 10 nats below the labels
+    bias = math.log(prior / (1 - prior))
+    for sign, tid in ((1.0, label_ids[0]), (-1.0, label_ids[1])):
+        unembed[tid] = sign * (0.5 * log_odds / evidence_scale) * med + (sign * 0.5 * bias) * const
+    weights["lm_head.weight"] = unembed
+
+    half = dh // 2
+    sink = half - 1                       # the slowest rotary pair (sink, sink + half): ~no rotation
+    sigma = math.sqrt(_SINK_SCORE * math.sqrt(dh))
+    v_basis = _orthonormal(dh, g, exact=(0, 1))  # value roles 0, 1 (planted) are coordinates 0, 1
+    v_scale = math.sqrt(evidence_scale * math.exp(_SINK_SCORE))
+    group = nh // nkv
+    for li in range(spec.n_layers):
+        pre = f"model.layers.{li}."
+        weights[pre + "input_layernorm.weight"] = torch.full((d,), gain, **f64)
+        weights[pre + "post_attention_layernorm.weight"] = torch.full((d,), gain, **f64)
+        q = reads(nh * dh).view(nh, dh, d)
+        k = reads(nkv * dh).view(nkv, dh, d)
+        v = reads(nkv * dh).view(nkv, dh, d)
+        o = writes(nh * dh, 0.5).view(d, nh, dh)
+        if li == layer:
+            q[0] = 0.0
+            q[0, sink] = sigma * const                   # every query of head 0 asks for the sink ...
+            k[0, [sink, sink + half]] = 0.0
+            k[0, sink] = sigma * bos                     # ... which only BOS answers
+            roles = v[0].clone()                         # value roles: 0 and 1 planted, 2.. junk
+            roles[0] = roles[1] = v_scale * label
+            v[0] = v_basis @ roles
+            o[:, 0] = v_scale * (med[:, None] @ v_basis[:, 0][None, :] + ro[:, None] @ v_basis[:, 1][None, :])
+            for h in range(1, group):                    # heads sharing the planted values ignore roles 0, 1
+                o[:, h] = o[:, h] @ (v_basis[:, 2:] @ v_basis[:, 2:].T)
+        weights[pre + "self_attn.q_proj.weight"] = q.reshape(nh * dh, d)
+        weights[pre + "self_attn.k_proj.weight"] = k.reshape(nkv * dh, d)
+        weights[pre + "self_attn.v_proj.weight"] = v.reshape(nkv * dh, d)
+        weights[pre + "self_attn.o_proj.weight"] = o.reshape(d, nh * dh)
+        weights[pre + "mlp.gate_proj.weight"] = reads(dm, 2.0)
+        weights[pre + "mlp.up_proj.weight"] = reads(dm)
+        weights[pre + "mlp.down_proj.weight"] = writes(dm, 0.5)
+    return weights, (med, ro, v_basis[:, 0], v_basis[:, 1], v_scale)
+
+
+def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_model: int = 64,
+                  n_heads: int = 4, gqa: bool = True, d_head: int = 16, labels=("dax", "lug"), p: float = 0.9,
+                  prior: float = 0.5, evidence_scale: float = 1.0, seed: int = 0):
+    """A tiny llama of ``kind`` whose weights are set by hand so that its SULA posterior is the exact
+    Bayesian one, computed through one planted direction that the unembedding reads (the *mediator*)
+    beside one that carries the same signal and that no weight reads (*readout only*).
+
+    Returns ``(model, PlantedDirections)``. The ground truth for readout-versus-mediator tests
+    (METHODS.md §6, §7; "The Readout–Mediator Angle", arXiv 2605.29126; the wind tunnel's
+    "probe-readable is not causally used", github vishalmisra/bayesian-wind-tunnel): removing
+    ``mediator`` at ``blocks.{layer}.hook_resid_post`` sets the label posterior to the prior;
+    removing ``readout_only`` leaves every logit unchanged (bit for bit).
+
+    Construction (the residual roles are columns of a seeded random rotation, so the mediator is no
+    coordinate axis): each token's embedding has a constant coordinate; BOS (always prepended:
+    ``cfg.default_prepend_bos`` is True) a sink coordinate; the labels ``+1``/``-1`` on a label
+    coordinate. Head 0 of ``layer`` attends from every position to BOS with score 10 (in the slowest
+    rotary pair) and with score 0 to every other token, so each other token gets ``e⁻¹⁰`` of BOS's
+    weight: the head *sums* the label coordinate over the prompt, c ∝ n₁ − n₂ (an average would
+    depend on the prompt's length), and writes it through two value roles into ``mediator`` and
+    ``readout_only``. The unembedding of the labels reads ``mediator`` only: logit(L1) − logit(L2)
+    = (n₁ − n₂)·log(p/(1−p)) + logit(prior), the SULA posterior with ``p`` and ``prior``. Every other
+    head, MLP and layer is a random *distractor* that reads everything but the two planted directions
+    and writes into a subspace nothing downstream reads. RMSNorm ε is :data:`PLANTED_RMS_EPS` with
+    gains √ε: the norms are linear, so the residual's length - to which ``readout_only`` contributes
+    like any direction - feeds no logit. Every other token's logit is 10 below the labels' (through the
+    constant coordinate), so the labels hold most of the next-token mass. Two roles are coordinate
+    axes, so that float32 rounding cannot blur the ground truth: ``readout_only`` is the last residual
+    coordinate (every weight's entries on it are exact zeros, so removing it leaves every logit the
+    same bit for bit; a rotated one leaves ~1e-5 of rounding) and the label coordinate the one before
+    (no other token's rounding error reaches the planted head, whose gain is e¹⁰); in the values, the
+    two planted roles are the first two coordinates of KV head 0.
+
+    ``labels`` must be single tokens of the tiny tokenizer (:func:`bayes_lens.sula.label_token_ids`); the
+    default is the pair :func:`bayes_lens.sula.make_prompts` chooses. The same ``seed`` gives the same
+    weights in both kinds.
+
+    >>> import bayes_lens as bl
+    >>> model, planted = planted_model("bridge")
+    >>> planted.hook_name, tuple(planted.mediator.shape)
+    ('blocks.0.hook_resid_post', (64,))
+    >>> res = bl.sula.evaluate(model, bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=8), n_boot=50)
+    >>> res.mae_bits.value < 0.01
+    True
+    """
+    from .._validate import check_float, check_int, check_probability, check_seed
+    from ..sula import label_token_ids
+
+    check_choice(kind, "kind", ("hooked", "bridge"))
+    n_layers = check_int(n_layers, "n_layers", min=1)
+    layer = check_int(layer, "layer", min=0, max=n_layers - 1)
+    d_model = check_int(d_model, "d_model", min=16)
+    n_heads = check_int(n_heads, "n_heads", min=2 if gqa else 1)
+    d_head = check_int(d_head, "d_head", min=4)
+    if d_head % 2:
+        raise InvalidInputError(f"d_head must be even (rotary pairs), got {d_head}.")
+    if gqa and n_heads % 2:
+        raise InvalidInputError(f"gqa=True shares each key/value head between two query heads: n_heads must be "
+                                f"even, got {n_heads}.")
+    p = check_float(p, "p", min=0.5, max=1.0, min_inclusive=False, max_inclusive=False)
+    prior = check_probability(prior, "prior", open_interval=True)
+    evidence_scale = check_float(evidence_scale, "evidence_scale", min=0.0, min_inclusive=False)
+    seed = check_seed(seed)
+    tok = tiny_tokenizer()
+    label_ids = label_token_ids(tok, labels)  # each a single token with its leading space, or an error
+    labels = (labels[0], labels[1])
+    spec = _spec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads // 2 if gqa else n_heads,
+                 d_head=d_head, d_mlp=4 * d_model, d_vocab=len(tok), n_ctx=256)
+    spec = dataclasses.replace(spec, name="tiny-planted", path=Path("tiny-planted"), rms_eps=PLANTED_RMS_EPS,
+                               metadata={"tokenizer.ggml.add_bos_token": True})
+    weights, (med, ro, v_med, v_ro, v_scale) = _planted_weights(
+        spec, layer=layer, label_ids=label_ids, bos_id=int(tok.bos_token_id), p=p, prior=prior,
+        evidence_scale=evidence_scale, seed=seed)
+    model = from_weights(spec, ((k, w.float()) for k, w in weights.items()), tok, kind)
+    n_kv = spec.n_kv_heads
+
+    def flat_v(u):  # a direction of KV head 0, flattened over the key/value heads as the "v" site is
+        out = torch.zeros(n_kv * d_head, dtype=torch.float64)
+        out[:d_head] = u
+        return out.float()
+
+    planted = PlantedDirections(
+        layer=layer, site="resid_post", hook_name=f"blocks.{layer}.hook_resid_post", mediator=med.float(),
+        readout_only=ro.float(), v_hook_name=f"blocks.{layer}.attn.hook_v", v_mediator=flat_v(v_med),
+        v_readout_only=flat_v(v_ro), labels=labels, label_ids=label_ids, evidence_scale=evidence_scale,
+        log_odds_per_example=math.log(p / (1 - p)), prior=prior, v_scale=v_scale)
+    return model, planted
