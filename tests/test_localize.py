@@ -275,3 +275,34 @@ def test_localize_runs_on_another_task():
     assert np.isfinite(t["delta_mae_bits"]).all() and np.isfinite(t["swap_bits"]).all()
     with pytest.raises(InvalidInputError, match="two answers"):
         bl.localize(model, items, target="log_odds", layers=[0], n_random=1, folds=2, n_boot=10, n_null=0)
+
+
+# ------------------------------------------------------------------ ground truth: the planted model
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_planted_mediator_and_readout_only_are_told_apart(kind):
+    """The planted model (bl.models.tiny.planted_model) reads its posterior off one residual direction and
+    carries an unread copy of it on another: the table must call the first a mediator (and readable), the
+    second "readout only", and no random direction a mediator. The planted coordinate is the posterior's
+    log-odds (n₁ − n₂)·log 9, so the readout target is ``"log_odds"`` (the entropy, an even function of it,
+    is not linear in any one signed coordinate)."""
+    from bayes_lens.models.tiny import planted_model
+
+    if kind == "hooked":
+        _model("hooked")  # skips on TransformerLens 4
+    model, planted = planted_model(kind)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=8)
+    rng = np.random.default_rng(11)
+    randoms = {f"random user {i}": rng.normal(size=model.cfg.d_model) for i in range(4)}
+    loc = bl.localize(model, items, layers=[planted.layer], ranks=(1,), estimators=("ridge",), target="log_odds",
+                      bases={"mediator": planted.mediator.numpy(), "readout_only": planted.readout_only.numpy(),
+                             **randoms},
+                      n_random=10, folds=4, n_boot=300, n_null=20, progress=False)
+    t = loc.to_dataframe().set_index("subspace")
+    assert t.loc["mediator", "verdict"] == "readout and mediator"
+    assert t.loc["readout_only", "verdict"] == "readout only"
+    assert t.loc["readout_only", "delta_mae_bits"] == pytest.approx(0.0, abs=1e-6)
+    assert t.loc["mediator", "delta_mae_bits"] > 0.3
+    assert not t[t["kind"] == "random"]["mediator"].any()
+    assert not any(t.loc[name, "mediator"] for name in randoms)
