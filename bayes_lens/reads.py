@@ -158,13 +158,15 @@ class Read:
 @dataclass(frozen=True)
 class FinalRows(Read):
     """``act[b, last_b]`` of ``site`` at ``layer`` (``"v"``: ``hook_v`` flattened over key/value heads;
-    ``"resid_post"``), float32 on the CPU (METHODS.md §1). A negative ``layer`` counts from the end."""
+    ``"resid_post"``; ``"z"``: ``attn.hook_z``, each query head's attention output before W_O, flattened
+    over the heads: ``n_heads·d_head``, head h at columns ``h·d_head … (h+1)·d_head − 1``), float32 on the
+    CPU (METHODS.md §1, §13). A negative ``layer`` counts from the end."""
 
     layer: int
     site: str = "v"
 
     def __post_init__(self):
-        check_choice(self.site, "site", ("v", "resid_post"))
+        check_choice(self.site, "site", ("v", "resid_post", "z"))
 
     def bind(self, model) -> BoundRead:
         return _BoundFinalRows(self, model)
@@ -192,7 +194,7 @@ class _BoundFinalRows(BoundRead):
         return super().finish(n)
 
     def from_cache(self, view: CacheView) -> Dict[str, Tensor]:
-        ndim = 4 if self.read.site == "v" else 3
+        ndim = 3 if self.read.site == "resid_post" else 4
         return {self.key: final_rows(view.read(self.name, ndim), view.mask, what=self.name)}
 
 

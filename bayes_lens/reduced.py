@@ -60,20 +60,21 @@ __all__ = ["ReducedCache", "VALUE_NAME", "RESID_NAME", "ENTROPY_NAME", "NEXT_TOK
 #: the keys of a reduced cache (``{layer}`` filled in)
 VALUE_NAME = "blocks.{layer}.attn.hook_v"
 RESID_NAME = "blocks.{layer}.hook_resid_post"
+HEADS_NAME = "blocks.{layer}.attn.hook_z"
 ENTROPY_NAME = "blocks.{layer}.hook_pattern_entropy"
 NEXT_TOKEN_ENTROPY = "hook_next_token_entropy"
 TOKEN_LOGPROBS = "hook_token_logprobs"
 TAIL_LOGITS = "hook_tail_logits"
 TAIL_LOGSUMEXP = "hook_tail_logsumexp"
 
-_ROW_SITES = {"v": VALUE_NAME, "resid_post": RESID_NAME}
+_ROW_SITES = {"v": VALUE_NAME, "resid_post": RESID_NAME, "z": HEADS_NAME}
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 #: the ``format`` entry of a saved reduced cache
 FORMAT = "bayes-lens-reduced-cache/1"
 
 
 def row_name(layer: int, site: str = "v") -> str:
-    """The key of the final-token rows of ``site`` (``"v"`` or ``"resid_post"``) at ``layer``."""
+    """The key of the final-token rows of ``site`` (``"v"``, ``"resid_post"`` or ``"z"``) at ``layer``."""
     check_choice(site, "site", sorted(_ROW_SITES))
     return _ROW_SITES[site].format(layer=int(layer))
 
@@ -85,11 +86,13 @@ def layer_of(name: str) -> Optional[int]:
 
 
 def site_of(name: str) -> Optional[str]:
-    """``"v"`` / ``"resid_post"`` for a row key, ``"pattern_entropy"`` for an entropy key, else None."""
+    """``"v"`` / ``"resid_post"`` / ``"z"`` for a row key, ``"pattern_entropy"`` for an entropy key, else None."""
     if name.endswith(".attn.hook_v"):
         return "v"
     if name.endswith(".hook_resid_post"):
         return "resid_post"
+    if name.endswith(".attn.hook_z"):
+        return "z"
     if name.endswith(".hook_pattern_entropy"):
         return "pattern_entropy"
     return None

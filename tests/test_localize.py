@@ -32,6 +32,22 @@ def _model(kind):
 # ------------------------------------------------------------------ readout, on arrays
 
 
+def _scaler_class():
+    from sklearn.preprocessing import StandardScaler
+
+    class Scaler(StandardScaler):  # ddof = 1, as ours
+        def fit(self, X, y=None):
+            super().fit(X)
+            self.scale_ = X.std(0, ddof=1)
+            return self
+
+    return Scaler
+
+
+def _Scaler():
+    return _scaler_class()()
+
+
 def _folds_split(fold_of):
     from sklearn.model_selection import PredefinedSplit
 
@@ -45,7 +61,7 @@ def test_basis_readout_equals_sklearn_least_squares_on_the_same_folds():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 7))
     y = X @ rng.normal(size=7) + rng.normal(size=60)
-    basis = np.linalg.qr(rng.normal(size=(7, 3)))[0]
+    basis = np.linalg.qr(rng.normal(size=(7, 1)))[0]
     fit = cross_fitted_readout(X, y, estimator="basis", basis=basis, folds=4, n_boot=0, n_null=0)
     ref = cross_val_predict(LinearRegression(), X @ basis, y, cv=_folds_split(fit.folds))
     np.testing.assert_allclose(fit.predictions, ref, atol=1e-10)
@@ -53,11 +69,26 @@ def test_basis_readout_equals_sklearn_least_squares_on_the_same_folds():
     assert fit.r2.value == pytest.approx(r2, abs=1e-12)
 
 
+def test_a_wider_basis_reads_by_ridge_on_its_coordinates():
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import cross_val_predict
+    from sklearn.pipeline import make_pipeline
+
+    from bayes_lens.ablation._readout import _ALPHAS
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(60, 9))
+    y = X[:, 1] + 0.5 * rng.normal(size=60)
+    basis = np.linalg.qr(rng.normal(size=(9, 4)))[0]
+    fit = cross_fitted_readout(X, y, estimator="basis", basis=basis, folds=5, n_boot=0, n_null=0)
+    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)), X @ basis, y, cv=_folds_split(fit.folds))
+    np.testing.assert_allclose(fit.predictions, ref, atol=1e-8)
+
+
 def test_ridge_readout_equals_sklearn_pipeline_on_the_same_folds():
     from sklearn.linear_model import RidgeCV
     from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     from bayes_lens.ablation._readout import _ALPHAS  # the one grid both use
 
@@ -66,16 +97,10 @@ def test_ridge_readout_equals_sklearn_pipeline_on_the_same_folds():
     y = X[:, 0] - 0.5 * X[:, 3] + 0.3 * rng.normal(size=50)
     fit = cross_fitted_readout(X, y, estimator="ridge", folds=5, n_boot=0, n_null=0)
 
-    class Scaler(StandardScaler):  # ddof = 1, as ours
-        def fit(self, X, y=None):
-            super().fit(X)
-            self.scale_ = X.std(0, ddof=1)
-            return self
-
-    ref = cross_val_predict(make_pipeline(Scaler(), RidgeCV(alphas=_ALPHAS)), X, y, cv=_folds_split(fit.folds))
+    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)), X, y, cv=_folds_split(fit.folds))
     np.testing.assert_allclose(fit.predictions, ref, atol=1e-8)
     # the direction maps back to activation space: v·u is affine in the prediction
-    full = make_pipeline(Scaler(), RidgeCV(alphas=_ALPHAS)).fit(X, y)
+    full = make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)).fit(X, y)
     pred = full.predict(X)
     coord = X @ fit.direction
     assert abs(np.corrcoef(coord, pred)[0, 1]) == pytest.approx(1.0, abs=1e-9)
@@ -306,3 +331,30 @@ def test_planted_mediator_and_readout_only_are_told_apart(kind):
     assert t.loc["mediator", "delta_mae_bits"] > 0.3
     assert not t[t["kind"] == "random"]["mediator"].any()
     assert not any(t.loc[name, "mediator"] for name in randoms)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_head_grid_on_the_z_site(kind):
+    """site="z" with head_blocks: the layer × head grid. Removing head h's block at hook_z is zero-ablation of
+    that head's output (checked here against TL's own hook on hook_z), and every head gets a row per layer."""
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
+    blocks = bl.ablation.head_blocks(model)
+    assert len(blocks) == model.cfg.n_heads
+    loc = bl.localize(model, items, site="z", layers=[0, 1], ranks=(model.cfg.d_head,), estimators=(), bases=blocks,
+                      n_random=2, folds=2, n_boot=50, n_null=0, progress=False)
+    t = loc.to_dataframe()
+    grid = t[t.kind == "user"].pivot(index="layer", columns="subspace", values="delta_mae_bits")
+    assert grid.shape == (2, model.cfg.n_heads) and np.isfinite(grid.values).all()
+    # the patch for head 1 at layer 1 equals TL's zero-ablation of that head
+    patch = subspace_patch(model, 1, blocks["head 1"], site="z")
+    tokens = model.to_tokens([items[0].text])
+
+    def zero_head(z, hook):
+        z = z.clone()
+        z[:, :, 1] = 0.0
+        return z
+
+    want = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])
+    got = model.run_with_hooks(tokens, fwd_hooks=list(patch))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -69,7 +69,7 @@ True
 
 from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
-from ._localize import Localization, default_layers, localize, subspace_patch, swap_donors
+from ._localize import Localization, default_layers, head_blocks, localize, subspace_patch, swap_donors
 from ._patch import Patch, PatchPart, patched
 from ._readout import Readout, cross_fitted_readout
 

@@ -37,6 +37,9 @@ def library_versions() -> Dict[str, str]:
 
 
 def site_dim(info: adapter.ModelInfo, site: str) -> int:
+    """Width of one final-token row of ``site``: ``v`` n_kv·d_head, ``z`` n_heads·d_head, else d_model."""
+    if site == "z":
+        return info.n_heads * info.d_head
     return info.kv_dim if site == "v" else info.d_model
 
 

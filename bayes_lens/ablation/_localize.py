@@ -59,6 +59,9 @@ import numpy as np
 import torch
 
 from .. import adapter
+from ..collect import collect
+from ..reads import FinalRows
+from ..tasks import answer_token_ids
 from .._progress import progress as progress_bar
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int, check_seed
@@ -66,14 +69,14 @@ from ..errors import InvalidInputError
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
-from ._axis import axis_cache, value_arrays
 from ._common import model_meta, prompt_data, site_dim
 from ._patch import Patch, PatchPart, flatten_pairs
 from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
 
-__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "default_layers", "TARGETS", "OPERATIONS"]
+__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
+SITES = ("resid_post", "v", "z")
 OPERATIONS = ("removal", "mean")
 VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
 
@@ -229,7 +232,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     import pandas as pd
 
     adapter.check_model(model)
-    check_choice(site, "site", ("resid_post", "v"))
+    check_choice(site, "site", SITES)
     check_choice(target, "target", TARGETS)
     check_choice(operation, "operation", OPERATIONS)
     swap = check_bool(swap, "swap")
@@ -265,17 +268,18 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         a per-batch hook factory)."""
         sub = [items[i] for i in subset]
         hooks = patch if callable(patch) else ([] if patch is None else flatten_pairs(patch))
-        rc, _ = axis_cache(model, sub, layers=[layers[0]], site=site, batch_size=batch_size, progress=False,
-                           desc=desc, fwd_hooks=hooks)
+        rc = collect(model, [it.text for it in sub], token_ids=answer_ids, fwd_hooks=hooks, batch_size=batch_size,
+                     progress=False, desc=desc)
         post = _posterior(rc)
         return entropy_bits(post), post
 
-    rc, _ = axis_cache(model, items, layers=layers, site=site, batch_size=batch_size, progress=progress,
-                       desc="localize: clean")
+    answer_ids = list(answer_token_ids(model, items[0].answers))
+    rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
+                 batch_size=batch_size, progress=progress, desc="localize: clean")
     p_clean = _posterior(rc)
     h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
-    X = value_arrays(rc, layers, site)
+    X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
     fid = fold_ids(n, folds, seed=seed, strata=strata)
     idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed, strata=strata)])
 
@@ -388,11 +392,12 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         t = table[table["layer"] == layer]
         est = t[t["kind"] == "estimator"]
         real = t[t["kind"] != "random"]
-        readable = bool(est["readable"].any()) if len(est) else False
+        readable = bool(real["readable"].any()) if len(real) else False
         mediator = bool(real["mediator"].any()) if len(real) else False
         row = {"layer": layer, "verdict": _verdict(readable, mediator), "clean_mae_bits": float(clean_m["mae"][0])}
-        if len(est) and len(real):
-            best_r = by_name[(layer, est.loc[est["r2"].idxmax(), "subspace"])]
+        ones = real[real["rank"] == 1] if len(est) == 0 else est
+        if len(ones) and len(real) and ones["r2"].notna().any():
+            best_r = by_name[(layer, ones.loc[ones["r2"].idxmax(), "subspace"])]
             best_c = by_name[(layer, real.loc[real["delta_mae_bits"].idxmax(), "subspace"])]
             u = best_r.basis[:, 0]
             cos2 = float(np.clip(np.sum((best_c.basis.T @ u) ** 2) / float(u @ u), 0.0, 1.0))
@@ -419,6 +424,23 @@ def _posterior(rc) -> np.ndarray:
     from ..sula import answer_posterior
 
     return answer_posterior(rc.token_logprobs())[0]
+
+
+def head_blocks(model, *, site: str = "z") -> dict:
+    """``{"head h": [n·d_head, d_head] basis}``: the coordinate block of each attention head in the flattened
+    ``z`` site (query heads) or ``v`` site (key/value heads), for :func:`localize`'s ``bases=``. With
+    ``site="z"`` the localisation table becomes the layer × head grid: each head's readout (ridge on its
+    d_head coordinates) and the calibration change when its output is removed (zero-ablation, or
+    mean-ablation with ``operation="mean"``), against random subspaces of rank d_head of the same site.
+
+    >>> sorted(head_blocks(model))[:2], head_blocks(model)["head 0"].shape
+    (['head 0', 'head 1'], (64, 16))
+    """
+    check_choice(site, "site", ("z", "v"))
+    info = adapter.model_info(model)
+    n = info.n_heads if site == "z" else info.n_kv_heads
+    eye = np.eye(n * info.d_head)
+    return {f"head {h}": eye[:, h * info.d_head:(h + 1) * info.d_head] for h in range(n)}
 
 
 def swap_donors(items, *, seed: int = 0) -> np.ndarray:

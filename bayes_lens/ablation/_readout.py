@@ -12,8 +12,9 @@ estimators, one protocol:
   makes v·u an affine function of the fitted prediction.
 * ``"pca"`` — PC1 of the standardized training rows (Paper A's axis, METHODS.md §7) mapped back
   to activation space, then y regressed on the one coordinate.
-* ``"basis"`` — a given ``[d, k]`` basis (a subspace's coordinates), y regressed on the k
-  coordinates by least squares (used for the top-k PCs, "the frame", and user bases).
+* ``"basis"`` — a given ``[d, k]`` basis (a subspace's coordinates): y regressed on its one coordinate
+  by least squares (k = 1), or by the ridge above on its k coordinates (k > 1: the frame's top-k PCs, a
+  head's d_head coordinates, user bases).
 
 Cross-fitting: the prompts are split into K folds (stratified by a label such as SULA's k when
 given); each fold's predictions come from a fit on the other K − 1 folds, so no prompt is scored by a
@@ -94,6 +95,8 @@ def _fit_predict(xtr, ytr, xte, estimator: str, basis: Optional[np.ndarray]):
         u = model.coef_ / sd
         norm = np.linalg.norm(u)
         return model.predict(zte), (u / norm if norm > 0 else None)
+    if estimator == "basis" and basis.shape[1] > 1:  # ridge on the subspace's coordinates (a head: d_head of them)
+        return _fit_predict(xtr @ basis, ytr, xte @ basis, "ridge", None)[0], None
     if estimator == "pca":
         b = standardized_pc_basis(xtr, 1)
     else:
