@@ -277,3 +277,14 @@ def test_real_model_codelength_and_single_token_check(smol):
     assert np.isfinite(res.one_step_kl["bayes"].value)
     with pytest.raises(TokenizationError):  # SmolLM2 splits digits: "10" is two tokens
         symbol_predictive(smol, [[0, 1]], template=CategoricalTemplate(symbols=("10", "11")))
+
+
+def test_results_have_short_reprs_and_tables():
+    x = np.random.default_rng(0).integers(0, 2, size=(10, 6))
+    results = [excess_codelength(recency()(x), x, {"bayes": kt(x)}, n_boot=20),
+               order_averaging(recency(), ns=(4, 6), n_seqs=4, n_perms=3, n_boot=20),
+               position_interventions(recency(), seq_len=4, n_seqs=4, n_boot=20)]
+    for res in results:
+        text = repr(res)
+        assert text.startswith(type(res).__name__) and len(text.splitlines()) <= 12 and "array(" not in text
+        assert len(res.to_dataframe()) > 0 and res.plot() is not None and res.to_dict()
