@@ -288,3 +288,25 @@ def test_results_have_short_reprs_and_tables():
         text = repr(res)
         assert text.startswith(type(res).__name__) and len(text.splitlines()) <= 12 and "array(" not in text
         assert len(res.to_dataframe()) > 0 and res.plot() is not None and res.to_dict()
+
+
+def test_codelength_command_checks_input_before_loading_a_model(capsys):
+    from bayes_lens.cli import build_parser, main
+
+    assert main(["codelength", "--symbols", "1", "--model", "default"]) == 2
+    assert "n_symbols" in capsys.readouterr().err
+    args = build_parser().parse_args(["codelength"])
+    assert (args.symbols, args.alpha, args.seq_len, args.n_seqs) == (2, 0.5, 32, 64)
+
+
+@pytest.mark.real
+def test_codelength_command_runs_on_the_default_model(tmp_path, capsys):
+    import json
+
+    from bayes_lens.cli import main
+
+    assert main(["codelength", "--symbols", "2", "--seq-len", "8", "--n-seqs", "4", "--n-boot", "20",
+                 "--identity-len", "3", "--no-progress", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "codelength.json").read_text())
+    assert doc["codelength"]["identity_exact"]["abs_difference_bits"] < 1e-9
+    assert "in expectation" in capsys.readouterr().out
