@@ -6,7 +6,7 @@ predictor*: a callable mapping an int array ``[n_seq, L]`` of symbols 0 … K−
 predictive distributions ``[n_seq, L, K]`` (row t: the distribution of x_{t+1} given x_1 … x_t).
 
 * :func:`dirichlet_categorical` — the Dirichlet(α, …, α)–categorical posterior predictive
-  (c_k + α)/(t + Kα); K = 2, α = ½ is Krichevsky–Trofimov (:data:`kt`), α = 1 Laplace's rule.
+  (c_k + α)/(t + Kα) (:func:`bayes_lens.tasks.dirichlet_predictive`, METHODS.md §6b, at every prefix); K = 2, α = ½ is Krichevsky–Trofimov (:data:`kt`), α = 1 Laplace's rule.
   Its sequence probability has the closed form (:func:`dirichlet_log_marginal`)
   Γ(Kα)/Γ(n + Kα) · Π_k Γ(c_k + α)/Γ(α).
 * :func:`plugin_mle` — the frequentist plug-in baseline: the empirical frequencies c_k/t mixed with
@@ -40,6 +40,7 @@ from scipy.special import gammaln, ndtr
 
 from .._validate import check_float, check_int
 from ..errors import InvalidInputError
+from ..tasks import dirichlet_predictive
 from ._predict import as_symbol_sequences
 
 __all__ = ["dirichlet_categorical", "kt", "plugin_mle", "dirichlet_log_marginal", "blr_predictive",
@@ -59,9 +60,8 @@ def dirichlet_categorical(n_symbols: int, alpha: float = 0.5) -> Callable[[np.nd
     a = check_float(alpha, "alpha", min=0.0, min_inclusive=False)
 
     def predictor(sequences) -> np.ndarray:
-        x = as_symbol_sequences(sequences, k)
-        t = np.arange(x.shape[1], dtype=np.float64)[None, :, None]
-        return (_counts_before(x, k) + a) / (t + k * a)
+        x = as_symbol_sequences(sequences, k)  # the counts before each position, through the task's predictive
+        return dirichlet_predictive(_counts_before(x, k), alpha=a)
 
     predictor.__name__ = f"dirichlet_categorical({k}, {a:g})"
     predictor.__qualname__ = predictor.__name__
