@@ -8,6 +8,7 @@ Sub-commands (each has ``--help``):
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
 * ``localize``    - SULA, then readout or mediator: cross-fitted readouts and subspace removals per layer
+* ``codelength``  - Paper B v3: excess code length against the exact Dirichlet/KT reference and the plug-in
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
 * ``models``      - what is installed and loadable offline; ``info`` - a model's facts
@@ -331,6 +332,43 @@ def _cmd_analysis(args) -> int:
     return 0
 
 
+def _cmd_codelength(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ._results import jsonable
+    from ._validate import check_output_dir
+    from .martingale import CategoricalTemplate, codelength, order_averaging
+
+    out = check_output_dir(args.out, "--out") if args.out else None  # before the model load
+    template = CategoricalTemplate.digits(args.symbols)  # checks 2 <= symbols <= 10 before the model load
+    if args.no_progress:
+        os.environ["BAYES_LENS_PROGRESS"] = "0"
+    model, _ = _load(args)
+    res = codelength(model, n_symbols=args.symbols, alpha=args.alpha, seq_len=args.seq_len, n_seqs=args.n_seqs,
+                     template=template, seed=args.seed, n_boot=args.n_boot, identity_len=args.identity_len,
+                     progress=not args.no_progress)
+    print(repr(res))
+    print(res.identity_line)
+    oa = None
+    if args.order_averaging:
+        oa = order_averaging(model, n_symbols=args.symbols, alpha=args.alpha, ns=(args.seq_len // 4, args.seq_len // 2,
+                             args.seq_len), n_seqs=min(args.n_seqs, 16), n_perms=8, template=template, seed=args.seed,
+                             n_boot=args.n_boot, progress=not args.no_progress)
+        print(repr(oa))
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        res.per_position.to_csv(Path(out) / "codelength_per_position.csv", index=False)
+        doc = {"codelength": {"headline": jsonable(res.headline.to_dict("records")),
+                              "identity_exact": res.identity_exact, "identity_line": res.identity_line,
+                              "design": jsonable(res.design)}}
+        if oa is not None:
+            doc["order_averaging"] = {"per_n": jsonable(oa.per_n.to_dict("records")), "slopes": oa.slopes}
+        (Path(out) / "codelength.json").write_text(json.dumps(doc, indent=1))
+        print(f"written: {out}/codelength.json, {out}/codelength_per_position.csv")
+    return 0
+
+
 def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
 
@@ -371,6 +409,23 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub)
     add_shard(sub)
+    help_text = ("Paper B v3: excess prequential code length and cumulative KL against the exact Dirichlet "
+                 "(KT for 2 symbols) reference and the plug-in, with the identity checked exactly")
+    p = sub.add_parser("codelength", help=help_text, description=help_text)
+    _add_model_args(p)
+    p.add_argument("--symbols", type=_nonneg_int, default=2, help="number of symbols K, 2 to 10 (default: 2)")
+    p.add_argument("--alpha", type=float, default=0.5, help="symmetric Dirichlet prior parameter (default: 0.5, KT)")
+    p.add_argument("--seq-len", type=_nonneg_int, default=32, help="symbols per sequence (default: 32)")
+    p.add_argument("--n-seqs", type=_nonneg_int, default=64, help="sequences (default: 64)")
+    p.add_argument("--n-boot", type=_nonneg_int, default=1000, help="bootstrap resamples, 0 for none (default: 1000)")
+    p.add_argument("--identity-len", type=_nonneg_int, default=None,
+                   help="length of the exact identity check over all K^n sequences, 0 skips (default: the largest "
+                   "n with K^n <= 256)")
+    p.add_argument("--order-averaging", action="store_true",
+                   help="also the order-averaging decomposition at seq-len/4, /2, /1 (default: off)")
+    p.add_argument("--out", default=None, help="folder for codelength.json and a per-position CSV (default: none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
+    p.set_defaults(func=_cmd_codelength)
     p = sub.add_parser("models", help="list the models installed and loadable offline",
                        description="List the named offline models (installed or not) with their size, licence "
                        "and where they are; no model is loaded.")

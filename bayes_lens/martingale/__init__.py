@@ -19,6 +19,16 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
   (``definition="library"`` or Falck et al.'s reference definitions, ``"falck"``);
 * :func:`compression` — cumulative cross-entropy per symbol vs H(θ), efficiency H(θ)/CE ≤ 1.
 
+Paper B v3 (arXiv 2507.11768v3, METHODS.md §8b) on K-symbol sequences (:class:`CategoricalTemplate`,
+:func:`symbol_predictive`: the predictive over K symbol tokens, renormalized, ``[n_seq, L, K]``):
+
+* exact references :func:`dirichlet_categorical` (:data:`kt` for K = 2, α = ½), the plug-in
+  :func:`plugin_mle`, conjugate regression :func:`blr_predictive` / :func:`coarsened_blr`;
+* :func:`codelength` / :func:`excess_codelength` — excess prequential code length and cumulative
+  predictive KL in bits, with the identity between them checked exactly by enumeration;
+* :func:`order_averaging` — regret of the given order = regret of the permutation mixture + the
+  order-averaging gain; :func:`position_interventions` — moving one symbol, the final prediction's change.
+
 Every function accepts a TransformerLens model *or* a predictor callable (0/1 array [b, L] →
 P(x_t = 1 | x_{<t}) [b, L]); :data:`laplace`, :data:`krichevsky_trofimov` and :func:`clipped_mle` are
 exact reference predictors, so each diagnostic can be checked against closed forms.
@@ -33,14 +43,18 @@ True
 >>> bl.martingale.gap(model, range(10, 200, 2)).fits_table()            # doctest: +SKIP
 """
 
+from ._codelength import (CodeLengthResult, OrderAveragingResult, PositionInterventionResult, codelength,
+                          exact_identity, excess_codelength, order_averaging, position_interventions)
 from ._compression import (CompressionResult, bernoulli_entropy_bits, compression, expected_ce_bits,
                            mixture_codelength_bits)
 from ._falck import FalckResult, drop_outlier_paths, falck_checks, falck_statistics, resample_paths
 from ._fit import GapFit, compare_fits, fit_gap
 from ._gap import GapResult, balanced_sequences, gap, gap_sequences, laplace_expected_gap, martingale_gap
 from ._permutation import PermutationResult, permutation_average
-from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, beta_bernoulli, clipped_mle, krichevsky_trofimov,
-                       laplace, predictive, predictive_from_logits)
+from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, CategoricalTemplate, beta_bernoulli, clipped_mle,
+                       krichevsky_trofimov, laplace, predictive, predictive_from_logits, symbol_predictive)
+from ._references import (blr_predictive, coarsen_gaussian, coarsened_blr, dirichlet_categorical,
+                          dirichlet_log_marginal, kt, plugin_mle)
 from ._spectrum import SpectrumResult, dominant_periods, harmonic_fit, positional_spectrum, refine_period
 
 __all__ = [
@@ -78,6 +92,23 @@ __all__ = [
     "bernoulli_entropy_bits",
     "mixture_codelength_bits",
     "expected_ce_bits",
+    "CategoricalTemplate",
+    "symbol_predictive",
+    "dirichlet_categorical",
+    "kt",
+    "plugin_mle",
+    "dirichlet_log_marginal",
+    "blr_predictive",
+    "coarsen_gaussian",
+    "coarsened_blr",
+    "codelength",
+    "excess_codelength",
+    "exact_identity",
+    "CodeLengthResult",
+    "order_averaging",
+    "OrderAveragingResult",
+    "position_interventions",
+    "PositionInterventionResult",
 ]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402

@@ -57,6 +57,8 @@ __all__ = [
     "krichevsky_trofimov",
     "clipped_mle",
     "is_model",
+    "CategoricalTemplate",
+    "symbol_predictive",
 ]
 
 
@@ -97,6 +99,57 @@ class BernoulliTemplate:
 
 
 DEFAULT_TEMPLATE = BernoulliTemplate()
+
+
+@dataclass(frozen=True)
+class CategoricalTemplate:
+    """How a K-symbol sequence (values 0 … K−1) becomes a prompt: ``prefix + symbols[x₁] + separator + …``.
+
+    ``symbols`` are the K texts (K = ``len(symbols)``, 2 … 10); each must be one token inside a
+    rendered sequence (checked per sequence against the tokenizer's offsets, as for
+    :class:`BernoulliTemplate`). The default is the four digits ``"0" … "3"``;
+    ``CategoricalTemplate(symbols=("0", "1"))`` renders exactly as :data:`DEFAULT_TEMPLATE`.
+    """
+
+    prefix: str = "Sequence: "
+    separator: str = " "
+    symbols: Tuple[str, ...] = ("0", "1", "2", "3")
+
+    def __post_init__(self):
+        syms = tuple(self.symbols)
+        if not 2 <= len(syms) <= 10 or not all(isinstance(s, str) and s.strip() for s in syms):
+            raise InvalidInputError(
+                f"symbols must be 2 to 10 non-blank strings (the texts of 0 … K−1), got {self.symbols!r}."
+            )
+        if len(set(syms)) != len(syms):
+            raise InvalidInputError(f"the symbols must all differ, got {self.symbols!r}.")
+        object.__setattr__(self, "symbols", syms)
+
+    @property
+    def n_symbols(self) -> int:
+        return len(self.symbols)
+
+    @classmethod
+    def digits(cls, n_symbols: int, **kw) -> "CategoricalTemplate":
+        """The template whose symbols are the digits ``"0" … str(n_symbols − 1)``."""
+        from .._validate import check_int
+
+        k = check_int(n_symbols, "n_symbols", min=2, max=10)
+        return cls(symbols=tuple(str(i) for i in range(k)), **kw)
+
+    def render(self, sequence) -> str:
+        """The prompt text of one symbol sequence."""
+        return self.prefix + self.separator.join(self.symbols[int(x)] for x in sequence)
+
+    def _symbol_spans(self, sequence) -> list:
+        spans, pos = [], len(self.prefix)
+        for t, x in enumerate(sequence):
+            if t:
+                pos += len(self.separator)
+            s = self.symbols[int(x)]
+            spans.append((pos, pos + len(s)))
+            pos += len(s)
+        return spans
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -433,3 +486,137 @@ def predictive(model, sequences: Int[np.ndarray | Tensor, "n_seqs seq_len"], *,
 def prob_of(p1: np.ndarray, x: np.ndarray) -> np.ndarray:
     """P(observed symbol) from P(symbol = 1)."""
     return np.where(x == 1, p1, 1.0 - p1)
+
+
+# ----------------------------------------------------------------------------- K-symbol predictive
+
+def as_symbol_sequences(sequences, n_symbols: int, *, name: str = "sequences") -> np.ndarray:
+    """A validated int64 array ``[n_seq, L]`` with values in 0 … n_symbols − 1."""
+    if isinstance(sequences, torch.Tensor):
+        sequences = sequences.detach().cpu().numpy()
+    arr = np.asarray(sequences) if isinstance(sequences, np.ndarray) else None
+    if arr is None:
+        seqs = list(sequences)
+        if not seqs or len({len(s) for s in seqs}) != 1:
+            raise InvalidInputError(f"{name} must be a non-empty list of equal-length symbol sequences.")
+        arr = np.asarray(seqs)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InvalidInputError(f"{name} must be a non-empty 2-D [n_seq, seq_len] array, got shape {arr.shape}.")
+    if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+        raise InvalidInputError(f"{name} must hold integer symbols 0 … {n_symbols - 1}; found non-integers.")
+    if arr.dtype.kind not in "iubf":
+        raise InvalidInputError(f"{name} must hold integer symbols, got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if arr.min() < 0 or arr.max() >= n_symbols:
+        raise InvalidInputError(
+            f"{name} must hold symbols 0 … {n_symbols - 1}; found values in [{arr.min()}, {arr.max()}].")
+    return arr
+
+
+def _categorical_layouts(model, seqs: np.ndarray, template: CategoricalTemplate):
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise InvalidInputError("the model has no tokenizer; attach one (model.set_tokenizer(...)).")
+    k = template.n_symbols
+    _, _, probe = symbol_layout(tok, template, list(range(k)) * 2)
+    ids = [int(probe[s]) for s in range(k)]
+    if len(set(ids)) != k:
+        raise TokenizationError(f"symbols {template.symbols!r} do not map to {k} distinct tokens; choose other symbols.")
+    for t in (0, 1):  # the context a symbol is read after must not depend on which symbol comes
+        contexts = set()
+        for s in range(k):
+            tids, positions, _ = symbol_layout(tok, template, [0] * t + [s])
+            contexts.add(tuple(tids[: positions[t]]))
+        if len(contexts) != 1:
+            raise TokenizationError(
+                f"the symbols {template.symbols!r} do not all tokenize the same way after the separator "
+                f"{template.separator!r} (some merge with it, some do not), so the position at which the "
+                "predictive is read would depend on the symbol that follows; choose symbols that tokenize "
+                "alike (e.g. all digits for a tokenizer that splits digits).")
+    texts, layouts = [], []
+    for seq in seqs:
+        tids, positions, sym = symbol_layout(tok, template, seq)
+        if any(sym.get(s, ids[s]) != ids[s] for s in range(k)):
+            raise TokenizationError("symbol tokens differ between sequences; use a template with a separator.")
+        texts.append(template.render(seq))
+        layouts.append((tids, positions))
+    return texts, layouts, ids
+
+
+def _model_symbol_predictive(model, seqs: np.ndarray, template: CategoricalTemplate, *, batch_size: int,
+                             progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(probs [n, L, K], mass [n, L])``: softmax over the K symbol tokens' logits, and their raw mass."""
+    from .. import adapter
+    from ..collect import collect
+
+    texts, layouts, symbols = _categorical_layouts(model, seqs, template)
+    bos = _bos_prepended(model)
+    n, L = seqs.shape
+    k = len(symbols)
+    probs = np.full((n, L, k), np.nan)
+    mass = np.full((n, L), np.nan)
+    tokens, mask = adapter.tokenize(model, texts, padding_side="right")
+    n_real = mask.sum(1).tolist()
+    reads, tail = [], 1
+    for i, (ids, positions) in enumerate(layouts):
+        read = _read_index(ids, positions, tokens[i, : n_real[i]].tolist(), bos)
+        reads.append(read)
+        if (read >= 0).any():
+            tail = max(tail, int(n_real[i] - read[read >= 0].min()))
+    rc = collect(model, texts, token_ids=list(symbols), tail_positions=tail, batch_size=batch_size,
+                 padding_side="right", progress=progress, desc=desc)
+    tail_logits, tail_lse = rc[TAIL_LOGITS], rc[TAIL_LOGSUMEXP]
+    for i, read in enumerate(reads):
+        valid = read >= 0
+        if not valid.any():
+            continue
+        j = torch.as_tensor(read[valid] - (n_real[i] - tail))
+        lg = tail_logits[i, j].double()
+        probs[i, valid] = torch.softmax(lg, dim=-1).numpy()
+        mass[i, valid] = torch.exp(torch.logsumexp(lg, dim=-1) - tail_lse[i, j].double()).numpy()
+    return probs, mass
+
+
+def symbol_predictive(model_or_predictor, sequences, *, n_symbols: Optional[int] = None,
+                      template: Optional[CategoricalTemplate] = None, include_next: bool = False,
+                      batch_size: int = 8, progress: Optional[bool] = None,
+                      desc: str = "symbol predictive") -> Tuple[np.ndarray, np.ndarray]:
+    """``(probs, mass)``: the predictive over K symbols at every prefix, ``probs`` ``[n_seq, L, K]``.
+
+    ``probs[i, t]`` is the distribution of x_{t+1} given x_1 … x_t (row 0: given the preamble only).
+    A model's distribution is its softmax over the K symbol tokens (renormalized; ``mass`` is their
+    raw probability under the full-vocabulary softmax); a *sequence predictor* is a callable mapping
+    an int array ``[b, L]`` to ``[b, L, K]`` (``mass`` NaN). ``include_next`` adds the predictive
+    after the whole sequence as column L. K is ``template.n_symbols`` for a model (default
+    ``CategoricalTemplate.digits(n_symbols)``) and ``n_symbols`` for a predictor.
+    """
+    from .._validate import check_int, check_positive_int
+
+    batch_size = check_positive_int(batch_size, "batch_size")
+    if template is None:
+        template = CategoricalTemplate.digits(2 if n_symbols is None else n_symbols)
+    elif not isinstance(template, CategoricalTemplate):
+        raise InvalidInputError(f"template must be a CategoricalTemplate, got {type(template).__name__}.")
+    k = template.n_symbols if n_symbols is None else check_int(n_symbols, "n_symbols", min=2)
+    if is_model(model_or_predictor) and k != template.n_symbols:
+        raise InvalidInputError(f"n_symbols={k} but the template has {template.n_symbols} symbols; pass one of them.")
+    seqs = as_symbol_sequences(sequences, k)
+    if include_next:
+        seqs = np.concatenate([seqs, np.zeros((seqs.shape[0], 1), dtype=np.int64)], axis=1)
+    if is_model(model_or_predictor):
+        return _model_symbol_predictive(model_or_predictor, seqs, template, batch_size=batch_size,
+                                        progress=progress, desc=desc)
+    if not callable(model_or_predictor):
+        raise InvalidInputError(
+            f"expected a TransformerLens model or a sequence predictor (int [b, L] -> [b, L, K]), got "
+            f"{type(model_or_predictor).__name__}.")
+    out = model_or_predictor(seqs)
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu().numpy()
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != seqs.shape + (k,):
+        raise InvalidInputError(f"the predictor returned shape {out.shape}, expected {seqs.shape + (k,)}.")
+    fin = out[np.isfinite(out).all(-1)]
+    if fin.size and (fin.min() < 0 or np.abs(fin.sum(-1) - 1).max() > 1e-9):
+        raise InvalidInputError("the predictor's rows must be probability distributions (>= 0, summing to 1).")
+    return out, np.full(seqs.shape, np.nan)
