@@ -32,9 +32,9 @@ TransformerLens model and SULA items, per layer, as one call and one table:
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
 * **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
-  its swap move, lies above both that quantity's random band's upper end and ``min_effect_bits``; each subspace, and each layer (its
-  estimators' readout, any non-random subspace's mediation), is then "readout and mediator",
-  "readout only", "mediator only" or "neither".
+  its swap move, lies above both that quantity's random band's upper end and ``min_effect_bits``;
+  each subspace, and each layer (any non-random subspace readable; any a mediator), is then
+  "readout and mediator", "readout only", "mediator only" or "neither".
 * **Readout–mediator angle** (arXiv 2605.29126's question): the angle θ between the best readout
   direction u (the largest held-out R² among the rank-one estimators, fitted on all prompts) and the
   most causal non-random subspace S (largest Δ MAE): cos θ = ‖Bᵀu‖. Under the Haar null (u uniform on
@@ -52,6 +52,7 @@ Example
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -207,7 +208,7 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
              estimators: Sequence[str] = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
              operation: str = "removal", n_random: int = 20, folds: int = 5, n_boot: int = 1000, n_null: int = 100,
-             swap: bool = True, min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
+             swap: bool = True, resume: bool = True, min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
              progress: Optional[bool] = None) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
@@ -219,7 +220,9 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
     ``"removal"`` or ``"mean"``; ``swap`` also run the interchange (each prompt's component taken from a donor
     with another exact posterior, at the final position; scored by how many bits closer the output came to
-    the donor's clean output, in KL); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
+    the donor's clean output, in KL); ``resume`` at ``site="resid_post"``, run each intervention from the
+    clean stream kept after its layer (TL's ``start_at_layer``; checked against the whole pass, with a
+    fallback); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
     the name); ``folds`` K of the cross-fitting; ``n_boot``, ``n_null``; ``min_effect_bits`` and
     ``min_r2`` the verdict's practical thresholds. Each intervention is one forward pass over the
     prompts (a cross-fitted one: K passes over 1/K of them).
@@ -231,11 +234,14 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     """
     import pandas as pd
 
+    from ..sula import answer_posterior
+
     adapter.check_model(model)
     check_choice(site, "site", SITES)
     check_choice(target, "target", TARGETS)
     check_choice(operation, "operation", OPERATIONS)
     swap = check_bool(swap, "swap")
+    resume = check_bool(resume, "resume")
     for e in estimators:
         check_choice(e, "estimators", ("ridge", "pca"))
     n_random = check_count(n_random, "n_random")
@@ -332,6 +338,23 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                 b = _haar(d, k, keyed_rng(seed, 73, layer, k, i))
                 candidates.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None, b))
 
+    resumers: Dict[int, Optional[_Resume]] = {}
+
+    def resumer(layer: int) -> Optional[_Resume]:
+        """The kept clean stream after ``layer`` (site resid_post, ``resume=True``), None for whole passes."""
+        if not resume or site != "resid_post":
+            return None
+        if layer not in resumers:
+            r = _Resume(model, texts, layer, answer_ids, batch_size)
+            why = r.check()
+            if why is not None:
+                warnings.warn(f"{type(model).__name__} does not resume after layer {layer} (start_at_layer: {why}); "
+                              "localize runs a whole pass per intervention there instead (same numbers, slower).",
+                              UserWarning, stacklevel=3)
+                r = None
+            resumers[layer] = r
+        return resumers[layer]
+
     records = []
     bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
     for c in bar:
@@ -340,16 +363,30 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         p = np.empty_like(p_clean)
         groups = [(np.arange(n), c.basis, x.mean(0))] if c.fold_bases is None else \
             [(np.flatnonzero(fid == f), b, x[fid != f].mean(0)) for f, b in c.fold_bases.items()]
-        for subset, b, mu in groups:
-            patch = subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu)
-            h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
+        res = resumer(c.layer)
+        if res is not None:  # resume after the layer: the edit on the kept stream, the later blocks only
+            fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
+            key = {int(fold_of[g[0][0]]): g for g in groups}
+            parts = {f: subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu).parts
+                     for f, (_, b, mu) in key.items()}
+            p = answer_posterior(res.logprobs(_rows_edit(parts, fold_of)))[0]
+            h = entropy_bits(p)
+        else:
+            for subset, b, mu in groups:
+                patch = subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu)
+                h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
         if swap:
             ps = np.empty_like(p_clean)
-            for subset, b, _ in groups:
-                hook = adapter.hook_name(model, c.layer, site)
-                ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]), f"localize: swap {c.name}")[1]
+            if res is not None:
+                ps = answer_posterior(res.logprobs(_swap_edit({f: b for f, (_, b, _) in key.items()}, fold_of,
+                                                              x[donors])))[0]
+            else:
+                for subset, b, _ in groups:
+                    hook = adapter.hook_name(model, c.layer, site)
+                    ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]),
+                                     f"localize: swap {c.name}")[1]
             # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
             move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
                     - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
@@ -424,6 +461,95 @@ def _posterior(rc) -> np.ndarray:
     from ..sula import answer_posterior
 
     return answer_posterior(rc.token_logprobs())[0]
+
+
+class _Resume:
+    """The clean residual stream after ``layer`` kept per batch, and the rest of the model run from it.
+
+    An intervention at ``resid_post`` of layer L changes nothing below it, so each one costs the blocks
+    after L only (TransformerLens's ``start_at_layer``: HookedTransformer and the bridge have it), not a
+    whole pass: k interventions at L cost about 1 + k·(1 − (L + 1)/n_layers) passes. The edit is applied
+    to the kept tensor by the patch's own operations (:meth:`PatchPart.apply`, the functions its hook
+    runs). :meth:`check` compares the unpatched resume with the clean pass; where a model kind resumes
+    differently (bigger than ``tol`` in the answers' log-probabilities), :func:`localize` falls back to
+    whole passes and says so.
+    """
+
+    def __init__(self, model, texts, layer: int, answer_ids, batch_size: int):
+        from ..collect import forward_batches
+
+        self.model, self.layer, self.ids = model, int(layer), list(answer_ids)
+        name = adapter.hook_name(model, layer, "resid_post")
+        kept = {}
+
+        def grab(act, hook=None):
+            kept["x"] = act.detach().clone()
+
+        self.batches = []
+        for batch in forward_batches(model, texts, batch_size=batch_size, fwd_hooks=[(name, grab)], progress=False,
+                                     desc="localize: keep the stream"):
+            lp = torch.log_softmax(batch.logits.double(), -1)[:, self.ids]
+            self.batches.append((batch, kept.pop("x"), lp))
+
+    def logprobs(self, edit=None) -> np.ndarray:
+        """``[n, K]`` answer log-probabilities with ``edit(batch, resid) -> resid`` applied at the layer."""
+        out = []
+        n_layers = int(adapter.model_info(self.model).n_layers)
+        for batch, resid, _ in self.batches:
+            x = resid if edit is None else edit(batch, resid.clone())
+            with adapter.model_lock(self.model), torch.inference_mode(), \
+                    adapter.final_token_unembedding(self.model, batch.last_index):
+                logits = self.model(x, start_at_layer=self.layer + 1, attention_mask=batch.attention_mask,
+                                    return_type="logits") if self.layer + 1 < n_layers else \
+                    self.model.unembed(self.model.ln_final(x))
+            out.append((batch.indices, torch.log_softmax(logits[:, -1].double(), -1)[:, self.ids]))
+        n = sum(len(i) for i, _ in out)
+        lp = torch.empty(n, len(self.ids), dtype=torch.float64)
+        for i, v in out:
+            lp[i] = v
+        return lp.numpy()
+
+    def check(self, tol: float = 1e-3) -> Optional[str]:
+        """None when the unpatched resume reproduces the clean pass, else why not (in words)."""
+        clean = torch.empty(sum(len(b.indices) for b, _, _ in self.batches), len(self.ids), dtype=torch.float64)
+        for b, _, lp in self.batches:
+            clean[b.indices] = lp
+        try:
+            got = self.logprobs()
+        except Exception as err:  # noqa: BLE001 - a kind that cannot resume: whole passes instead
+            return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        worst = float(np.max(np.abs(got - clean.numpy())))
+        return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
+
+
+def _rows_edit(parts_of_fold: dict, fold_of: np.ndarray):
+    """``edit(batch, resid)`` applying each row's fold's patch parts to that row (every position)."""
+    def edit(batch, x):
+        folds = fold_of[batch.indices.numpy()]
+        for f in np.unique(folds):
+            rows = torch.as_tensor(np.flatnonzero(folds == f))
+            y = x[rows]
+            for part in parts_of_fold[int(f)]:
+                y = part.apply(y)
+            x[rows] = y
+        return x
+    return edit
+
+
+def _swap_edit(basis_of_fold: dict, fold_of: np.ndarray, donor_rows: np.ndarray):
+    """``edit(batch, resid)``: at each row's final position, its fold's subspace component replaced by its donor's."""
+    bases = {f: torch.as_tensor(np.linalg.qr(b)[0], dtype=torch.float32) for f, b in basis_of_fold.items()}
+    donor = torch.as_tensor(np.asarray(donor_rows), dtype=torch.float32)
+
+    def edit(batch, x):
+        folds = fold_of[batch.indices.numpy()]
+        for r in range(x.shape[0]):
+            b = bases[int(folds[r])]
+            a = x[r, batch.last_index[r]].float()
+            d = donor[int(batch.indices[r])]
+            x[r, batch.last_index[r]] = (a - (a @ b) @ b.T + (d @ b) @ b.T).to(x.dtype)
+        return x
+    return edit
 
 
 def head_blocks(model, *, site: str = "z") -> dict:
