@@ -53,8 +53,11 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dist")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md"):
         shutil.copy2(ROOT / name, src / name)
+    (src / "docs").mkdir()
+    for page in (ROOT / "docs").glob("*.md"):   # the pages README.md links; MANIFEST.in puts them in the sdist
+        shutil.copy2(page, src / "docs" / page.name)
     shutil.copytree(PKG, src / "bayes_lens", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp / "out"
     import importlib.util
@@ -100,6 +103,8 @@ def test_wheel_holds_every_module_and_data_file_and_the_entry_point(built):
             in_sdist = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
         assert not [f for f in _source_files() if f not in in_sdist]
         assert "README.md" in in_sdist and "pyproject.toml" in in_sdist
+        linked = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} | {"CHANGELOG.md"}
+        assert not linked - in_sdist, f"pages README.md links, missing from the sdist: {sorted(linked - in_sdist)}"
 
 
 def _clean_env():

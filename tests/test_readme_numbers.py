@@ -1,10 +1,11 @@
-"""Every measured number README.md quotes is generated from a recorded run (issue 26: numbers that agree).
+"""Every measured number README.md and docs/results.md quote is generated from a recorded run (issue 26:
+numbers that agree).
 
 ``tools/readme_numbers.py`` runs the recipes (README's own flagship block on both offline models, and
 ``bl.report(quick=True, seed=0)``), stores their numbers with seeds, sizes and versions in
-``docs/readme_numbers.json``, and renders README.md's ``<!-- readme-numbers: NAME -->`` blocks from it.
-The fast tests check that the README is exactly what the record renders; the real test re-runs the
-cheapest recipe and compares it with the record.
+``docs/readme_numbers.json``, and renders the ``<!-- readme-numbers: NAME -->`` blocks of its pages
+(``PAGES``: README.md and docs/results.md) from it. The fast tests check that the pages are exactly what
+the record renders; the real test re-runs the cheapest recipe and compares it with the record.
 """
 
 from __future__ import annotations
@@ -31,24 +32,54 @@ def _tool():
     return mod
 
 
+def _pages_text(tool) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in tool.PAGES)
+
+
 def test_readme_blocks_equal_what_the_record_renders():
     tool = _tool()
-    text = tool.README.read_text(encoding="utf-8")
-    blocks = tool.blocks(text)
+    assert tool.ROOT / "docs" / "results.md" in tool.PAGES and tool.README in tool.PAGES
+    blocks = tool.page_blocks()
     assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick"}
     data = tool.load()
     assert set(data) == set(tool.RECIPES)
     for name, body in blocks.items():
         assert body == tool.RENDER[name](data), (
-            f"README.md's {name!r} numbers differ from docs/readme_numbers.json: run "
+            f"the {name!r} numbers differ from docs/readme_numbers.json: run "
             "`python tools/readme_numbers.py --write` (or --record the recipe first)")
     assert tool.main(["--check"]) == 0
 
 
-def test_rendered_numbers_are_the_recorded_ones():
-    """Spot checks against the JSON itself (not through the renderer): the README quotes these strings."""
+def test_check_and_write_cover_every_page(tmp_path, monkeypatch):
+    """A stale block in any page of PAGES fails --check, and --write refills it there (on copies)."""
     tool = _tool()
-    data, text = tool.load(), tool.README.read_text(encoding="utf-8")
+    copies = []
+    for i, page in enumerate(tool.PAGES):
+        copy = tmp_path / f"{i}-{page.name}"
+        copy.write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+        copies.append(copy)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    monkeypatch.setattr(tool, "PAGES", tuple(copies))
+    assert tool.main(["--check"]) == 0
+    with_blocks = [c for c in copies if tool.blocks(c.read_text(encoding="utf-8"))]
+    assert with_blocks
+    for copy in with_blocks:
+        text = copy.read_text(encoding="utf-8")
+        name = next(iter(tool.blocks(text)))
+        stale = text.replace(tool.blocks(text)[name], "stale\n", 1)
+        copy.write_text(stale, encoding="utf-8")
+        assert tool.main(["--check"]) == 1
+        assert tool.main(["--write"]) == 0 and copy.read_text(encoding="utf-8") == text
+    other = next(c for c in copies if c != with_blocks[0])
+    other.write_text(other.read_text(encoding="utf-8") + with_blocks[0].read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(SystemExit, match="appears twice"):
+        tool.main(["--check"])
+
+
+def test_rendered_numbers_are_the_recorded_ones():
+    """Spot checks against the JSON itself (not through the renderer): the pages quote these strings."""
+    tool = _tool()
+    data, text = tool.load(), _pages_text(tool)
     s = data["report-quick-smollm2"]["numbers"]["geometry.mixed.alignment_spearman"]
     assert f"{s['value']:+.3f}".replace("-", "−") in text
     g = data["report-quick-gemma"]["numbers"]["sula.pearson"]
@@ -68,9 +99,9 @@ def test_rendered_numbers_are_the_recorded_ones():
 def test_flagship_is_recorded_under_both_transformerlens_majors():
     """Issue 37.1: the pip route installs TransformerLens 4.x (a TransformerBridge), `make demo` 3.9 (a
     HookedTransformer); the README's flagship numbers are recorded under both, and what it says about their
-    agreement is checked here against the two records directly."""
+    agreement (docs/results.md) is checked here against the two records directly."""
     tool = _tool()
-    data, text = tool.load(), tool.README.read_text(encoding="utf-8")
+    data, text = tool.load(), _pages_text(tool)
     three, four = data[tool.BY_MAJOR[3]], data[tool.BY_MAJOR[4]]
     assert three["measured"]["transformer_lens"].startswith("3.") and four["measured"]["transformer_lens"].startswith("4.")
     assert three["settings"] == four["settings"]
@@ -81,7 +112,7 @@ def test_flagship_is_recorded_under_both_transformerlens_majors():
     same = three["numbers"]["text"] == four["numbers"]["text"]
     said = f"Under **TransformerLens {four['measured']['transformer_lens']}** (what the pip route installs"
     assert said in text
-    assert ("the same text, digit for digit" in text) == same   # ... and the README says which it is
+    assert ("the same text, digit for digit" in text) == same   # ... and docs/results.md says which it is
     assert f"is {worst:.1e})" in text if same else four["numbers"]["text"] in text
 
 
@@ -89,8 +120,8 @@ def test_a_changed_number_fails_the_check(tmp_path, monkeypatch):
     tool = _tool()
     data = tool.load()
     data["flagship-gemma"]["numbers"]["mae_delta"]["value"] += 0.01
-    readme = tool.README.read_text(encoding="utf-8")
-    assert tool.rendered_readme(readme, data) != readme
+    page = (tool.ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert tool.rendered(page, data) != page
 
 
 @pytest.mark.real

@@ -447,19 +447,20 @@ def test_analyses_read_a_site_an_sae_replaced_at_its_output():
 
 
 def test_readme_tl_patching_example_runs_on_the_real_model(smol):
-    """The README's TL-patching block, as written, on SmolLM2 with the quickstart's SULA items and axis."""
+    """The TL-patching block of docs/hookpoints.md (linked from the README), as written, on SmolLM2 with the
+    quickstart's SULA items and axis."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = re.search(r"^## Hook points under TransformerLens's own code\s*$(.*?)(?=^## )", text, re.S | re.M)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "hookpoints.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Hook points under TransformerLens's own code\s*$(.*?)(?=^## |\Z)", text, re.S | re.M)
     block = re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)[0]
     items = bl.sula.make_prompts(smol, n_per_k=12)
     layer = smol.cfg.n_layers // 2
     axis = _axis(smol, layers=(layer,))
     ns = {"bl": bl, "torch": torch, "model": smol, "items": items, "layer": layer, "axis": axis}
     with torch.no_grad():
-        exec(compile(block, "README.md", "exec"), ns)
+        exec(compile(block, "docs/hookpoints.md", "exec"), ns)
         corrupted = ns["entropy"](smol(ns["corrupt_toks"]))
     per_pos = ns["per_pos"]
     assert per_pos.shape == (ns["corrupt_toks"].shape[1],)

@@ -1,14 +1,15 @@
-"""Every number README.md quotes from a measurement: recorded runs, and the README text made from them.
+"""Every measured number the README and its docs pages quote: recorded runs, and the text made from them.
 
     python tools/readme_numbers.py --record flagship-smollm2   # run a recipe, store its numbers in the JSON
     python tools/readme_numbers.py --record all                # every recipe (~15-25 min on 2 CPU cores)
     .venv-tl4/bin/python tools/readme_numbers.py --record flagship-smollm2-tl4   # the flagship under TL 4.x
-    python tools/readme_numbers.py --write                     # rewrite README.md's generated blocks from the JSON
-    python tools/readme_numbers.py --check                     # exit 1 when README.md and the JSON disagree
+    python tools/readme_numbers.py --write                     # rewrite the pages' generated blocks from the JSON
+    python tools/readme_numbers.py --check                     # exit 1 when a page and the JSON disagree
 
 A *recipe* runs one recorded measurement with a stated seed and stated sizes and returns its numbers;
 ``--record`` stores them, with the settings and library versions, in ``docs/readme_numbers.json``.
-README.md holds *generated blocks*::
+The pages in ``PAGES`` (README.md and docs/results.md, where the recorded numbers live) hold
+*generated blocks*, each name in one page only::
 
     <!-- readme-numbers: NAME -->
     ...text rendered from the JSON...
@@ -24,10 +25,10 @@ Recipes:
   "## Quickstart"), executed as written; for Gemma with ``bl.load_model()`` replaced by
   ``bl.load_model("gemma-3-270m")``. It records ``cmp.effect()``. ``flagship-smollm2`` runs under
   TransformerLens 3.x (``.venv``: a ``HookedTransformer``), ``flagship-smollm2-tl4`` under 4.x
-  (``.venv-tl4``: a ``TransformerBridge``, what the pip route installs); the README says whether they agree.
+  (``.venv-tl4``: a ``TransformerBridge``, what the pip route installs); docs/results.md says whether they agree.
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
-  table of "A second offline model" is made from both.
+  table of docs/results.md's "The quick report on both offline models" is made from both.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "README.md"   # its quickstart holds the flagship block the recipes run
+PAGES = (README, ROOT / "docs" / "results.md")   # the pages whose generated blocks --write fills and --check checks
 RECORD = ROOT / "docs" / "readme_numbers.json"
 MODELS = {"smollm2": ("default", "SmolLM2-135M"), "gemma": ("gemma-3-270m", "Gemma 3 270M")}
 BLOCK = re.compile(r"(<!-- readme-numbers: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers -->)", re.S)
@@ -80,7 +82,7 @@ def tl_major() -> int:
 
 def run_flagship(key: str, major: Optional[int] = None) -> dict:
     """Execute the flagship block on model ``key`` and return what ``cmp.effect()`` holds; with ``major``,
-    only under that TransformerLens major (the README quotes the block under both)."""
+    only under that TransformerLens major (docs/results.md quotes the block under both)."""
     if major is not None and tl_major() != major:
         env = ".venv" if major == 3 else ".venv-tl4"
         raise SystemExit(f"this recipe records the flagship under TransformerLens {major}.x, but "
@@ -114,7 +116,7 @@ _REPORT_KEYS = ("sula.mae_bits", "sula.pearson", "geometry.mixed.alignment_spear
 
 
 def run_report_quick(key: str) -> dict:
-    """``bl.report(model, quick=True, seed=0)``: the headline metrics the README's table quotes."""
+    """``bl.report(model, quick=True, seed=0)``: the headline metrics docs/results.md's table quotes."""
     import torch
 
     import bayes_lens as bl
@@ -298,12 +300,12 @@ def render_report_table(data: dict) -> str:
 RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table}
 
 
-def rendered_readme(text: str, data: dict) -> str:
-    """``text`` with every generated block refilled from ``data``."""
+def rendered(text: str, data: dict, page: str = "README.md") -> str:
+    """``text`` (of ``page``) with every generated block refilled from ``data``."""
     def fill(m):
         name = m.group("name")
         if name not in RENDER:
-            raise SystemExit(f"README.md has an unknown generated block {name!r}; known: {sorted(RENDER)}")
+            raise SystemExit(f"{page} has an unknown generated block {name!r}; known: {sorted(RENDER)}")
         return m.group(1) + RENDER[name](data) + m.group(4)
 
     return BLOCK.sub(fill, text)
@@ -313,12 +315,24 @@ def blocks(text: str) -> Dict[str, str]:
     return {m.group("name"): m.group("body") for m in BLOCK.finditer(text)}
 
 
+def page_blocks() -> Dict[str, str]:
+    """Every generated block of every page in ``PAGES``, by name; a name used twice is refused."""
+    out: Dict[str, str] = {}
+    for page in PAGES:
+        for m in BLOCK.finditer(page.read_text(encoding="utf-8")):
+            if m.group("name") in out:
+                raise SystemExit(f"generated block {m.group('name')!r} appears twice (again in "
+                                 f"{page.relative_to(ROOT)}); keep one")
+            out[m.group("name")] = m.group("body")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--record", nargs="+", metavar="RECIPE", help=f"run recipes and store them: {list(RECIPES)} or all")
-    p.add_argument("--write", action="store_true", help="rewrite README.md's generated blocks from the JSON")
-    p.add_argument("--check", action="store_true", help="exit 1 when README.md's blocks differ from the JSON")
+    p.add_argument("--write", action="store_true", help="rewrite the pages' generated blocks from the JSON")
+    p.add_argument("--check", action="store_true", help="exit 1 when a page's blocks differ from the JSON")
     args = p.parse_args(argv)
     if args.record:
         # "all": every recipe of the installed TransformerLens major (the -tl4 one needs .venv-tl4)
@@ -328,12 +342,17 @@ def main(argv=None) -> int:
         if bad:
             p.error(f"unknown recipe(s) {bad}; known: {list(RECIPES)}")
         record(names)
-    text = README.read_text(encoding="utf-8")
-    new = rendered_readme(text, load())
-    if args.write:
-        README.write_text(new, encoding="utf-8")
-    elif args.check and new != text:
-        print("README.md's generated numbers differ from docs/readme_numbers.json; run: "
+    data, stale = load(), []
+    page_blocks()   # refuses a block name used in two pages
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = rendered(text, data, str(page.relative_to(ROOT)))
+        if args.write and new != text:
+            page.write_text(new, encoding="utf-8")
+        elif args.check and new != text:
+            stale.append(str(page.relative_to(ROOT)))
+    if stale:
+        print(f"the generated numbers of {', '.join(stale)} differ from docs/readme_numbers.json; run: "
               "python tools/readme_numbers.py --write", file=sys.stderr)
         return 1
     return 0
