@@ -26,6 +26,9 @@ Recipes:
   ``bl.load_model("gemma-3-270m")``. It records ``cmp.effect()``. ``flagship-smollm2`` runs under
   TransformerLens 3.x (``.venv``: a ``HookedTransformer``), ``flagship-smollm2-tl4`` under 4.x
   (``.venv-tl4``: a ``TransformerBridge``, what the pip route installs); docs/results.md says whether they agree.
+* ``localize-smollm2`` / ``localize-gemma``: :func:`bayes_lens.localize` on 40 SULA prompts at three evenly
+  spaced layers (``LOCALIZE`` holds the sizes), the non-random rows and the per-layer verdicts; the
+  tables of docs/localize.md.
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
   table of docs/results.md's "The quick report on both offline models" is made from both.
@@ -45,7 +48,7 @@ from typing import Callable, Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"   # its quickstart holds the flagship block the recipes run
-PAGES = (README, ROOT / "docs" / "results.md")   # the pages whose generated blocks --write fills and --check checks
+PAGES = (README, ROOT / "docs" / "results.md", ROOT / "docs" / "localize.md")   # the pages whose generated blocks --write fills and --check checks
 RECORD = ROOT / "docs" / "readme_numbers.json"
 MODELS = {"smollm2": ("default", "SmolLM2-135M"), "gemma": ("gemma-3-270m", "Gemma 3 270M")}
 BLOCK = re.compile(r"(<!-- readme-numbers: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers -->)", re.S)
@@ -139,12 +142,48 @@ def run_report_quick(key: str) -> dict:
             "numbers": numbers}
 
 
+LOCALIZE = dict(ks=(0, 1, 2, 4, 8), n_per_k=8, n_layers=3, ranks=(1, 4), n_random=10, n_boot=1000, n_null=50, seed=0)
+_LOCALIZE_COLS = ("layer", "subspace", "kind", "rank", "r2", "r2_ci_low", "r2_ci_high", "r2_null_q95", "readable",
+                  "delta_mae_bits", "delta_mae_ci_low", "delta_mae_ci_high", "band_low", "band_high", "swap_bits",
+                  "swap_ci_low", "swap_ci_high", "swap_band_low", "swap_band_high", "mediator", "verdict")
+
+
+def run_localize(key: str) -> dict:
+    """``bl.localize`` on SULA prompts at three evenly spaced layers (docs/localize.md's tables)."""
+    import torch
+
+    import bayes_lens as bl
+    from bayes_lens.ablation import default_layers
+
+    torch.set_grad_enabled(False)
+    name, _ = MODELS[key]
+    z = LOCALIZE
+    model = bl.load_model(name)
+    items = bl.sula.make_prompts(model, ks=z["ks"], n_per_k=z["n_per_k"], seed=z["seed"])
+    layers = default_layers(int(model.cfg.n_layers), z["n_layers"])
+    t0 = __import__("time").perf_counter()
+    loc = bl.localize(model, items, layers=layers, ranks=z["ranks"], n_random=z["n_random"], n_boot=z["n_boot"],
+                      n_null=z["n_null"], seed=z["seed"], progress=False)
+    secs = __import__("time").perf_counter() - t0
+    t = loc.table[loc.table["kind"] != "random"]
+    rows = [{c: (r[c].item() if hasattr(r[c], "item") else r[c]) for c in _LOCALIZE_COLS} for _, r in t.iterrows()]
+    lt = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
+    call = (f"bl.localize(model, bl.sula.make_prompts(model, ks={z['ks']}, n_per_k={z['n_per_k']}, seed=0), "
+            f"layers={layers}, ranks={z['ranks']}, n_random={z['n_random']}, n_boot={z['n_boot']}, "
+            f"n_null={z['n_null']}, seed=0)")
+    return {"settings": {"model": name, "call": call, "n_layers": int(model.cfg.n_layers), "kind": type(model).__name__,
+                         "seconds": round(secs, 1), "rule": loc.rule},
+            "numbers": {"rows": rows, "layers": lt}}
+
+
 RECIPES: Dict[str, Callable[[], dict]] = {
     "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
     "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
     "flagship-gemma": lambda: run_flagship("gemma"),
     "report-quick-smollm2": lambda: run_report_quick("smollm2"),
     "report-quick-gemma": lambda: run_report_quick("gemma"),
+    "localize-smollm2": lambda: run_localize("smollm2"),
+    "localize-gemma": lambda: run_localize("gemma"),
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
 BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
@@ -297,7 +336,40 @@ def render_report_table(data: dict) -> str:
                                  "by its magnitude.\n")
 
 
-RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table}
+def render_localize(data: dict) -> str:
+    out = []
+    for key in ("smollm2", "gemma"):
+        rec = data.get(f"localize-{key}")
+        if rec is None:
+            continue
+        st, num = rec["settings"], rec["numbers"]
+
+        def iv(v, lo, hi, f="{:+.3f}"):
+            return f"{f.format(v)} [{f.format(lo)}, {f.format(hi)}]".replace("-", "−")
+
+        out.append(f"**{MODELS[key][1]}** ({st['kind']}, {st['n_layers']} layers; measured "
+                   f"{rec['measured']['utc'][:10]} with TransformerLens {rec['measured']['transformer_lens']}, "
+                   f"{st['seconds']:.0f} s on 2 CPU cores):\n\n`{st['call']}`\n\n"
+                   "| layer | subspace | held-out R² [95% CI] (null q95) | Δ MAE bits [CI] | random band | "
+                   "swap bits [CI] | random band | verdict |\n|---|---|---|---|---|---|---|---|\n")
+        for r in num["rows"]:
+            r2 = "—" if r["r2"] != r["r2"] else iv(r["r2"], r["r2_ci_low"], r["r2_ci_high"], "{:.3f}") + \
+                f" ({r['r2_null_q95']:.3f})".replace("-", "−")
+            out.append(f"| {r['layer']} | {r['subspace']} | {r2} | "
+                       f"{iv(r['delta_mae_bits'], r['delta_mae_ci_low'], r['delta_mae_ci_high'])} | "
+                       f"{iv(0, r['band_low'], r['band_high'])[7:]} | "
+                       f"{iv(r['swap_bits'], r['swap_ci_low'], r['swap_ci_high'])} | "
+                       f"{iv(0, r['swap_band_low'], r['swap_band_high'])[7:]} | {r['verdict']} |\n")
+        out.append("\nPer layer: " + "; ".join(
+            f"layer {r['layer']}: **{r['verdict']}** (readout–mediator angle {r['angle_deg']:.0f}°, Haar p = "
+            f"{r['angle_p']:.2g})" for r in num["layers"]) + ".\n\n")
+    if not out:
+        return "(not recorded yet: `python tools/readme_numbers.py --record localize-smollm2 localize-gemma`)\n"
+    return "".join(out) + f"Rule: {data[next(k for k in ('localize-smollm2', 'localize-gemma') if k in data)]['settings']['rule']}.\n"
+
+
+RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table,
+                                            "localize": render_localize}
 
 
 def rendered(text: str, data: dict, page: str = "README.md") -> str:
