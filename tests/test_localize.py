@@ -74,14 +74,14 @@ def test_a_wider_basis_reads_by_ridge_on_its_coordinates():
     from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
 
-    from bayes_lens.ablation._readout import _ALPHAS
+    from bayes_lens.ablation._readout import ALPHAS
 
     rng = np.random.default_rng(8)
     X = rng.normal(size=(60, 9))
     y = X[:, 1] + 0.5 * rng.normal(size=60)
     basis = np.linalg.qr(rng.normal(size=(9, 4)))[0]
     fit = cross_fitted_readout(X, y, estimator="basis", basis=basis, folds=5, n_boot=0, n_null=0)
-    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)), X @ basis, y, cv=_folds_split(fit.folds))
+    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=ALPHAS)), X @ basis, y, cv=_folds_split(fit.folds))
     np.testing.assert_allclose(fit.predictions, ref, atol=1e-8)
 
 
@@ -90,17 +90,17 @@ def test_ridge_readout_equals_sklearn_pipeline_on_the_same_folds():
     from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
 
-    from bayes_lens.ablation._readout import _ALPHAS  # the one grid both use
+    from bayes_lens.ablation._readout import ALPHAS  # the one grid both use
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(50, 20)) * rng.uniform(0.5, 3, size=20)
     y = X[:, 0] - 0.5 * X[:, 3] + 0.3 * rng.normal(size=50)
     fit = cross_fitted_readout(X, y, estimator="ridge", folds=5, n_boot=0, n_null=0)
 
-    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)), X, y, cv=_folds_split(fit.folds))
+    ref = cross_val_predict(make_pipeline(_Scaler(), RidgeCV(alphas=ALPHAS)), X, y, cv=_folds_split(fit.folds))
     np.testing.assert_allclose(fit.predictions, ref, atol=1e-8)
     # the direction maps back to activation space: v·u is affine in the prediction
-    full = make_pipeline(_Scaler(), RidgeCV(alphas=_ALPHAS)).fit(X, y)
+    full = make_pipeline(_Scaler(), RidgeCV(alphas=ALPHAS)).fit(X, y)
     pred = full.predict(X)
     coord = X @ fit.direction
     assert abs(np.corrcoef(coord, pred)[0, 1]) == pytest.approx(1.0, abs=1e-9)

@@ -338,14 +338,14 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                 b = _haar(d, k, keyed_rng(seed, 73, layer, k, i))
                 candidates.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None, b))
 
-    resumers: Dict[int, Optional[_Resume]] = {}
+    resumers: Dict[int, Optional[ResumedStream]] = {}
 
-    def resumer(layer: int) -> Optional[_Resume]:
+    def resumer(layer: int) -> Optional[ResumedStream]:
         """The kept clean stream after ``layer`` (site resid_post, ``resume=True``), None for whole passes."""
         if not resume or site != "resid_post":
             return None
         if layer not in resumers:
-            r = _Resume(model, texts, layer, answer_ids, batch_size)
+            r = ResumedStream(model, texts, layer, answer_ids, batch_size)
             why = r.check()
             if why is not None:
                 warnings.warn(f"{type(model).__name__} does not resume after layer {layer} (start_at_layer: {why}); "
@@ -463,7 +463,7 @@ def _posterior(rc) -> np.ndarray:
     return answer_posterior(rc.token_logprobs())[0]
 
 
-class _Resume:
+class ResumedStream:
     """The clean residual stream after ``layer`` kept per batch, and the rest of the model run from it.
 
     An intervention at ``resid_post`` of layer L changes nothing below it, so each one costs the blocks

@@ -49,7 +49,7 @@ from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval, s
 __all__ = ["Readout", "cross_fitted_readout", "fold_ids", "standardized_pc_basis", "ESTIMATORS"]
 
 ESTIMATORS = ("ridge", "pca", "basis")
-_ALPHAS = np.logspace(-3, 4, 15)
+ALPHAS = np.logspace(-3, 4, 15)
 
 
 def fold_ids(n: int, folds: int, *, seed=0, strata=None) -> np.ndarray:
@@ -91,7 +91,7 @@ def _fit_predict(xtr, ytr, xte, estimator: str, basis: Optional[np.ndarray]):
 
         mean, sd = _scales(xtr)
         ztr, zte = (xtr - mean) / sd, (xte - mean) / sd
-        model = RidgeCV(alphas=_ALPHAS).fit(ztr, ytr)
+        model = RidgeCV(alphas=ALPHAS).fit(ztr, ytr)
         u = model.coef_ / sd
         norm = np.linalg.norm(u)
         return model.predict(zte), (u / norm if norm > 0 else None)
