@@ -147,3 +147,31 @@ def test_use_before_fit_raises_sklearns_not_fitted_error():
     from bayes_lens.errors import NotFittedError as same
 
     assert same is bl.NotFittedError
+
+
+def test_paper_a_export_reads_with_the_paper_a_reader_logic(tmp_path):
+    """EntropyAxis.export_paper_a writes the per-layer files Paper A's SULA pipeline loads
+    (experiments/paper3_llm/sula_pipeline/hf_activations.py: entropy_axis_L{layer}_model.npz with u_ent
+    and sigma_pc1). Its reader logic, re-implemented here, gets back our unit axis and σ."""
+    import numpy as np
+
+    import bayes_lens as bl
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model("bridge", n_layers=3)   # (layer 0's final-token values depend on the final token only)
+    axis = bl.EntropyAxis(layer=[1, 2]).fit(model, bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4))
+    paths = axis.export_paper_a(tmp_path)
+    assert [p.name for p in paths] == ["entropy_axis_L1_model.npz", "entropy_axis_L2_model.npz"]
+    dim = model.cfg.n_key_value_heads * model.cfg.d_head
+    for layer in (1, 2):
+        data = np.load(tmp_path / f"entropy_axis_L{layer}_model.npz")       # the reader, as written there
+        assert "u_ent" in data and "sigma_pc1" in data
+        u_ent = np.asarray(data["u_ent"], dtype=np.float32).reshape(-1)
+        sigma_pc1 = float(data["sigma_pc1"])
+        if not np.isfinite(sigma_pc1) or sigma_pc1 <= 0.0:
+            sigma_pc1 = 1.0
+        u_norm = u_ent / float(np.linalg.norm(u_ent))
+        assert u_norm.shape[0] == dim
+        np.testing.assert_allclose(u_norm, axis.axes_[layer].numpy(), atol=1e-6)
+        assert sigma_pc1 == pytest.approx(axis.sigma_[layer])
+        assert int(data["layer"]) == layer and str(data["site"]) == "v"

@@ -717,6 +717,39 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         write_atomic(path, write)
         return path
 
+    def export_paper_a(self, folder) -> List[Path]:
+        """Write one ``entropy_axis_L{layer}_model.npz`` per layer into ``folder``, the files Paper A's SULA
+        pipeline reads (its ``u_ent`` ``[dim]`` and ``sigma_pc1`` keys), with a superset of fields: ``layer``,
+        ``site``, ``hook_name``, ``mean``, ``scale``, ``explained_variance_ratio``, ``entropy_correlation``
+        and ``metadata`` (this axis's :meth:`save` metadata as a JSON string). Each file is written
+        atomically; ``u_ent`` is the unit axis (the reader normalizes it again), ``sigma_pc1`` the clean
+        coordinate's standard deviation (NaN for an axis made without one: the reader then uses 1).
+
+        >>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
+        >>> import tempfile; [p.name for p in axis.export_paper_a(tempfile.mkdtemp())]
+        ['entropy_axis_L1_model.npz']
+        """
+        self.check_fitted()
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise InvalidInputError(f"cannot export the axis to {folder}: not an existing folder; create it first.")
+        meta = json.dumps(json.loads(json.dumps(self._metadata(), allow_nan=True)), allow_nan=True)
+        out = []
+        for k in self.layers_:
+            arrays = {"u_ent": self.axes_[k].numpy().astype(np.float32), "sigma_pc1": np.float64(self.sigma_[k]),
+                      "layer": np.int64(k), "site": np.array(self.site_), "hook_name": np.array(self.hook_names_[k]),
+                      "mean": self.means_[k].numpy(), "scale": self.scales_[k].numpy(),
+                      "explained_variance_ratio": np.float64(self.explained_variance_ratio_[k]),
+                      "entropy_correlation": np.float64(self.entropy_correlation_[k]), "metadata": np.array(meta)}
+            path = folder / f"entropy_axis_L{k}_model.npz"
+
+            def write(tmp, arrays=arrays):
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, **arrays)
+            write_atomic(path, write)
+            out.append(path)
+        return out
+
     @classmethod
     def load(cls, path, model=None, *, strict: bool = False, trust_unverified: bool = False) -> "EntropyAxis":
         """Read an axis written by :meth:`save`; with ``model``, check that it fits that model.
