@@ -360,9 +360,14 @@ def render_localize(data: dict) -> str:
                        f"{iv(0, r['band_low'], r['band_high'])[7:]} | "
                        f"{iv(r['swap_bits'], r['swap_ci_low'], r['swap_ci_high'])} | "
                        f"{iv(0, r['swap_band_low'], r['swap_band_high'])[7:]} | {r['verdict']} |\n")
+        def angle(r):
+            if r["angle_deg"] != r["angle_deg"]:
+                return "no mediator, so no angle"
+            return (f"readout–mediator angle between {r['best_readout']} and {r['most_causal']}: "
+                    f"{r['angle_deg']:.0f}°, Haar p = {r['angle_p']:.2g}")
+
         out.append("\nPer layer: " + "; ".join(
-            f"layer {r['layer']}: **{r['verdict']}** (readout–mediator angle {r['angle_deg']:.0f}°, Haar p = "
-            f"{r['angle_p']:.2g})" for r in num["layers"]) + ".\n\n")
+            f"layer {r['layer']}: **{r['verdict']}** ({angle(r)})" for r in num["layers"]) + ".\n\n")
     if not out:
         return "(not recorded yet: `python tools/readme_numbers.py --record localize-smollm2 localize-gemma`)\n"
     return "".join(out) + f"Rule: {data[next(k for k in ('localize-smollm2', 'localize-gemma') if k in data)]['settings']['rule']}.\n"

@@ -37,7 +37,8 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   "readout and mediator", "readout only", "mediator only" or "neither".
 * **Readout–mediator angle** (arXiv 2605.29126's question): the angle θ between the best readout
   direction u (the largest held-out R² among the rank-one estimators, fitted on all prompts) and the
-  most causal non-random subspace S (largest Δ MAE): cos θ = ‖Bᵀu‖. Under the Haar null (u uniform on
+  most causal subspace S (the mediator whose interval lies furthest above its band, removal or swap;
+  no mediator at the layer: no angle): cos θ = ‖Bᵀu‖. Under the Haar null (u uniform on
   the sphere of dimension d) cos²θ ~ Beta(k/2, (d − k)/2), so p = P(cos²θ ≥ observed) is exact.
 
 Example
@@ -433,9 +434,14 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         mediator = bool(real["mediator"].any()) if len(real) else False
         row = {"layer": layer, "verdict": _verdict(readable, mediator), "clean_mae_bits": float(clean_m["mae"][0])}
         ones = real[real["rank"] == 1] if len(est) == 0 else est
-        if len(ones) and len(real) and ones["r2"].notna().any():
+        meds = real[real["mediator"]]
+        if len(ones) and len(meds) and ones["r2"].notna().any():
+            # the most causal: the mediator furthest above its band (removal or swap, whichever is further)
+            excess = meds["delta_mae_ci_low"] - meds["band_high"]
+            if swap:
+                excess = np.maximum(excess, meds["swap_ci_low"] - meds["swap_band_high"])
             best_r = by_name[(layer, ones.loc[ones["r2"].idxmax(), "subspace"])]
-            best_c = by_name[(layer, real.loc[real["delta_mae_bits"].idxmax(), "subspace"])]
+            best_c = by_name[(layer, meds.loc[excess.idxmax(), "subspace"])]
             u = best_r.basis[:, 0]
             cos2 = float(np.clip(np.sum((best_c.basis.T @ u) ** 2) / float(u @ u), 0.0, 1.0))
             from scipy.stats import beta

@@ -380,8 +380,9 @@ def _localize(ctx: Context) -> SectionOutput:
     out.tables["localize_layers"] = loc.layers_table
     out.figure("Readout or mediator: calibration change per subspace, with the random band", loc.plot)
     out.notes.append(f"rule: {loc.rule}")
-    out.notes.append("; ".join(f"layer {r.layer}: {r.verdict} (readout–mediator angle {r.angle_deg:.1f}°, "
-                               f"Haar p = {r.angle_p:.3g})" for r in loc.layers_table.itertuples()))
+    out.notes.append("; ".join(f"layer {r.layer}: {r.verdict} (" + (
+        f"readout–mediator angle {r.angle_deg:.1f}°, Haar p = {r.angle_p:.3g})" if r.angle_deg == r.angle_deg
+        else "no mediator, so no readout–mediator angle)") for r in loc.layers_table.itertuples()))
     return out
 
 
