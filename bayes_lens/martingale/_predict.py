@@ -62,8 +62,27 @@ __all__ = [
 ]
 
 
+class _SymbolText:
+    """The text of a symbol sequence, shared by the templates: ``prefix`` then the symbols joined by
+    ``separator``, and where each symbol stands in it."""
+
+    def render(self, sequence) -> str:
+        """The prompt text of one symbol sequence (for Bernoulli: of 0/1)."""
+        return self.prefix + self.separator.join(self.symbols[int(x)] for x in sequence)
+
+    def _symbol_spans(self, sequence) -> list:
+        spans, pos = [], len(self.prefix)
+        for t, x in enumerate(sequence):
+            if t:
+                pos += len(self.separator)
+            s = self.symbols[int(x)]
+            spans.append((pos, pos + len(s)))
+            pos += len(s)
+        return spans
+
+
 @dataclass(frozen=True)
-class BernoulliTemplate:
+class BernoulliTemplate(_SymbolText):
     """How a 0/1 sequence becomes a prompt: ``prefix + symbols[x₁] + separator + symbols[x₂] + …``.
 
     ``prefix`` is the preamble (its last token is where P(x₁) is read; ``""`` leaves P(x₁) undefined
@@ -83,26 +102,13 @@ class BernoulliTemplate:
         if self.symbols[0] == self.symbols[1]:
             raise InvalidInputError(f"the two symbols must differ, got {self.symbols!r}.")
 
-    def render(self, sequence) -> str:
-        """The prompt text of one 0/1 sequence."""
-        return self.prefix + self.separator.join(self.symbols[int(x)] for x in sequence)
-
-    def _symbol_spans(self, sequence) -> list:
-        spans, pos = [], len(self.prefix)
-        for t, x in enumerate(sequence):
-            if t:
-                pos += len(self.separator)
-            s = self.symbols[int(x)]
-            spans.append((pos, pos + len(s)))
-            pos += len(s)
-        return spans
 
 
 DEFAULT_TEMPLATE = BernoulliTemplate()
 
 
 @dataclass(frozen=True)
-class CategoricalTemplate:
+class CategoricalTemplate(_SymbolText):
     """How a K-symbol sequence (values 0 … K−1) becomes a prompt: ``prefix + symbols[x₁] + separator + …``.
 
     ``symbols`` are the K texts (K = ``len(symbols)``, 2 … 10); each must be one token inside a
@@ -137,19 +143,6 @@ class CategoricalTemplate:
         k = check_int(n_symbols, "n_symbols", min=2, max=10)
         return cls(symbols=tuple(str(i) for i in range(k)), **kw)
 
-    def render(self, sequence) -> str:
-        """The prompt text of one symbol sequence."""
-        return self.prefix + self.separator.join(self.symbols[int(x)] for x in sequence)
-
-    def _symbol_spans(self, sequence) -> list:
-        spans, pos = [], len(self.prefix)
-        for t, x in enumerate(sequence):
-            if t:
-                pos += len(self.separator)
-            s = self.symbols[int(x)]
-            spans.append((pos, pos + len(s)))
-            pos += len(s)
-        return spans
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -358,23 +351,15 @@ def _read_predictive(p1, mass, i, ids, positions, toks, logits_row, symbols, bos
     mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).cpu().numpy()
 
 
-def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
-                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
-    """``(p1, mass)`` of a model through the runner (so inside ``bl.shard.sharded(...)`` in shards).
-
-    The runner keeps the two symbol tokens' logits and the log-sum-exp at the last ``T`` real
-    positions (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first
-    read position of the longest-reaching prompt); the predictive is then the same arithmetic as
-    :func:`_read_predictive` on the same logits (float32 holds a float32 or bf16 model's logits exactly).
-    """
+def _symbol_logits(model, texts, layouts, symbols, *, batch_size: int, progress: Optional[bool], desc: str):
+    """Yield ``(i, valid [L] bool, logits [m, K] of the symbol tokens, full log-sum-exp [m])`` per sequence
+    at its read positions, from one run of the runner that keeps the last ``T`` real positions' symbol
+    logits (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first read
+    position of the longest-reaching prompt)."""
     from .. import adapter
     from ..collect import collect
 
-    texts, layouts, symbols = _layouts(model, seqs, template)
     bos = _bos_prepended(model)
-    n, L = seqs.shape
-    p1 = np.full((n, L), np.nan)
-    mass = np.full((n, L), np.nan)
     tokens, mask = adapter.tokenize(model, texts, padding_side="right")
     n_real = mask.sum(1).tolist()
     reads, tail = [], 1
@@ -391,8 +376,24 @@ def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, b
         if not valid.any():
             continue
         j = torch.as_tensor(read[valid] - (n_real[i] - tail))
-        lg = tail_logits[i, j].double()
-        lse = tail_lse[i, j]
+        yield i, valid, tail_logits[i, j].double(), tail_lse[i, j].double()
+
+
+def _model_predictive(model, seqs: np.ndarray, template: BernoulliTemplate, *, batch_size: int,
+                      progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(p1, mass)`` of a model through the runner (so inside ``bl.shard.sharded(...)`` in shards).
+
+    The runner keeps the two symbol tokens' logits and the log-sum-exp at the last ``T`` real
+    positions (``collect(..., token_ids=symbols, tail_positions=T)``, ``T`` reaching back to the first
+    read position of the longest-reaching prompt); the predictive is then the same arithmetic as
+    :func:`_read_predictive` on the same logits (float32 holds a float32 or bf16 model's logits exactly).
+    """
+    texts, layouts, symbols = _layouts(model, seqs, template)
+    n, L = seqs.shape
+    p1 = np.full((n, L), np.nan)
+    mass = np.full((n, L), np.nan)
+    for i, valid, lg, lse in _symbol_logits(model, texts, layouts, symbols, batch_size=batch_size,
+                                            progress=progress, desc=desc):
         l0, l1 = lg[:, 0], lg[:, 1]
         p1[i, valid] = torch.sigmoid(l1 - l0).numpy()
         mass[i, valid] = (torch.exp(l0 - lse) + torch.exp(l1 - lse)).numpy()
@@ -546,34 +547,14 @@ def _categorical_layouts(model, seqs: np.ndarray, template: CategoricalTemplate)
 def _model_symbol_predictive(model, seqs: np.ndarray, template: CategoricalTemplate, *, batch_size: int,
                              progress: Optional[bool], desc: str) -> Tuple[np.ndarray, np.ndarray]:
     """``(probs [n, L, K], mass [n, L])``: softmax over the K symbol tokens' logits, and their raw mass."""
-    from .. import adapter
-    from ..collect import collect
-
     texts, layouts, symbols = _categorical_layouts(model, seqs, template)
-    bos = _bos_prepended(model)
     n, L = seqs.shape
-    k = len(symbols)
-    probs = np.full((n, L, k), np.nan)
+    probs = np.full((n, L, len(symbols)), np.nan)
     mass = np.full((n, L), np.nan)
-    tokens, mask = adapter.tokenize(model, texts, padding_side="right")
-    n_real = mask.sum(1).tolist()
-    reads, tail = [], 1
-    for i, (ids, positions) in enumerate(layouts):
-        read = _read_index(ids, positions, tokens[i, : n_real[i]].tolist(), bos)
-        reads.append(read)
-        if (read >= 0).any():
-            tail = max(tail, int(n_real[i] - read[read >= 0].min()))
-    rc = collect(model, texts, token_ids=list(symbols), tail_positions=tail, batch_size=batch_size,
-                 padding_side="right", progress=progress, desc=desc)
-    tail_logits, tail_lse = rc[TAIL_LOGITS], rc[TAIL_LOGSUMEXP]
-    for i, read in enumerate(reads):
-        valid = read >= 0
-        if not valid.any():
-            continue
-        j = torch.as_tensor(read[valid] - (n_real[i] - tail))
-        lg = tail_logits[i, j].double()
+    for i, valid, lg, lse in _symbol_logits(model, texts, layouts, symbols, batch_size=batch_size,
+                                            progress=progress, desc=desc):
         probs[i, valid] = torch.softmax(lg, dim=-1).numpy()
-        mass[i, valid] = torch.exp(torch.logsumexp(lg, dim=-1) - tail_lse[i, j].double()).numpy()
+        mass[i, valid] = torch.exp(torch.logsumexp(lg, dim=-1) - lse).numpy()
     return probs, mass
 
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from .._validate import check_count, check_nonneg_int, check_seed
 from ..errors import InvalidInputError, TokenizationError
 from ..metrics.calibration import binary_entropy_bits
-from ..tasks import get_tokenizer, register_task, single_token_id
+from ..tasks import PromptTuple, get_tokenizer, register_task, single_token_id
 
 __all__ = [
     "CANDIDATE_LABELS",
@@ -189,7 +189,7 @@ def _rebuild_item(text, fields):
     return SulaItem(text, **fields)
 
 
-class SulaPrompts(tuple):
+class SulaPrompts(PromptTuple):
     """The prompt set :func:`make_prompts` returns: a tuple of :class:`SulaItem` (so a list of
     prompt strings too) with the generation settings as attributes: ``.labels``, ``.p``, ``.prior``,
     ``.control``, ``.ks``, ``.n_per_k``, ``.template``, ``.seed``."""
@@ -220,23 +220,8 @@ class SulaPrompts(tuple):
         meta["ks"] = list(meta["ks"])
         return meta
 
-    def __getitem__(self, index):
-        out = tuple.__getitem__(self, index)
-        if isinstance(index, slice):
-            return SulaPrompts(out, **self._meta())
-        return out
-
     def __reduce__(self):
         return (_rebuild_prompts, (tuple(self), self._meta()))
-
-    @property
-    def texts(self) -> List[str]:
-        """The prompt texts as plain strings."""
-        return [it.text for it in self]
-
-    @property
-    def k(self) -> np.ndarray:
-        return np.array([it.k for it in self], dtype=np.int64)
 
     @property
     def hidden_label(self) -> np.ndarray:

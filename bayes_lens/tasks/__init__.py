@@ -48,6 +48,7 @@ from ._export import CARD_FORMAT, card_path, export, from_records, load, read_ca
 from ._gaussian import GAUSSIAN_VERSION, PRIORS, gaussian_predictive, gaussian_prompts, leading_digit_probs
 from ._protocol import (
     STANDARD_FIELDS,
+    PromptTuple,
     TaskItem,
     TaskPrompts,
     answer_token_ids,

@@ -29,7 +29,7 @@ from ..errors import InvalidInputError, TokenizationError
 from ..metrics.stats import entropy_bits
 
 __all__ = ["TaskItem", "TaskPrompts", "is_task_item", "as_task_prompts", "get_tokenizer", "single_token_id",
-           "answer_token_ids", "choose_answers", "register_task", "task_loader", "STANDARD_FIELDS",
+           "answer_token_ids", "choose_answers", "register_task", "task_loader", "STANDARD_FIELDS", "PromptTuple",
            "posterior_entropy_bits"]
 
 #: The fields every exported record carries (the protocol); anything else is task-specific.
@@ -159,7 +159,31 @@ def is_task_item(obj) -> bool:
                                          "prior_posterior"))
 
 
-class TaskPrompts(tuple):
+class PromptTuple(tuple):
+    """What every prompt set shares (SULA's and :class:`TaskPrompts`): a tuple of items whose slices keep the
+    set's settings (``_meta()``, rebuilt with ``type(self)(items, **meta)``), ``.texts`` and ``.k``."""
+
+    def _meta(self) -> dict:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        out = tuple.__getitem__(self, index)
+        if isinstance(index, slice):
+            return type(self)(out, **self._meta())
+        return out
+
+    @property
+    def texts(self) -> List[str]:
+        """The prompt texts as plain strings."""
+        return [it.text for it in self]
+
+    @property
+    def k(self) -> np.ndarray:
+        """``[n]`` the amount of evidence of each item."""
+        return np.array([it.k for it in self], dtype=np.int64)
+
+
+class TaskPrompts(PromptTuple):
     """A prompt set: a tuple of items (so a list of prompt strings too) with the generation settings
     ``.task``, ``.seed``, ``.generator_version``, ``.params`` (JSON-able) and ``.posterior_definition``
     (one sentence: what the exact posterior is). All items share one answer tuple (``.answers``)."""
@@ -183,23 +207,8 @@ class TaskPrompts(tuple):
     def _meta(self) -> dict:
         return {k: self.__dict__[k] for k in ("task", "seed", "generator_version", "params", "posterior_definition")}
 
-    def __getitem__(self, index):
-        out = tuple.__getitem__(self, index)
-        if isinstance(index, slice):
-            return TaskPrompts(out, **self._meta())
-        return out
-
     def __reduce__(self):
         return (_rebuild_prompts, (tuple(self), self._meta()))
-
-    @property
-    def texts(self) -> List[str]:
-        """The prompt texts as plain strings."""
-        return [it.text for it in self]
-
-    @property
-    def k(self) -> np.ndarray:
-        return np.array([it.k for it in self], dtype=np.int64)
 
     @property
     def posterior(self) -> np.ndarray:
