@@ -29,6 +29,8 @@ Recipes:
 * ``localize-smollm2`` / ``localize-gemma``: :func:`bayes_lens.localize` on 40 SULA prompts at three evenly
   spaced layers (``LOCALIZE`` holds the sizes), the non-random rows and the per-layer verdicts; the
   tables of docs/localize.md.
+* ``codelength-smollm2`` / ``codelength-gemma``: Paper B v3's excess code length (``CODELENGTH`` holds
+  the sizes), the table of docs/results.md's "Paper B v3" section.
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
   table of docs/results.md's "The quick report on both offline models" is made from both.
@@ -176,6 +178,32 @@ def run_localize(key: str) -> dict:
             "numbers": {"rows": rows, "layers": lt}}
 
 
+CODELENGTH = dict(symbols=(2, 4), seq_len=32, n_seqs=32, n_boot=1000, seed=0)
+
+
+def run_codelength(key: str) -> dict:
+    """``bl.martingale.codelength`` (Paper B v3) for K = 2 (KT) and K = 4 (Dirichlet ½) symbols."""
+    import torch
+
+    import bayes_lens as bl
+
+    torch.set_grad_enabled(False)
+    name, _ = MODELS[key]
+    z = CODELENGTH
+    model = bl.load_model(name)
+    numbers = {}
+    for k in z["symbols"]:
+        r = bl.martingale.codelength(model, n_symbols=k, alpha=0.5, seq_len=z["seq_len"], n_seqs=z["n_seqs"],
+                                     n_boot=z["n_boot"], seed=z["seed"], progress=False)
+        numbers[str(k)] = {
+            **{f"{what}_{ref}": [float(getattr(r, what)[ref].value), *map(float, getattr(r, what)[ref].ci)]
+               for what in ("excess", "cum_kl", "one_step_kl") for ref in ("bayes", "plugin")},
+            "identity_exact": {str(a): float(b) for a, b in r.identity_exact.items()}}
+    call = (f"bl.martingale.codelength(model, n_symbols=K, alpha=0.5, seq_len={z['seq_len']}, n_seqs={z['n_seqs']}, "
+            f"n_boot={z['n_boot']}, seed=0) for K in {z['symbols']}")
+    return {"settings": {"model": name, "call": call}, "numbers": numbers}
+
+
 RECIPES: Dict[str, Callable[[], dict]] = {
     "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
     "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
@@ -184,6 +212,8 @@ RECIPES: Dict[str, Callable[[], dict]] = {
     "report-quick-gemma": lambda: run_report_quick("gemma"),
     "localize-smollm2": lambda: run_localize("smollm2"),
     "localize-gemma": lambda: run_localize("gemma"),
+    "codelength-smollm2": lambda: run_codelength("smollm2"),
+    "codelength-gemma": lambda: run_codelength("gemma"),
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
 BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
@@ -373,8 +403,45 @@ def render_localize(data: dict) -> str:
     return "".join(out) + f"Rule: {data[next(k for k in ('localize-smollm2', 'localize-gemma') if k in data)]['settings']['rule']}.\n"
 
 
+def render_codelength(data: dict) -> str:
+    recs = {key: data.get(f"codelength-{key}") for key in ("smollm2", "gemma")}
+    if not all(recs.values()):
+        return "(not recorded yet: `python tools/readme_numbers.py --record codelength-smollm2 codelength-gemma`)\n"
+
+    def iv(v):
+        return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
+
+    s = recs["smollm2"]
+    head = (f"`{s['settings']['call']}` (measured {s['measured']['utc'][:10]}, TransformerLens "
+            f"{s['measured']['transformer_lens']}; bits, 95% bootstrap intervals over sequences; sequences drawn "
+            "from the reference mixture):\n\n| quantity | K | SmolLM2-135M | Gemma 3 270M | Paper B v3, Qwen2.5-7B / 14B |\n"
+            "|---|---|---|---|---|\n")
+    rows = []
+    paper = {"2": "0.020 / 0.011 (one-step excess, support 256)", "4": "0.039 / 0.022 (one-step excess, support 256)"}
+    for k in ("2", "4"):
+        S, G = recs["smollm2"]["numbers"][k], recs["gemma"]["numbers"][k]
+        ref = "KT" if k == "2" else "Dirichlet ½"
+        rows.append(f"| cumulative excess code length vs {ref} (Bayes) | {k} | {iv(S['excess_bayes'])} | "
+                    f"{iv(G['excess_bayes'])} | |\n")
+        rows.append(f"| cumulative KL to {ref} | {k} | {iv(S['cum_kl_bayes'])} | {iv(G['cum_kl_bayes'])} | |\n")
+        rows.append(f"| cumulative KL to the plug-in | {k} | {iv(S['cum_kl_plugin'])} | {iv(G['cum_kl_plugin'])} | |\n")
+        rows.append(f"| one-step KL to {ref} at the last position | {k} | {iv(S['one_step_kl_bayes'])} | "
+                    f"{iv(G['one_step_kl_bayes'])} | {paper[k]} |\n")
+    def one(rec, k):
+        e = rec["numbers"][k]["identity_exact"]
+        return (f"n = {e['n']:.0f}: {e['expected_excess_bits']:.4f} = {e['expected_cum_kl_bits']:.4f} bits "
+                f"(difference {e['difference_bits']:.1e})")
+
+    ident = "; ".join(f"{MODELS[key][1]} K = {k}, {one(rec, k)}" for key, rec in recs.items() for k in ("2", "4")
+                      if rec["numbers"][k]["identity_exact"])
+    return (head + "".join(rows) + "\nThe exact identity E[excess code length] = E[cumulative KL] under the "
+            "reference mixture, by enumerating every sequence on the model's own predictions: " + ident +
+            ". The paper's figures are not directly comparable: their context length and what \"support 256\" "
+            "counts are not readable in our copy (METHODS.md §8b).\n")
+
+
 RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table,
-                                            "localize": render_localize}
+                                            "localize": render_localize, "codelength": render_codelength}
 
 
 def rendered(text: str, data: dict, page: str = "README.md") -> str:
