@@ -7,7 +7,9 @@ from bayes_lens.models.tiny import tiny_model
 
 
 def test_localize_section_is_opt_in_and_writes_its_rows(tmp_path):
-    assert not bl.reporting._sections.SECTIONS["localize"].default
+    from bayes_lens.reporting._sections import SECTIONS
+
+    assert not SECTIONS["localize"].default
     model = tiny_model("bridge")
     doc = bl.report(model, tmp_path / "r", sections=["sula", "localize"], quick=True, progress=False,
                     overrides={"localize_n_random": 3, "n_boot": 50, "sula_n_per_k": 4})
@@ -25,7 +27,8 @@ def test_localize_section_is_opt_in_and_writes_its_rows(tmp_path):
 
 
 def test_a_report_without_named_sections_leaves_localize_out(monkeypatch):
-    from bayes_lens.reporting import _core
+    from bayes_lens.reporting._core import check_sections
+    from bayes_lens.reporting._sections import SECTIONS
 
-    names = [s.name for s in _core.check_sections(None, bl.reporting._sections.SECTIONS)]
+    names = [s.name for s in check_sections(None, SECTIONS)]
     assert "localize" not in names and names == ["geometry", "sula", "ablation", "martingale"]
