@@ -168,8 +168,12 @@ def run_localize(key: str) -> dict:
                       n_null=z["n_null"], seed=z["seed"], progress=False)
     secs = __import__("time").perf_counter() - t0
     t = loc.table[loc.table["kind"] != "random"]
-    rows = [{c: (r[c].item() if hasattr(r[c], "item") else r[c]) for c in _LOCALIZE_COLS} for _, r in t.iterrows()]
-    lt = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
+    def plain(v):  # JSON has no NaN: a missing number (no angle without a mediator) is null
+        v = v.item() if hasattr(v, "item") else v
+        return None if isinstance(v, float) and v != v else v
+
+    rows = [{c: plain(r[c]) for c in _LOCALIZE_COLS} for _, r in t.iterrows()]
+    lt = [{k: plain(v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
     call = (f"bl.localize(model, bl.sula.make_prompts(model, ks={z['ks']}, n_per_k={z['n_per_k']}, seed=0), "
             f"layers={layers}, ranks={z['ranks']}, n_random={z['n_random']}, n_boot={z['n_boot']}, "
             f"n_null={z['n_null']}, seed=0)")
@@ -383,7 +387,7 @@ def render_localize(data: dict) -> str:
                    "| layer | subspace | held-out R² [95% CI] (null q95) | Δ MAE bits [CI] | random band | "
                    "swap bits [CI] | random band | verdict |\n|---|---|---|---|---|---|---|---|\n")
         for r in num["rows"]:
-            r2 = "—" if r["r2"] != r["r2"] else iv(r["r2"], r["r2_ci_low"], r["r2_ci_high"], "{:.3f}") + \
+            r2 = "—" if r["r2"] is None else iv(r["r2"], r["r2_ci_low"], r["r2_ci_high"], "{:.3f}") + \
                 f" ({r['r2_null_q95']:.3f})".replace("-", "−")
             out.append(f"| {r['layer']} | {r['subspace']} | {r2} | "
                        f"{iv(r['delta_mae_bits'], r['delta_mae_ci_low'], r['delta_mae_ci_high'])} | "
@@ -391,7 +395,7 @@ def render_localize(data: dict) -> str:
                        f"{iv(r['swap_bits'], r['swap_ci_low'], r['swap_ci_high'])} | "
                        f"{iv(0, r['swap_band_low'], r['swap_band_high'])[7:]} | {r['verdict']} |\n")
         def angle(r):
-            if r["angle_deg"] != r["angle_deg"]:
+            if r["angle_deg"] is None:
                 return "no mediator, so no angle"
             return (f"readout–mediator angle between {r['best_readout']} and {r['most_causal']}: "
                     f"{r['angle_deg']:.0f}°, Haar p = {r['angle_p']:.2g}")
