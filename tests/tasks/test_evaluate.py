@@ -135,3 +135,18 @@ def test_a_user_defined_task_in_a_few_lines(tiny):
     pytest.importorskip("plotly")
     fig = res.plot()
     assert "task 'coin'" in fig.layout.title.text
+
+
+def test_axis_and_patched_comparison_take_a_categorical_task():
+    """The entropy axis and compare_patched accept any task's items: the signing entropy is over the K
+    answers, and the comparison's clean calibration is bl.sula.evaluate's MAE on the same items."""
+    import bayes_lens as bl
+    from bayes_lens.models.tiny import tiny_model
+
+    model = tiny_model("bridge")
+    items = bl.tasks.categorical_prompts(model, n_symbols=3, ks=(0, 2, 4, 8), n_per_k=5, seed=0)
+    axis = bl.EntropyAxis(layer=0).fit(model, items)
+    assert axis.entropy_kind_ == "labels"
+    cmp = bl.compare_patched(model, items, [axis.removal()], n_boot=50, n_random_seeds=1)
+    clean = cmp.calibration_value("clean", "mae").value
+    assert abs(clean - bl.sula.evaluate(model, items, layer=0, n_boot=20).mae_bits.value) < 1e-6
