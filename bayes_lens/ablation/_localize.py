@@ -44,7 +44,7 @@ TransformerLens model and SULA items, per layer, as one call and one table:
 Example
 -------
 >>> import bayes_lens as bl
->>> model = bl.models.tiny.tiny_model("hooked")
+>>> model = bl.models.tiny.tiny_model("bridge")
 >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
 >>> loc = bl.localize(model, items, layers=[0], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5)
 >>> sorted(set(loc.to_dataframe()["kind"]))

@@ -34,7 +34,7 @@ Example
 >>> coin = coin_prompts([(), (1,), (1, 1, 0), (0, 0, 0, 0)])
 >>> coin[2].text, [round(p, 2) for p in coin[2].posterior]
 ('Sequence: 1 1 0', [0.4, 0.6])
->>> model = bl.models.tiny.tiny_model("hooked")
+>>> model = bl.models.tiny.tiny_model("bridge")
 >>> res = bl.sula.evaluate(model, coin, n_boot=50)          # calibration against the exact posterior
 >>> res.condition, res.table.shape[0]                        # one row per k, and one for all
 ('coin', 5)
