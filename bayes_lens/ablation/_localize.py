@@ -542,6 +542,12 @@ def _rows_edit(parts_of_fold: dict, fold_of: np.ndarray):
     return edit
 
 
+def _swapped(a: torch.Tensor, donor: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The swap, the one definition both routes use: ``a`` with its component in span(b) (``b`` orthonormal
+    ``[d, k]``) replaced by ``donor``'s, a − (a b) bᵀ + (donor b) bᵀ (rows or single vectors)."""
+    return a - (a @ b) @ b.T + (donor @ b) @ b.T
+
+
 def _swap_edit(basis_of_fold: dict, fold_of: np.ndarray, donor_rows: np.ndarray):
     """``edit(batch, resid)``: at each row's final position, its fold's subspace component replaced by its donor's."""
     bases = {f: torch.as_tensor(np.linalg.qr(b)[0], dtype=torch.float32) for f, b in basis_of_fold.items()}
@@ -553,7 +559,7 @@ def _swap_edit(basis_of_fold: dict, fold_of: np.ndarray, donor_rows: np.ndarray)
             b = bases[int(folds[r])]
             a = x[r, batch.last_index[r]].float()
             d = donor[int(batch.indices[r])]
-            x[r, batch.last_index[r]] = (a - (a @ b) @ b.T + (d @ b) @ b.T).to(x.dtype)
+            x[r, batch.last_index[r]] = _swapped(a, d, b).to(x.dtype)
         return x
     return edit
 
@@ -611,7 +617,7 @@ def _swap_factory(hook_name: str, basis: np.ndarray, donor_rows: np.ndarray):
             flat = act.reshape(act.shape[0], act.shape[1], -1)
             a = flat[rows, last].float()
             bb = b.to(a.device)
-            new = a - (a @ bb) @ bb.T + (d_rows.to(a.device) @ bb) @ bb.T
+            new = _swapped(a, d_rows.to(a.device), bb)
             out = flat.clone()
             out[rows, last] = new.to(out.dtype)
             return out.reshape(act.shape)
