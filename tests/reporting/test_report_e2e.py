@@ -119,6 +119,28 @@ def test_headline_numbers_match_independent_recomputation(quick_report):
     assert f"{ratio:.2f}× the dimension-matched Gaussian baseline" in m["verdict"]["text"]
 
 
+def test_paper_b_v3_rows_match_their_tables(quick_report):
+    """The martingale section's Paper B v3 rows re-derived from its CSV tables with numpy: the cumulative
+    excess code length is the sum of the per-position means; the order-averaging identity (given =
+    averaged + gain) holds on the per-n means; the headline is the last n; the exact Bayesian's value
+    (0) is every row's baseline."""
+    cl = _section_table(quick_report, "martingale", "codelength_per_position")
+    kt = cl[cl["reference"] == "bayes"].sort_values("position")
+    m = _metric(quick_report, "martingale.excess_codelength_kt")
+    assert m["value"] == pytest.approx(kt["excess_bits"].sum(), rel=1e-9, abs=1e-12)
+    assert m["value"] == pytest.approx(kt["cum_excess_bits"].iloc[-1], rel=1e-9, abs=1e-12)
+    assert m["ci"]["low"] <= m["value"] <= m["ci"]["high"] and m["baseline"]["value"] == 0
+    oa = _section_table(quick_report, "martingale", "order_averaging").sort_values("n")
+    np.testing.assert_allclose(oa["regret_given_bits"], oa["regret_averaged_bits"] + oa["gain_bits"], atol=1e-9)
+    assert _metric(quick_report, "martingale.gain")["value"] == pytest.approx(oa["gain_bits"].iloc[-1])
+    assert _metric(quick_report, "martingale.regret_averaged")["value"] == pytest.approx(
+        oa["regret_averaged_bits"].iloc[-1])
+    pi = _section_table(quick_report, "martingale", "position_interventions")
+    tv = _metric(quick_report, "martingale.position_tv")
+    assert ((pi["tv"] >= 0) & (pi["tv"] <= 1)).all() and 0 <= tv["ci"]["low"] <= tv["value"] <= tv["ci"]["high"] <= 1
+    assert tv["baseline"]["value"] == 0
+
+
 @pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (the Makefile's set-up "
                     "installs Debian's `chromium`; run `apt-get install -y chromium`)")
 def test_report_renders_in_headless_chromium_offline(quick_report):
