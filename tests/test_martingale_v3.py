@@ -310,3 +310,17 @@ def test_codelength_command_runs_on_the_default_model(tmp_path, capsys):
     doc = json.loads((tmp_path / "codelength.json").read_text())
     assert doc["codelength"]["identity_exact"]["abs_difference_bits"] < 1e-9
     assert "in expectation" in capsys.readouterr().out
+
+
+def test_a_binary_predictor_of_p_one_is_read_as_two_symbols():
+    """The v1 predictors (``[b, L]`` of P(next = 1), as ``gap`` and the report's martingale section take)
+    work in the v3 calls: Laplace's rule as P(1) gives exactly the Dirichlet(1) two-symbol predictor's
+    numbers, and KT scored against itself has excess code length 0."""
+    a = codelength(laplace, n_symbols=2, seq_len=10, n_seqs=12, identity_len=4, n_boot=0, seed=3)
+    b = codelength(dirichlet_categorical(2, 1.0), n_symbols=2, seq_len=10, n_seqs=12, identity_len=4, n_boot=0, seed=3)
+    assert a.excess["bayes"].value == pytest.approx(b.excess["bayes"].value, abs=1e-12)
+    assert a.identity_exact["difference_bits"] == pytest.approx(b.identity_exact["difference_bits"], abs=1e-12)
+    assert a.cum_kl["bayes"].value > 0  # Laplace is not KT: a positive KL (the realized excess may be < 0)
+    kt = codelength(lambda x: dirichlet_categorical(2, 0.5)(x)[..., 1], n_symbols=2, seq_len=10, n_seqs=12,
+                    identity_len=0, n_boot=0, seed=3)
+    assert abs(kt.excess["bayes"].value) < 1e-12 and abs(kt.cum_kl["bayes"].value) < 1e-12

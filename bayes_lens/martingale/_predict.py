@@ -567,7 +567,8 @@ def symbol_predictive(model_or_predictor, sequences, *, n_symbols: Optional[int]
     ``probs[i, t]`` is the distribution of x_{t+1} given x_1 … x_t (row 0: given the preamble only).
     A model's distribution is its softmax over the K symbol tokens (renormalized; ``mass`` is their
     raw probability under the full-vocabulary softmax); a *sequence predictor* is a callable mapping
-    an int array ``[b, L]`` to ``[b, L, K]`` (``mass`` NaN). ``include_next`` adds the predictive
+    an int array ``[b, L]`` to ``[b, L, K]`` (``mass`` NaN), or for K = 2 to ``[b, L]`` of P(next = 1)
+    (the binary predictors of :func:`gap` and :func:`permutation_average`). ``include_next`` adds the predictive
     after the whole sequence as column L. K is ``template.n_symbols`` for a model (default
     ``CategoricalTemplate.digits(n_symbols)``) and ``n_symbols`` for a predictor.
     """
@@ -595,6 +596,8 @@ def symbol_predictive(model_or_predictor, sequences, *, n_symbols: Optional[int]
     if isinstance(out, torch.Tensor):
         out = out.detach().cpu().numpy()
     out = np.asarray(out, dtype=np.float64)
+    if k == 2 and out.shape == seqs.shape:  # a binary predictor of P(next = 1), as bl.martingale's others take
+        out = np.stack([1.0 - out, out], axis=-1)
     if out.shape != seqs.shape + (k,):
         raise InvalidInputError(f"the predictor returned shape {out.shape}, expected {seqs.shape + (k,)}.")
     fin = out[np.isfinite(out).all(-1)]
