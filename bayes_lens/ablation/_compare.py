@@ -146,6 +146,7 @@ class PatchComparison(Result):
     seed: int
     n_random_seeds: int
     axis_layers: Tuple[int, ...]
+    task: str = "SULA"  # the task whose exact posterior calibration is read against ("SULA" or a bl.tasks name)
 
     def _summary(self):
         title = (f"{len(self.conditions)} conditions, readout layers {list(self.readout_layers)}, "
@@ -164,7 +165,7 @@ class PatchComparison(Result):
                     e = self.calibration_value(cond, "mae")
                 except Exception:  # noqa: BLE001
                     continue
-                rows.append((f"{cond}: SULA MAE", f"{fmt(e.value)} bits", fmt_ci(e.ci), ""))
+                rows.append((f"{cond}: {self.task} MAE", f"{fmt(e.value)} bits", fmt_ci(e.ci), ""))
         return title, rows[:10]
 
     # --- typed accessors (use these instead of string queries on the table) ---
@@ -293,7 +294,8 @@ class PatchComparison(Result):
                               last_layer=int(last), corr=corr, corr_delta=delta, random_condition=rnd,
                               random_corr_delta=rdelta, calibration=cal, n_prompts=self.n_prompts,
                               at_patched=self.corr("clean", patched[0]) if patched[0] in self.readout_layers else None,
-                              calibration_corr=cal_corr, mae_margin=mae_margin, corr_margin=corr_margin)
+                              calibration_corr=cal_corr, mae_margin=mae_margin, corr_margin=corr_margin,
+                              task=self.task)
 
     def summary(self):
         """The headline rows: axis–entropy correlation at each patched layer, and calibration."""
@@ -368,6 +370,7 @@ class AblationEffect:
     calibration_corr: Optional[Tuple[Estimate, Estimate, Optional[Estimate]]] = None
     mae_margin: float = MAE_MARGIN
     corr_margin: float = CORR_MARGIN
+    task: str = "SULA"
 
     @property
     def geometry(self) -> str:
@@ -421,11 +424,11 @@ class AblationEffect:
         out = []
         if self.mae_test is not None:
             clean = self.calibration[0].value
-            out.append(self.mae_test.describe("Δ SULA MAE / clean MAE", scale=abs(clean), pct=True)
+            out.append(self.mae_test.describe(f"Δ {self.task} MAE / clean MAE", scale=abs(clean), pct=True)
                        if math.isfinite(self.mae_test.margin) else
-                       f"Δ SULA MAE: the clean MAE is {clean:.3g}, so a relative margin is undefined: inconclusive")
+                       f"Δ {self.task} MAE: the clean MAE is {clean:.3g}, so a relative margin is undefined: inconclusive")
         if self.corr_test is not None:
-            out.append(self.corr_test.describe("Δ SULA r"))
+            out.append(self.corr_test.describe(f"Δ {self.task} r"))
         return out
 
     @property
@@ -451,7 +454,7 @@ class AblationEffect:
             verdict = {"survives": "calibration survives", "changes": "calibration changes",
                        "inconclusive": "whether calibration survives is inconclusive"}[self.calibration_verdict]
             text += (f"; {verdict} (equivalence test: survives only when the 95% intervals of Δ MAE and Δ r lie "
-                     f"inside ±{self.mae_margin:.0%} of the clean MAE and ±{self.corr_margin:g}): SULA MAE "
+                     f"inside ±{self.mae_margin:.0%} of the clean MAE and ±{self.corr_margin:g}): {self.task} MAE "
                      f"{mae.value:.3f} bits moves by {dm.value:+.4f} ({rel:+.1%})")
             if self.calibration_corr is not None:
                 r, dr, _ = self.calibration_corr
@@ -485,11 +488,11 @@ class AblationEffect:
                          f"[{d.ci[0]:+.3f}, {d.ci[1]:+.3f}]" + (f"; random ⟂: Δ {rd.value:+.3f}" if rd else ""))
         if self.calibration is not None:
             mae, dm, rm = self.calibration
-            lines.append(f"  SULA MAE {mae.value:.3f} bits: Δ {dm.value:+.4f} [{dm.ci[0]:+.4f}, {dm.ci[1]:+.4f}]"
+            lines.append(f"  {self.task} MAE {mae.value:.3f} bits: Δ {dm.value:+.4f} [{dm.ci[0]:+.4f}, {dm.ci[1]:+.4f}]"
                          + (f"; random ⟂: Δ {rm.value:+.4f}" if rm is not None else ""))
             if self.calibration_corr is not None:
                 r, dr, rr = self.calibration_corr
-                lines.append(f"  SULA r {r.value:+.3f}: Δ {dr.value:+.4f} [{dr.ci[0]:+.4f}, {dr.ci[1]:+.4f}]"
+                lines.append(f"  {self.task} r {r.value:+.3f}: Δ {dr.value:+.4f} [{dr.ci[0]:+.4f}, {dr.ci[1]:+.4f}]"
                              + (f"; random ⟂: Δ {rr.value:+.4f}" if rr is not None else ""))
             lines += [f"  {line}" for line in self.calibration_lines()]
         lines.append(self.sentence)
@@ -631,7 +634,17 @@ def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=N
     meta = [("clean", "clean", False, (), 1)] + [(c.label, c.kind, c.is_random, c.layers, len(c.patches))
                                                   for c in conds]
     return _comparison(runs, meta, axis=axis, model=model, readouts=readouts, bayes=bayes, calibration=calibration,
-                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=int(n_random_seeds), strata=_strata(prompts))
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=int(n_random_seeds), strata=_strata(prompts),
+                       task=_task_label(prompts))
+
+
+def _task_label(prompts) -> str:
+    """The task name printed in calibration rows: "SULA" for SULA items (and plain strings), else the
+    ``task`` of a :mod:`bayes_lens.tasks` prompt set or of its items."""
+    task = getattr(prompts, "task", None)
+    if task is None and isinstance(prompts, (list, tuple)) and prompts:
+        task = getattr(prompts[0], "task", None)
+    return "SULA" if not task or str(task).lower() == "sula" else str(task)
 
 
 def _strata(prompts):
@@ -689,8 +702,8 @@ def _check_calibration(calibration, bayes):
     if calibration == "auto":
         return bayes is not None
     if calibration and bayes is None:
-        raise InvalidInputError("calibration needs SULA items (bl.sula.make_prompts); pass calibration=False "
-                                "for plain strings.")
+        raise InvalidInputError("calibration needs items with an exact posterior (bl.sula.make_prompts or a "
+                                "bl.tasks prompt set); pass calibration=False for plain strings.")
     return bool(calibration)
 
 
@@ -740,7 +753,8 @@ def _from_caches(prompts, clean, patched_caches, *, axis, readout_layers, correl
         runs[label] = [arrays(v) for v in group]
         meta.append((label, "cache", isinstance(value, list), (), len(group)))
     return _comparison(runs, meta, axis=axis, model=m, readouts=readouts, bayes=bayes, calibration=calibration,
-                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0, strata=_strata(prompts))
+                       correlation=correlation, n_boot=int(n_boot), seed=seed, n_random_seeds=0, strata=_strata(prompts),
+                       task=_task_label(prompts))
 
 
 def _check_axis_fits(axis: EntropyAxis, model) -> None:
@@ -765,7 +779,7 @@ def _run_arrays(rc, prompts, readouts, site) -> Tuple[Dict[int, np.ndarray], np.
 
 
 def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]], meta, *, axis, model, readouts, bayes, calibration, correlation,
-                n_boot, seed, n_random_seeds, strata=None) -> PatchComparison:
+                n_boot, seed, n_random_seeds, strata=None, task: str = "SULA") -> PatchComparison:
     """The statistics of a comparison from the runs' activations and entropies (streaming or caches)."""
     import pandas as pd
 
@@ -845,5 +859,5 @@ def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]],
         table=table, conditions=tuple(m[0] for m in meta), readout_layers=tuple(readouts), site=site,
         correlation=correlation, entropy_kind="labels" if bayes is not None else "next_token",
         calibration=bool(calibration), n_prompts=n, n_boot=int(n_boot), seed=int(seed),
-        n_random_seeds=int(n_random_seeds), axis_layers=tuple(axis.layers_),
+        n_random_seeds=int(n_random_seeds), axis_layers=tuple(axis.layers_), task=task,
     )

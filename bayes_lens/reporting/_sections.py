@@ -29,7 +29,7 @@ def _relation_verdict(ci, related: str, unrelated: str, source: str) -> dict:
                                   f" ({source})"}
 
 
-def _calibration_verdict(delta, clean: float, metric: str, n: int) -> dict:
+def _calibration_verdict(delta, clean: float, metric: str, n: int, task: str = "SULA") -> dict:
     """Paper A's "calibration survives" (§6.2: MAE and correlation change by less than 1%) as an
     equivalence test on the paired 95% interval of the change (METHODS.md §7): the MAE against ±1% of
     the clean MAE, the correlation against ±0.01 absolute. PASS: the whole interval inside the margin;
@@ -38,7 +38,7 @@ def _calibration_verdict(delta, clean: float, metric: str, n: int) -> dict:
     from ..metrics.stats import equivalence
 
     MAE_MARGIN, CORR_MARGIN = AblationEffect.mae_margin, AblationEffect.corr_margin  # the flagship's own margins
-    label = {"mae": "Δ SULA MAE / clean MAE", "corr": "Δ SULA Pearson r"}[metric]
+    label = {"mae": f"Δ {task} MAE / clean MAE", "corr": f"Δ {task} Pearson r"}[metric]
     if metric == "mae":
         if not (np.isfinite(clean) and clean > 0):
             return {"pass": None, "text": f"INCONCLUSIVE: the clean MAE is {clean:.3g}, so a margin relative to it "
@@ -70,6 +70,8 @@ QUICK: Dict[str, object] = {
     "martingale_compression": {"thetas": (0.3, 0.7), "seq_len": 32, "n_seqs": 6},
     "martingale_v3": {"seq_len": 24, "n_seqs": 8, "identity_len": 6, "ns": (8, 16), "order_n_seqs": 6,
                       "n_perms": 6, "move_len": 10, "move_seqs": 6},
+    "tasks": {"categorical": {"n_symbols": 3, "ks": (0, 1, 2, 4, 8), "n_per_k": 6},
+              "gaussian": {"ks": (1, 2, 4, 8), "n_per_k": 6}},
     "localize_n_layers": 1,
     "localize_ranks": (1, 4),
     "localize_n_random": 5,
@@ -92,6 +94,8 @@ FULL: Dict[str, object] = {
     "martingale_compression": {"thetas": (0.3, 0.5, 0.7), "seq_len": 100, "n_seqs": 20},
     "martingale_v3": {"seq_len": 32, "n_seqs": 32, "identity_len": 8, "ns": (8, 16, 32), "order_n_seqs": 16,
                       "n_perms": 8, "move_len": 16, "move_seqs": 16},
+    "tasks": {"categorical": {"n_symbols": 3, "ks": (0, 1, 2, 4, 8, 16), "n_per_k": 20},
+              "gaussian": {"ks": (1, 2, 4, 8, 16), "n_per_k": 20}},
     "localize_n_layers": 3,
     "localize_ranks": (1, 4, 16),
     "localize_n_random": 20,
@@ -390,6 +394,63 @@ def _localize(ctx: Context) -> SectionOutput:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ tasks
+_TASK_TITLE = {"categorical": "categorical (Dirichlet prior over K symbols)",
+               "gaussian": "Gaussian (next number's first digit, conjugate prior)"}
+
+
+def _tasks(ctx: Context) -> SectionOutput:
+    """The shipped tasks beyond SULA (bl.tasks; METHODS.md §6a–§6c): calibration against each task's
+    exact posterior, and the entropy axis removed at the middle layer with the equivalence verdict."""
+    bl = _bl()
+    model, z = ctx.model, ctx.sizes
+    nb = int(z["n_boot"])
+    layer = int(model.cfg.n_layers) // 2
+    specs = {name: dict(spec) for name, spec in dict(z["tasks"]).items()}
+    out = SectionOutput(settings={"tasks": specs, "axis_layer": layer, "site": "v", "operation": "removal",
+                                  "n_boot": nb})
+    make = {"categorical": bl.tasks.categorical_prompts, "gaussian": bl.tasks.gaussian_prompts}
+    for name, spec in specs.items():
+        items = make[name](model, seed=ctx.seed, **spec)
+        res = bl.sula.evaluate(model, items, n_boot=nb, seed=ctx.seed, progress=ctx.progress)
+        k = len(items[0].answers)
+        where = f"{len(items)} prompts, {k} answers {', '.join(repr(a) for a in items[0].answers)}"
+        out.metrics += [
+            Metric(f"tasks.{name}.mae_bits", f"{_TASK_TITLE[name]}: MAE of model vs exact entropy", res.mae_bits,
+                   "bits", baseline=(res.mae_bits.null, "evidence-blind predictor (always the prior)"), note=where),
+            Metric(f"tasks.{name}.pearson", f"{name}: Pearson r of model vs exact entropy", res.pearson,
+                   "correlation", baseline=(0.0, "no relation"),
+                   verdict=_relation_verdict(res.pearson.ci, "the model's entropy follows the exact entropy",
+                                             "no evidence that the model's entropy follows the exact entropy",
+                                             "METHODS.md §6a")),
+            Metric(f"tasks.{name}.brier", f"{name}: multi-class Brier score", res.brier, "dimensionless",
+                   baseline=(res.bayes_brier.value, "the exact posterior's own Brier score (the Bayes floor)")),
+            Metric(f"tasks.{name}.ece", f"{name}: top-answer expected calibration error", res.ece, "fraction",
+                   baseline=(res.bayes_ece.value, "the exact posterior's own ECE on these prompts")),
+            Metric(f"tasks.{name}.answer_mass", f"{name}: next-token probability mass on the answers",
+                   res.label_mass, "fraction", note="low mass means the model mostly predicts something else"),
+        ]
+        axis = bl.EntropyAxis(layer=layer, progress=ctx.progress).fit(model, items)
+        cmp = bl.compare_patched(model, items, {_REMOVED: axis.removal()}, axis=axis, n_random_seeds=1,
+                                 n_boot=max(nb, 10), seed=ctx.seed, progress=ctx.progress)
+        rand = next((c for c in cmp.conditions if c not in ("clean", _REMOVED)), None)
+        for metric, units in (("mae", "bits"), ("corr", "correlation")):
+            d, v = cmp.calibration_delta(_REMOVED, metric), cmp.calibration_value(_REMOVED, metric)
+            dr = cmp.calibration_delta(rand, metric) if rand else None
+            what = "MAE" if metric == "mae" else "Pearson r"
+            out.metrics.append(Metric(
+                f"tasks.{name}.delta_{'mae_bits' if metric == 'mae' else 'pearson'}",
+                f"{name}: axis removed at layer {layer}, change of {what} (patched − clean)", d.value, units, d.ci,
+                (dr.value if dr is not None else None, "random orthogonal direction removed"),
+                note=f"clean {v.value - d.value:.3f}, patched {v.value:.3f}; paired bootstrap within k",
+                verdict=_calibration_verdict(d, v.value - d.value, metric, len(items), task=name)))
+        out.tables[f"{name}_by_k"] = res.table
+        out.tables[f"{name}_per_prompt"] = res.per_prompt()
+        out.tables[f"{name}_comparison"] = cmp.table
+        out.figure(f"{_TASK_TITLE[name]}: entropy vs k and reliability", res.plot)
+    return out
+
+
 # ------------------------------------------------------------------------------------------- martingale
 _SEQ_CI = "95% percentile bootstrap over sequences (seeded)"
 _GAP_CI = "95% percentile bootstrap over sequences within each n (seeded), IRLS refit in every replicate"
@@ -576,6 +637,11 @@ SECTIONS: Dict[str, Section] = {
                 "Paper B v3 (METHODS.md §8b): excess code length against Krichevsky–Trofimov, the "
                 "order-averaging gain and position interventions.",
                 _martingale),
+        Section("tasks", "Tasks beyond SULA: calibration against exact posteriors, and the entropy axis",
+                "bl.tasks (METHODS.md §6a–§6c): a K-way categorical task with a Dirichlet prior and a Gaussian "
+                "task (the next number's first digit under a conjugate prior); the model's entropy over the "
+                "answers against the exact one, and the PC1 value axis removed at the middle layer with the "
+                "flagship's equivalence test. Opt-in: --sections tasks.", _tasks, default=False),
         Section("localize", "Readout or mediator: where the model keeps the uncertainty it uses",
                 "Readable (cross-fitted ridge / PCA / frame readouts of the Bayes entropy, held-out R² against a "
                 "shuffled null) versus used (calibration change when the subspace is removed, against Haar-random "

@@ -150,3 +150,12 @@ def test_axis_and_patched_comparison_take_a_categorical_task():
     cmp = bl.compare_patched(model, items, [axis.removal()], n_boot=50, n_random_seeds=1)
     clean = cmp.calibration_value("clean", "mae").value
     assert abs(clean - bl.sula.evaluate(model, items, layer=0, n_boot=20).mae_bits.value) < 1e-6
+    # the printed rows name the task, not SULA (and SULA items still say SULA)
+    eff = cmp.effect()
+    assert eff.task == cmp.task == "categorical"
+    text = str(eff) + "\n" + str(cmp)
+    assert "categorical MAE" in text and "SULA" not in text
+    sula = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4, seed=0)
+    s_cmp = bl.compare_patched(model, sula, [bl.EntropyAxis(layer=-1).fit(model, sula).removal()], n_boot=20,
+                               n_random_seeds=1)
+    assert s_cmp.task == "SULA" and "SULA MAE" in str(s_cmp)
