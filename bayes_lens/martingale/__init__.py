@@ -13,7 +13,9 @@ log n / n) while keeping it in expectation over orderings; Falck, Wang & Holmes 
   A·log n/n + B and A/n + B (:func:`fit_gap`, :func:`compare_fits`), next to Laplace's rule;
   :func:`gap_sequences` gives its sequences as a task prompt set (``bl.tasks.export`` writes them);
 * :func:`positional_spectrum` — the per-position gap, its FFT, the dominant period refined by a
-  least-squares scan of the harmonic fit (:func:`refine_period`), a harmonic fit;
+  least-squares scan of the harmonic fit (:func:`refine_period`), a level-controlled test of its
+  multiples 2P, 3P over the per-sequence gaps (:func:`select_period`, :func:`per_position_gap`), a
+  harmonic fit;
 * :func:`permutation_average` — SD of the predictive averaged over k orderings vs k (slope ≈ −0.5);
 * :func:`falck_checks` — T₁, T₂, T₃ by predictive resampling against Beta-posterior bands
   (``definition="library"`` or Falck et al.'s reference definitions, ``"falck"``);
@@ -55,7 +57,8 @@ from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, CategoricalTemplate,
                        krichevsky_trofimov, laplace, predictive, predictive_from_logits, symbol_predictive)
 from ._references import (blr_predictive, coarsen_gaussian, coarsened_blr, dirichlet_categorical,
                           dirichlet_log_marginal, kt, plugin_mle)
-from ._spectrum import SpectrumResult, dominant_periods, harmonic_fit, positional_spectrum, refine_period
+from ._spectrum import (SpectrumResult, dominant_periods, harmonic_fit, per_position_gap, positional_spectrum,
+                        refine_period, select_period)
 
 __all__ = [
     "BernoulliTemplate",
@@ -80,6 +83,8 @@ __all__ = [
     "dominant_periods",
     "harmonic_fit",
     "refine_period",
+    "select_period",
+    "per_position_gap",
     "permutation_average",
     "PermutationResult",
     "falck_checks",
