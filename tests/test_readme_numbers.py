@@ -40,7 +40,7 @@ def test_readme_blocks_equal_what_the_record_renders():
     tool = _tool()
     assert tool.ROOT / "docs" / "results.md" in tool.PAGES and tool.README in tool.PAGES
     blocks = tool.page_blocks()
-    assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick", "localize", "codelength"}
+    assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick", "localize", "codelength", "order"}
     data = tool.load()
     assert set(data) == set(tool.RECIPES)
     for name, body in blocks.items():

@@ -31,6 +31,8 @@ Recipes:
   tables of docs/localize.md.
 * ``codelength-smollm2`` / ``codelength-gemma``: Paper B v3's excess code length (``CODELENGTH`` holds
   the sizes), the table of docs/results.md's "Paper B v3" section.
+* ``order-smollm2`` / ``order-gemma``: Paper B v3's order-averaging decomposition and position
+  interventions (``ORDER`` holds the sizes), the second table of that section.
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
   table of docs/results.md's "The quick report on both offline models" is made from both.
@@ -208,6 +210,47 @@ def run_codelength(key: str) -> dict:
     return {"settings": {"model": name, "call": call}, "numbers": numbers}
 
 
+ORDER = dict(n_symbols=2, ns=(8, 16, 32), n_seqs=16, n_perms=8, move_len=16, move_seqs=16, n_boot=1000, seed=0)
+
+
+def run_order(key: str) -> dict:
+    """Paper B v3's order-averaging decomposition and position interventions (K = 2, KT reference)."""
+    import time
+
+    import torch
+
+    import bayes_lens as bl
+
+    torch.set_grad_enabled(False)
+    name, _ = MODELS[key]
+    z = ORDER
+    model = bl.load_model(name)
+    t0 = time.perf_counter()
+    oa = bl.martingale.order_averaging(model, n_symbols=z["n_symbols"], alpha=0.5, ns=z["ns"], n_seqs=z["n_seqs"],
+                                       n_perms=z["n_perms"], n_boot=z["n_boot"], seed=z["seed"], progress=False)
+    t1 = time.perf_counter()
+    pi = bl.martingale.position_interventions(model, n_symbols=z["n_symbols"], alpha=0.5, seq_len=z["move_len"],
+                                              n_seqs=z["move_seqs"], n_boot=z["n_boot"], seed=z["seed"],
+                                              progress=False)
+    t2 = time.perf_counter()
+    cols = ("regret_given_bits", "regret_averaged_bits", "gain_bits", "jensen_gain_bits")
+    per_n = {str(int(r.n)): {c: [float(r[c]), float(r[c + "_ci_low"]), float(r[c + "_ci_high"])] for c in cols}
+             | {"mc_se_bits": float(r.mc_se_bits)} for _, r in oa.per_n.iterrows()}
+
+    def est(e):
+        return [float(e.value), *map(float, e.ci)]
+
+    calls = (f"bl.martingale.order_averaging(model, n_symbols={z['n_symbols']}, alpha=0.5, ns={z['ns']}, "
+             f"n_seqs={z['n_seqs']}, n_perms={z['n_perms']}, n_boot={z['n_boot']}, seed=0)",
+             f"bl.martingale.position_interventions(model, n_symbols={z['n_symbols']}, alpha=0.5, "
+             f"seq_len={z['move_len']}, n_seqs={z['move_seqs']}, n_boot={z['n_boot']}, seed=0)")
+    return {"settings": {"model": name, "calls": list(calls), "seconds": [round(t1 - t0, 1), round(t2 - t1, 1)]},
+            "numbers": {"per_n": per_n, "slopes": {c: float(oa.slopes[c]) for c in cols},
+                        "max_decomposition_error": float(oa.max_decomposition_error),
+                        "move_tv": est(pi.effect_tv), "move_kl_bits": est(pi.effect_kl_bits),
+                        "shuffle_tv": est(pi.shuffle_tv), "reference_tv": float(pi.reference_tv)}}
+
+
 RECIPES: Dict[str, Callable[[], dict]] = {
     "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
     "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
@@ -218,6 +261,8 @@ RECIPES: Dict[str, Callable[[], dict]] = {
     "localize-gemma": lambda: run_localize("gemma"),
     "codelength-smollm2": lambda: run_codelength("smollm2"),
     "codelength-gemma": lambda: run_codelength("gemma"),
+    "order-smollm2": lambda: run_order("smollm2"),
+    "order-gemma": lambda: run_order("gemma"),
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
 BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
@@ -444,8 +489,47 @@ def render_codelength(data: dict) -> str:
             "counts are not readable in our copy (METHODS.md §8b).\n")
 
 
+def render_order(data: dict) -> str:
+    recs = {key: data.get(f"order-{key}") for key in ("smollm2", "gemma")}
+    if not all(recs.values()):
+        return "(not recorded yet: `python tools/readme_numbers.py --record order-smollm2 order-gemma`)\n"
+
+    def iv(v):
+        return f"{v[0]:+.3f} [{v[1]:+.3f}, {v[2]:+.3f}]"
+
+    s = recs["smollm2"]
+    calls = s["settings"]["calls"]
+    out = [f"`{calls[0]}` and `{calls[1]}` (measured {s['measured']['utc'][:10]}, TransformerLens "
+           f"{s['measured']['transformer_lens']}; bits, 95% bootstrap intervals over sequences; K = 2, the KT "
+           "reference; sequences drawn from the KT mixture):\n\n"
+           "| n | quantity | SmolLM2-135M | Gemma 3 270M |\n|---|---|---|---|\n"]
+    names = (("regret_given_bits", "regret of the given order"), ("regret_averaged_bits", "regret of the "
+             "order-averaged predictor"), ("gain_bits", "order-averaging gain"),
+             ("jensen_gain_bits", "expected single-order regret − averaged (Jensen gap)"))
+    for n in sorted(s["numbers"]["per_n"], key=int):
+        for col, label in names:
+            out.append(f"| {n} | {label} | {iv(recs['smollm2']['numbers']['per_n'][n][col])} | "
+                       f"{iv(recs['gemma']['numbers']['per_n'][n][col])} |\n")
+    S, G = recs["smollm2"]["numbers"], recs["gemma"]["numbers"]
+    for col, label in names[1:3]:
+        out.append(f"| slope | log-log slope of the mean {label} in n | {S['slopes'][col]:+.2f} | "
+                   f"{G['slopes'][col]:+.2f} |\n")
+    out.append(f"| {s['settings']['calls'][1].split('seq_len=')[1].split(',')[0]} | total variation of the final "
+               f"prediction after moving one symbol (exchangeable reference: 0) | {iv(S['move_tv'])} | "
+               f"{iv(G['move_tv'])} |\n")
+    out.append(f"| | the same after a random reordering of the whole sequence | {iv(S['shuffle_tv'])} | "
+               f"{iv(G['shuffle_tv'])} |\n")
+    for n in sorted(s["numbers"]["per_n"], key=int):
+        out.append(f"| {n} | Monte Carlo s.e. of the averaged predictor's log₂ probability (mean over sequences) | "
+                   f"{S['per_n'][n]['mc_se_bits']:.3f} | {G['per_n'][n]['mc_se_bits']:.3f} |\n")
+    err = max(S["max_decomposition_error"], G["max_decomposition_error"])
+    return ("".join(out) + f"\nThe decomposition given = averaged + gain holds on every sequence to {err:.1e} bits. "
+            "Paper B v3 reports no number we can set beside these at this size (METHODS.md §8b).\n")
+
+
 RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table,
-                                            "localize": render_localize, "codelength": render_codelength}
+                                            "localize": render_localize, "codelength": render_codelength,
+                                            "order": render_order}
 
 
 def rendered(text: str, data: dict, page: str = "README.md") -> str:
