@@ -368,6 +368,31 @@ full) none stays at 99%. Even Laplace's rule, the exact Bayes predictive, pays a
 log₂(n)/(2n) bits per symbol over the entropy — at θ = 0.3 (H = 0.88 bits) that is still above 1%
 of H until n is several hundred. So at these lengths the 90% level above is the informative one; the
 `efficiency_at_end` column compares the predictors directly."""),
+    md("""## Paper B v3: excess code length, the order-averaging gain, position interventions
+
+Paper B's current version (arXiv 2507.11768v3; METHODS.md §8b) scores prediction by log loss against
+an exact Bayesian reference: here Krichevsky–Trofimov (the Dirichlet(½) predictor over K = 2 digits).
+The **excess code length** Σ_t log₂ P_KT(x_t | x_<t) − log₂ Q(x_t | x_<t) equals the cumulative KL to
+KT *in expectation under the KT mixture* (not per sequence): `identity_line` says what held exactly,
+by enumerating every short sequence on the model's own predictions."""),
+    code('''cl = bl.martingale.codelength(model, n_symbols=2, alpha=0.5, seq_len=24 if QUICK else 32,
+                              n_seqs=8 if QUICK else 32, identity_len=6 if QUICK else 8, seed=0,
+                              n_boot=200 if QUICK else 1000)
+print(cl.identity_line)
+cl.plot()'''),
+    md("""The regret of one ordering splits exactly into the regret of the **order-averaged** predictor
+(the mixture over random orderings, an exchangeable predictor) plus the **order-averaging gain**, the
+part permutation averaging removes. Moving one symbol to the end or the start of the sequence changes
+an exchangeable predictor's next prediction by exactly 0; the model's change is the position effect."""),
+    code('''oa = bl.martingale.order_averaging(model, n_symbols=2, ns=(8, 16) if QUICK else (8, 16, 32),
+                                  n_seqs=6 if QUICK else 16, n_perms=6 if QUICK else 16, seed=0,
+                                  n_boot=200 if QUICK else 1000)
+print(f"decomposition adds up to {oa.max_decomposition_error:.1e} bits on every sequence")
+pi = bl.martingale.position_interventions(model, n_symbols=2, seq_len=10 if QUICK else 16,
+                                          n_seqs=6 if QUICK else 32, seed=0, n_boot=200 if QUICK else 1000)
+print(f"moving one symbol changes the final prediction by TV {pi.effect_tv.value:.3f} {pi.effect_tv.ci} "
+      f"(exchangeable reference: {pi.reference_tv:g})")
+oa.to_dataframe()[["n", "regret_given_bits", "regret_averaged_bits", "gain_bits", "mc_se_bits"]]'''),
     md("""## How long should a chain of thought be?
 
 Paper B's Theorem 4.5 gives the optimal chain-of-thought length k*. The paper writes log₂ but its
