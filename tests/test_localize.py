@@ -201,6 +201,48 @@ def test_subspace_patch_is_the_projection_under_transformer_lens_hooks(kind, ope
     assert not any(h.fwd_hooks for h in model.hook_dict.values()) if hasattr(model, "hook_dict") else True
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_resample_patch_is_the_donor_component_under_transformer_lens_hooks(kind):
+    """operation="resample": each prompt's component in the span is the donor row's, v − BBᵀv + BBᵀr_b at every
+    position, row b of the batch with its own donor row, through TL's own run_with_hooks."""
+    model = _model(kind)
+    d = model.cfg.d_model
+    rng = np.random.default_rng(1)
+    B = np.linalg.qr(rng.normal(size=(d, 2)))[0]
+    R = rng.normal(size=(2, d)) * 3
+    patch = subspace_patch(model, 1, B @ np.array([[1.0, 0.3], [0.0, 2.0]]), operation="resample", donor_rows=R)
+    assert patch.params["operation"] == "resample" and len(patch.parts) == 2
+    name = "blocks.1.hook_resid_post"
+    seen = {}
+
+    def grab(act, hook):
+        seen["x"] = act.detach().clone()
+
+    tokens = model.to_tokens(["w1: dax, w2: lug. query:", "the cat is"], padding_side="right")
+    model.run_with_hooks(tokens, fwd_hooks=[(name, grab)])
+    clean = seen["x"].double()
+    model.run_with_hooks(tokens, fwd_hooks=list(patch) + [(name, grab)])
+    Bt, Rt = torch.tensor(B), torch.tensor(R)
+    want = clean - clean @ Bt @ Bt.T + (Rt @ Bt @ Bt.T)[:, None, :]
+    torch.testing.assert_close(seen["x"].double(), want, atol=5e-5, rtol=1e-5)
+    with pytest.raises(InvalidInputError, match="per-prompt rows"):  # built for 2 prompts, run on 1
+        model.run_with_hooks(tokens[:1], fwd_hooks=list(patch))
+    with pytest.raises(InvalidInputError, match="donor_rows"):
+        subspace_patch(model, 1, B, operation="resample")
+
+
+def test_resample_donors_come_from_the_other_folds():
+    from bayes_lens.ablation._readout import fold_ids
+
+    f = fold_ids(40, 4, seed=2, strata=np.repeat(np.arange(5), 8))
+    d = bl.ablation.resample_donors(f, seed=2)
+    assert np.all(f[d] != f) and np.array_equal(d, bl.ablation.resample_donors(f, seed=2))
+    assert not np.array_equal(d, bl.ablation.resample_donors(f, seed=3))
+    assert len(set(d.tolist())) > 20  # spread over the pool, not one donor
+    with pytest.raises(InvalidInputError, match="two folds"):
+        bl.ablation.resample_donors(np.zeros(5, dtype=int))
+
+
 def test_subspace_patch_refuses_bad_bases():
     model = _model("bridge")
     d = model.cfg.d_model
@@ -260,6 +302,8 @@ def test_localize_refuses_bad_input():
         bl.localize(model, items, target="entropy")
     with pytest.raises(InvalidInputError, match="operation"):
         bl.localize(model, items, operation="zero")
+    with pytest.raises(InvalidInputError, match="operation"):
+        subspace_patch(model, 0, np.eye(model.cfg.d_model)[:, :1], operation="zero")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -342,6 +386,65 @@ def test_planted_mediator_and_readout_only_are_told_apart(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_resample_ablation_of_the_planted_directions(kind):
+    """Resample-ablation on the planted model: the mediator's component taken from a random fitting prompt moves
+    calibration (the output follows the donor's evidence), the unread copy's moves nothing (Δ MAE exactly 0), and
+    no random direction is a mediator. The table's Δ MAE of the mediator equals a by-hand computation: each prompt
+    run alone through TL's run_with_hooks with v − uuᵀv + uuᵀr_donor at every position, r_donor the donor's clean
+    final-token row, and the donors redrawn here from the folds."""
+    from bayes_lens.ablation._readout import fold_ids
+    from bayes_lens.models.tiny import planted_model
+
+    if kind == "hooked":
+        _model("hooked")  # skips on TransformerLens 4
+    model, planted = planted_model(kind)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=8)
+    rng = np.random.default_rng(12)
+    randoms = {f"random user {i}": rng.normal(size=model.cfg.d_model) for i in range(3)}
+    med, ro = planted.mediator.double().numpy(), planted.readout_only.double().numpy()
+    loc = bl.localize(model, items, layers=[planted.layer], ranks=(1,), estimators=(), operation="resample",
+                      bases={"mediator": med, "readout_only": ro, **randoms}, n_random=10, folds=4, n_boot=300,
+                      n_null=0, swap=False, progress=False)
+    t = loc.to_dataframe().set_index("subspace")
+    assert loc.operation == "resample" and "resample" in loc.rule
+    assert t.loc["mediator", "mediator"] and t.loc["mediator", "delta_mae_bits"] > 0.3
+    assert t.loc["readout_only", "delta_mae_bits"] == pytest.approx(0.0, abs=1e-6)
+    assert not t.loc["readout_only", "mediator"]
+    assert not t[t["kind"] == "random"]["mediator"].any()
+    assert not any(t.loc[name, "mediator"] for name in randoms)
+    # by hand
+    n = len(items)
+    donors = bl.ablation.resample_donors(fold_ids(n, 4, seed=0, strata=np.array([it.k for it in items])), seed=0)
+    ids = list(bl.sula.label_token_ids(model, items[0].labels))
+    u = torch.tensor(med / np.linalg.norm(med))
+    name = planted.hook_name
+    rows = []
+    for it in items:
+        _, cache = model.run_with_cache(model.to_tokens(it.text), names_filter=lambda h: h == name)
+        rows.append(cache[name][0, -1].double())
+
+    def label_entropy(logits):
+        p = torch.softmax(torch.log_softmax(logits[0, -1].double(), -1)[ids], -1).numpy()
+        return float(-(p * np.log2(p)).sum())
+
+    clean_h, patched_h = [], []
+    for i, it in enumerate(items):
+        toks = model.to_tokens(it.text)
+        r = rows[donors[i]]
+
+        def resample(act, hook, r=r):
+            a = act.double()
+            return (a - (a @ u)[..., None] * u + (r @ u) * u).to(act.dtype)
+
+        with torch.no_grad():
+            clean_h.append(label_entropy(model(toks)))
+            patched_h.append(label_entropy(model.run_with_hooks(toks, fwd_hooks=[(name, resample)])))
+    bayes = np.array([it.entropy_bits for it in items])
+    want = np.abs(np.array(patched_h) - bayes).mean() - np.abs(np.array(clean_h) - bayes).mean()
+    assert t.loc["mediator", "delta_mae_bits"] == pytest.approx(want, abs=2e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_head_grid_on_the_z_site(kind):
     """site="z" with head_blocks: the layer × head grid. Removing head h's block at hook_z is zero-ablation of
     that head's output (checked here against TL's own hook on hook_z), and every head gets a row per layer."""
@@ -386,13 +489,15 @@ def test_paired_delta_interval_coverage_in_simulation():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind):
+@pytest.mark.parametrize("operation", ["mean", "resample"])
+def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind, operation):
     """resume=True (start_at_layer from the clean stream kept after the layer) and resume=False (a whole
-    patched pass per intervention, the hooks on the model) give the same table, removals and swaps alike."""
+    patched pass per intervention, the hooks on the model) give the same table, removals and swaps alike
+    (resample-ablation: per-prompt donor rows, by batch on both routes)."""
     model = _model(kind)
     items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
     kw = dict(layers=[0], ranks=(1, 2), n_random=2, folds=2, n_boot=50, n_null=0, progress=False,
-              operation="mean")
+              operation=operation)
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:

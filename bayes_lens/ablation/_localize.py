@@ -14,7 +14,10 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   interval lies above the null's 95th percentile and above ``min_r2``.
 * **Interventions**: the candidate subspace S (orthonormal basis B, rank k) at the layer's site, at
   every position: ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
-  replaced by its mean over the fitting prompts). Fitted subspaces are cross-fitted: the prompts of
+  replaced by its mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
+  as causal scrubbing and the IOI circuit's resample ablation: the component replaced by the same
+  component of another prompt j, a seeded uniform draw among the fitting prompts, :func:`resample_donors`;
+  r_j is j's final-token row, the reference distribution mean-ablation averages). Fitted subspaces are cross-fitted: the prompts of
   fold f run with the subspace fitted without them. A rank-k patch is the sum of k rank-one axis
   parts on orthonormal directions (for orthonormal u₁…u_k, Π(I − u_j u_jᵀ) = I − BBᵀ) at the site's
   own hook, with the flagship removal's operations (:mod:`bayes_lens.ablation._patch`); every
@@ -75,21 +78,24 @@ from ._common import model_meta, prompt_data, site_dim
 from ._patch import Patch, PatchPart, flatten_pairs
 from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
 
-__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
+__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "resample_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 SITES = ("resid_post", "v", "z")
-OPERATIONS = ("removal", "mean")
+OPERATIONS = ("removal", "mean", "resample")
 VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
 
 
 def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operation: str = "removal",
-                   mean=None, label: Optional[str] = None) -> Patch:
-    """The patch that removes (``"removal"``) or mean-ablates (``"mean"``, needs ``mean`` ``[d]``) the span of
-    ``basis`` ``[d, k]`` (orthonormalized here) at ``layer``'s ``site``, at every position: k rank-one
-    parts (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook) with the
-    flagship removal's operations, so a candidate subspace and its random control reach the
-    activation by the same route and hook order.
+                   mean=None, donor_rows=None, label: Optional[str] = None) -> Patch:
+    """The patch that removes (``"removal"``), mean-ablates (``"mean"``, needs ``mean`` ``[d]``) or
+    resample-ablates (``"resample"``, needs ``donor_rows`` ``[m, d]``) the span of ``basis`` ``[d, k]``
+    (orthonormalized here) at ``layer``'s ``site``, at every position: k rank-one parts
+    (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook) with the
+    flagship removal's operations, so a candidate subspace and its random control reach the activation
+    by the same route and hook order. Removal v ← v − BBᵀv; mean v ← v − BBᵀ(v − μ); resample
+    v ← v − BBᵀ(v − r_b) with r_b the donor row of prompt b of the batch (row b of ``donor_rows``: a
+    resample patch is built for one batch's prompts, in their order).
 
     >>> p = subspace_patch(model, 0, np.eye(model.cfg.d_model)[:, :2])
     >>> len(p.parts)
@@ -105,18 +111,43 @@ def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operat
         raise InvalidInputError("the basis has dependent columns (rank < k); pass linearly independent vectors.")
     if operation == "mean" and mean is None:
         raise InvalidInputError("operation='mean' needs the mean activation (mean=[d]) the component is set to.")
+    if operation == "resample":
+        rows = np.asarray(donor_rows if donor_rows is not None else np.zeros((0,)), dtype=np.float64)
+        if donor_rows is None or rows.ndim != 2 or rows.shape[1] != q.shape[0] or not np.all(np.isfinite(rows)):
+            raise InvalidInputError(f"operation='resample' needs donor_rows=[m, {q.shape[0]}]: the donor activation "
+                                    "of each prompt of the batch the patch runs on (bl.ablation.resample_donors "
+                                    "picks the donors).")
     info = adapter.model_info(model)
     layer = adapter.resolve_layer(model, layer)
     if q.shape[0] != site_dim(info, site):
         raise InvalidInputError(f"the basis has {q.shape[0]} rows but this model's {site!r} site has dimension "
                                 f"{site_dim(info, site)}.")
     name = adapter.hook_name(model, layer, site)
-    mu = None if operation == "removal" else torch.as_tensor(np.asarray(mean, dtype=np.float32))
+    ref = {"removal": None, "mean": mean, "resample": donor_rows}[operation]
+    mu = None if ref is None else torch.as_tensor(np.asarray(ref, dtype=np.float32))
     parts = [PatchPart(layer=layer, hook_name=name, site=site, op="removal",
                        direction=torch.tensor(q[:, j], dtype=torch.float32), mean=mu) for j in range(q.shape[1])]
-    tag = "mean-ablation" if operation == "mean" else "removal"
+    tag = {"removal": "removal", "mean": "mean-ablation", "resample": "resample-ablation"}[operation]
     return Patch(parts, label=label or f"{tag} of a rank-{q.shape[1]} subspace at layer {layer}", kind="removal",
                  params={"operation": operation, "rank": int(q.shape[1])}, model_meta=model_meta(model, site))
+
+
+def resample_donors(fold_of, *, seed: int = 0) -> np.ndarray:
+    """``[n]`` the resample donor of each prompt: a seeded uniform draw among the prompts of the *other* folds
+    (``fold_of`` ``[n]``, :func:`bayes_lens.ablation.cross_fitted_readout`'s folds), the prompts a cross-fitted
+    subspace applied to that prompt was fitted on; never the prompt itself. One draw per prompt, shared by
+    every subspace and every layer, so a candidate and its random band differ only in the subspace.
+
+    >>> d = resample_donors(np.array([0, 0, 1, 1, 2, 2]), seed=0)
+    >>> bool(np.all(np.array([0, 0, 1, 1, 2, 2])[d] != np.array([0, 0, 1, 1, 2, 2])))
+    True
+    """
+    f = np.asarray(fold_of, dtype=np.int64).ravel()
+    seed = check_seed(seed)
+    if len(np.unique(f)) < 2:
+        raise InvalidInputError("resample donors come from the other folds: pass fold numbers of at least two folds.")
+    rng = keyed_rng(seed, 76)
+    return np.array([rng.choice(np.flatnonzero(f != f[i])) for i in range(len(f))], dtype=np.int64)
 
 
 def _haar(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -219,7 +250,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     PCs) and of the random bands; ``estimators`` rank-one readout axes (``"ridge"``, ``"pca"``);
     ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces; ``target``
     (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"`` or ``"mean"``; ``swap`` also run the interchange (each prompt's component taken from a donor
+    ``"removal"``, ``"mean"`` or ``"resample"``; ``swap`` also run the interchange (each prompt's component taken from a donor
     with another exact posterior, at the final position; scored by how many bits closer the output came to
     the donor's clean output, in KL); ``resume`` at ``site="resid_post"``, run each intervention from the
     clean stream kept after its layer (TL's ``start_at_layer``; checked against the whole pass, with a
@@ -306,6 +337,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
 
     clean_m = metrics(h_clean, p_clean)
     donors = swap_donors(items, seed=seed) if swap else None
+    rdonors = resample_donors(fid, seed=seed) if operation == "resample" else None
     user = bases or {}
     candidates: List[_Candidate] = []
     kw = dict(folds=folds, strata=strata, n_boot=n_boot, n_null=n_null, min_r2=min_r2, seed=seed)
@@ -365,16 +397,30 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         groups = [(np.arange(n), c.basis, x.mean(0))] if c.fold_bases is None else \
             [(np.flatnonzero(fid == f), b, x[fid != f].mean(0)) for f, b in c.fold_bases.items()]
         res = resumer(c.layer)
+        donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
+
+        def patch_for(b, mu, rows):
+            """The candidate's patch for the prompts ``rows`` (global indices; only resample depends on them)."""
+            return subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu,
+                                  donor_rows=None if donor_x is None else donor_x[rows])
+
         if res is not None:  # resume after the layer: the edit on the kept stream, the later blocks only
             fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
             key = {int(fold_of[g[0][0]]): g for g in groups}
-            parts = {f: subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu).parts
-                     for f, (_, b, mu) in key.items()}
-            p = answer_posterior(res.logprobs(_rows_edit(parts, fold_of)))[0]
+            fixed = {} if donor_x is not None else {f: patch_for(b, mu, None).parts for f, (_, b, mu) in key.items()}
+
+            def parts_of(f, rows, key=key, fixed=fixed):
+                return fixed[f] if fixed else patch_for(key[f][1], key[f][2], rows).parts
+
+            p = answer_posterior(res.logprobs(_rows_edit(parts_of, fold_of)))[0]
             h = entropy_bits(p)
         else:
             for subset, b, mu in groups:
-                patch = subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu)
+                if donor_x is None:
+                    patch = patch_for(b, mu, None)
+                else:  # per batch: the donor rows of that batch's prompts
+                    def patch(batch, subset=subset, b=b, mu=mu):
+                        return flatten_pairs(patch_for(b, mu, subset[batch.indices.numpy()]))
                 h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
@@ -528,14 +574,17 @@ class ResumedStream:
         return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
 
 
-def _rows_edit(parts_of_fold: dict, fold_of: np.ndarray):
-    """``edit(batch, resid)`` applying each row's fold's patch parts to that row (every position)."""
+def _rows_edit(parts_of, fold_of: np.ndarray):
+    """``edit(batch, resid)`` applying to each row its fold's patch parts (every position), in the parts' order:
+    ``parts_of(fold, prompts)`` gives the parts for those prompts (global indices, in the batch's row order)."""
     def edit(batch, x):
-        folds = fold_of[batch.indices.numpy()]
+        idx = batch.indices.numpy()
+        folds = fold_of[idx]
         for f in np.unique(folds):
-            rows = torch.as_tensor(np.flatnonzero(folds == f))
+            sel = np.flatnonzero(folds == f)
+            rows = torch.as_tensor(sel)
             y = x[rows]
-            for part in parts_of_fold[int(f)]:
+            for part in parts_of(int(f), idx[sel]):
                 y = part.apply(y)
             x[rows] = y
         return x
