@@ -281,6 +281,70 @@ def test_localize_table_on_a_tiny_model(kind):
     assert "readable" in loc.rule and type(loc.plot()).__name__ == "Figure"
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_downstream_delta_rho_equals_a_by_hand_computation(kind):
+    """Δρ at the next layer tested: the Spearman ρ of that layer's best readout (the ridge axis fitted on every
+    clean prompt) with the target, patched minus clean. Computed here from TL's own hooks, one prompt at a time:
+    the removal v − BBᵀv at layer 0 by a hand-written hook, the rows of layer 1 read by run_with_cache, ρ by scipy."""
+    from scipy.stats import spearmanr
+
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=5)
+    d = model.cfg.d_model
+    B = np.linalg.qr(np.random.default_rng(4).normal(size=(d, 3)))[0]
+    loc = bl.localize(model, items, layers=[0, 1], ranks=(1,), estimators=("ridge",), bases={"mine": B},
+                      n_random=3, folds=2, n_boot=200, n_null=0, swap=False, progress=False)
+    row = loc.to_dataframe().set_index(["layer", "subspace"]).loc[(0, "mine")]
+    assert row["downstream_layer"] == 1
+    name, Bt = "blocks.1.hook_resid_post", torch.tensor(B)
+
+    def remove(act, hook):
+        a = act.double()
+        return (a - a @ Bt @ Bt.T).to(act.dtype)
+
+    clean, patched = [], []
+    for it in items:
+        toks = model.to_tokens(it.text)
+        _, c = model.run_with_cache(toks, names_filter=lambda h: h == name)
+        seen = {}
+        model.run_with_hooks(toks, fwd_hooks=[("blocks.0.hook_resid_post", remove),
+                                              (name, lambda a, hook: seen.setdefault("x", a.detach().clone()))])
+        clean.append(c[name][0, -1].double().numpy())
+        patched.append(seen["x"][0, -1].double().numpy())
+    y = np.array([it.entropy_bits for it in items])
+    u = cross_fitted_readout(np.array(clean), y, estimator="ridge", folds=2, strata=[it.k for it in items],
+                             n_boot=0, n_null=0).direction
+    rho_clean = spearmanr(np.array(clean) @ u, y)[0]
+    rho_patched = spearmanr(np.array(patched) @ u, y)[0]
+    assert row["rho_clean"] == pytest.approx(rho_clean, abs=2e-3)
+    assert row["delta_rho"] == pytest.approx(rho_patched - rho_clean, abs=2e-3)
+    assert row["delta_rho_ci_low"] <= row["delta_rho"] <= row["delta_rho_ci_high"]
+    down = loc.downstream
+    assert set(down["readout_layer"]) == {1} and set(down["layer"]) == {0}  # the last layer has no downstream
+    r = down[(down.kind == "random") & (down["rank"] == 3)]["delta_rho"]
+    assert row["rho_band_high"] == pytest.approx(np.quantile(r, 0.975))
+    last = loc.to_dataframe()
+    assert last[last.layer == 1]["delta_rho"].isna().all()
+
+
+def test_removing_the_planted_span_breaks_the_downstream_readout():
+    """On the planted model the log-odds reaches layer 1 only through the two planted directions (every
+    distractor reads everything but them): removing their span at layer 0 takes the downstream readout's ρ from
+    ≈ 1 to ≈ 0, far below the random band, while a random direction leaves it inside."""
+    from bayes_lens.models.tiny import planted_model
+
+    model, planted = planted_model("bridge")
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=6)
+    both = np.stack([planted.mediator.double().numpy(), planted.readout_only.double().numpy()], 1)
+    loc = bl.localize(model, items, layers=[0, 1], ranks=(2,), estimators=("ridge",), target="log_odds",
+                      bases={"both": both}, n_random=8, folds=3, n_boot=300, n_null=0, swap=False, progress=False)
+    t = loc.to_dataframe().set_index(["layer", "subspace"])
+    row = t.loc[(0, "both")]
+    assert row["rho_clean"] > 0.95 and row["delta_rho"] < -0.8
+    assert row["delta_rho_ci_high"] < row["rho_band_low"]
+    assert row["rho_band_low"] > -0.2
+
+
 def test_localize_clean_reference_equals_sula_evaluate():
     """The clean MAE the deltas are measured from is bl.sula.evaluate's MAE on the same items."""
     model = _model("bridge")
@@ -496,7 +560,7 @@ def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind, operat
     (resample-ablation: per-prompt donor rows, by batch on both routes)."""
     model = _model(kind)
     items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
-    kw = dict(layers=[0], ranks=(1, 2), n_random=2, folds=2, n_boot=50, n_null=0, progress=False,
+    kw = dict(layers=[0, 1], ranks=(1, 2), n_random=2, folds=2, n_boot=50, n_null=0, progress=False,
               operation=operation)
     import warnings
 
@@ -510,5 +574,36 @@ def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind, operat
     expect_fallback = kind == "bridge" and version("transformer-lens").startswith("3.")
     assert bool(fell_back) == expect_fallback, [str(w.message) for w in caught]
     slow = bl.localize(model, items, resume=False, **kw).to_dataframe()
-    for col in ("delta_mae_bits", "delta_ece", "delta_brier", "swap_bits"):
+    for col in ("delta_mae_bits", "delta_ece", "delta_brier", "swap_bits", "delta_rho"):
         np.testing.assert_allclose(fast[col].to_numpy(), slow[col].to_numpy(), atol=2e-4, err_msg=col)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_kept_stream_comes_from_the_clean_pass(kind):
+    """Forward passes counted on the model: the stream the interventions resume from is kept by the clean pass
+    itself (no pass of its own), the resume is checked on the first batch only, and each intervention then runs
+    the later blocks of every batch. Where a kind cannot resume (the TL 3 bridge) the check costs one batch's
+    attempt and every intervention a whole pass."""
+    import warnings
+    from importlib.metadata import version
+
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda mod, args, kwargs: calls.append("start_at_layer" in kwargs),
+                                             with_kwargs=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loc = bl.localize(model, items, layers=[0], ranks=(1,), estimators=("pca",), n_random=2, folds=2,
+                              n_boot=20, n_null=0, swap=False, batch_size=8, progress=False)
+    finally:
+        handle.remove()
+    batches, interventions = 2, len(loc.table)
+    assert interventions == 3
+    if kind == "bridge" and version("transformer-lens").startswith("3."):
+        assert calls.count(True) == 1 and calls.count(False) == batches * (1 + interventions)
+    else:
+        assert calls.count(False) == batches  # the clean pass, nothing else whole
+        assert calls.count(True) == 1 + batches * interventions
+

@@ -32,6 +32,13 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   came to the donor's clean output q_j, KL(q_j ‖ p_i) − KL(q_j ‖ p_i^swapped) (p the model's posterior over
   the answers), averaged over prompts with a percentile bootstrap interval; a full swap scores
   KL(q_j ‖ p_i).
+* **Downstream** (Δρ): for each intervention at layer L and each later layer L′ in ``layers``, the Spearman
+  ρ of the target with the coordinate of L′'s best rank-one readout (fitted on every clean prompt), patched
+  minus clean, with its paired bootstrap interval and random band; the correlation and its degenerate rule
+  are :func:`bayes_lens.compare_patched`'s downstream geometry (:func:`coordinate_corr_rows`).
+* **Runs**: every intervention is one edit of the site's activation, run by
+  :func:`bayes_lens.ablation._intervene.run_edit`: at ``resid_post`` on the clean stream that the clean pass kept
+  after the layer (``start_at_layer``), elsewhere (or where a kind cannot resume) by a hook in a whole pass.
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
 * **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
@@ -75,7 +82,9 @@ from ..metrics.calibration import (brier_score, expected_calibration_error, kl_c
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
 from ._common import model_meta, prompt_data, site_dim
-from ._patch import Patch, PatchPart, flatten_pairs
+from ._compare import coordinate_corr_rows
+from ._intervene import ResumedStream, StreamKeeper, run_edit
+from ._patch import Patch, PatchPart
 from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
 
 __all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "resample_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
@@ -169,8 +178,11 @@ class _Candidate:
 @dataclass(frozen=True, eq=False)
 class Localization(Result):
     """What :func:`localize` measured: ``table`` (one row per layer × subspace: readout, effects, band,
-    verdict), ``layers_table`` (one row per layer: its verdict and the readout–mediator angle),
-    ``n_prompts``, ``site``, ``target``, ``operation``, ``rule`` (the verdict rule in words)."""
+    verdict, and Δρ of the readout at the next layer tested), ``layers_table`` (one row per layer: its verdict
+    and the readout–mediator angle), ``n_prompts``, ``site``, ``target``, ``operation``, ``rule`` (the verdict
+    rule in words), ``downstream`` (one row per layer × subspace × later layer tested: the Spearman ρ of
+    that layer's best readout with the target, clean and patched, Δρ with its paired interval and the
+    random band)."""
 
     table: object
     layers_table: object
@@ -179,6 +191,7 @@ class Localization(Result):
     target: str
     operation: str
     rule: str
+    downstream: object = None
 
     def _summary(self):
         rows = []
@@ -301,20 +314,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     outcomes = [getattr(it, "outcome", None) for it in items]
     outcome = None if any(o is None for o in outcomes) else np.array(outcomes, dtype=np.int64)
 
-    def run(subset: np.ndarray, patch, desc: str):
-        """(model entropy over the labels [m], P(first label) [m]) for ``items[subset]`` with ``patch`` (a patch or
-        a per-batch hook factory)."""
-        sub = [items[i] for i in subset]
-        hooks = patch if callable(patch) else ([] if patch is None else flatten_pairs(patch))
-        rc = collect(model, [it.text for it in sub], token_ids=answer_ids, fwd_hooks=hooks, batch_size=batch_size,
-                     progress=False, desc=desc)
-        post = _posterior(rc)
-        return entropy_bits(post), post
-
     answer_ids = list(answer_token_ids(model, items[0].answers))
+    # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume from
+    keeper = StreamKeeper(model, layers) if resume and site == "resid_post" else None
     rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
-                 batch_size=batch_size, progress=progress, desc="localize: clean")
-    p_clean = _posterior(rc)
+                 fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
+                 desc="localize: clean")
+    p_clean = answer_posterior(rc.token_logprobs())[0]
     h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
     X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
@@ -372,14 +378,15 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                 candidates.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None, b))
 
     resumers: Dict[int, Optional[ResumedStream]] = {}
+    clean_lp = rc.token_logprobs().double().numpy()
 
     def resumer(layer: int) -> Optional[ResumedStream]:
         """The kept clean stream after ``layer`` (site resid_post, ``resume=True``), None for whole passes."""
-        if not resume or site != "resid_post":
+        if keeper is None:
             return None
         if layer not in resumers:
-            r = ResumedStream(model, texts, layer, answer_ids, batch_size)
-            why = r.check()
+            r = keeper.stream(layer, answer_ids, clean_lp, n)
+            why = "the clean pass ran elsewhere (its stream was not kept here)" if r is None else r.check()
             if why is not None:
                 warnings.warn(f"{type(model).__name__} does not resume after layer {layer} (start_at_layer: {why}); "
                               "localize runs a whole pass per intervention there instead (same numbers, slower).",
@@ -388,52 +395,58 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             resumers[layer] = r
         return resumers[layer]
 
+    # the downstream readout at each layer: the best rank-one readout direction there (fitted on every prompt)
+    readers = {}
+    for layer in layers:
+        ones = [c for c in candidates if c.layer == layer and c.kind == "estimator" and c.readout is not None]
+        if ones:
+            best = max(ones, key=lambda c: c.readout.r2.value if np.isfinite(c.readout.r2.value) else -np.inf)
+            readers[layer] = (best.name, best.basis[:, 0])
+    clean_rho = {k: coordinate_corr_rows(X[k] @ u, h_clean if target == "model" else y, idx, "spearman")[0]
+                 for k, (_, u) in readers.items()}
+    down_records = []
+
     records = []
     bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
     for c in bar:
         x = X[c.layer]
         h = np.empty(n)
         p = np.empty_like(p_clean)
-        groups = [(np.arange(n), c.basis, x.mean(0))] if c.fold_bases is None else \
-            [(np.flatnonzero(fid == f), b, x[fid != f].mean(0)) for f, b in c.fold_bases.items()]
         res = resumer(c.layer)
+        fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
+        bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
+        means_of = {f: (x.mean(0) if c.fold_bases is None else x[fid != f].mean(0)) for f in bases_of}
         donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
+        fixed = {} if donor_x is not None else \
+            {f: subspace_patch(model, c.layer, bases_of[f], site=site, operation=operation, mean=means_of[f]).parts
+             for f in bases_of}
 
-        def patch_for(b, mu, rows):
-            """The candidate's patch for the prompts ``rows`` (global indices; only resample depends on them)."""
-            return subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu,
-                                  donor_rows=None if donor_x is None else donor_x[rows])
+        def parts_of(f, rows, fixed=fixed, donor_x=donor_x, layer=c.layer):
+            """The candidate's parts for fold ``f``'s prompts ``rows`` (only resample's depend on the prompts)."""
+            if fixed:
+                return fixed[f]
+            return subspace_patch(model, layer, bases_of[f], site=site, operation=operation, mean=means_of[f],
+                                  donor_rows=donor_x[rows]).parts
 
-        if res is not None:  # resume after the layer: the edit on the kept stream, the later blocks only
-            fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
-            key = {int(fold_of[g[0][0]]): g for g in groups}
-            fixed = {} if donor_x is not None else {f: patch_for(b, mu, None).parts for f, (_, b, mu) in key.items()}
-
-            def parts_of(f, rows, key=key, fixed=fixed):
-                return fixed[f] if fixed else patch_for(key[f][1], key[f][2], rows).parts
-
-            p = answer_posterior(res.logprobs(_rows_edit(parts_of, fold_of)))[0]
-            h = entropy_bits(p)
-        else:
-            for subset, b, mu in groups:
-                if donor_x is None:
-                    patch = patch_for(b, mu, None)
-                else:  # per batch: the donor rows of that batch's prompts
-                    def patch(batch, subset=subset, b=b, mu=mu):
-                        return flatten_pairs(patch_for(b, mu, subset[batch.indices.numpy()]))
-                h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
+        later = [k for k in readers if k > c.layer]
+        p, rows = run_edit(model, texts, answer_ids, _rows_edit(parts_of, fold_of), layer=c.layer, site=site,
+                           stream=res, read_layers=later, batch_size=batch_size, desc=f"localize: {c.name}")
+        h = entropy_bits(p)
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+        for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
+            name, u = readers[k]
+            r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else y, idx, "spearman",
+                                                 clean=X[k] @ u)
+            diff = r - clean_rho[k]
+            lo, hi = percentile_interval(diff[1:])
+            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
+                                 "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
+                                 "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
+                                 "delta_rho_ci_high": hi, "degenerate": degenerate})
         if swap:
-            ps = np.empty_like(p_clean)
-            if res is not None:
-                ps = answer_posterior(res.logprobs(_swap_edit({f: b for f, (_, b, _) in key.items()}, fold_of,
-                                                              x[donors])))[0]
-            else:
-                for subset, b, _ in groups:
-                    hook = adapter.hook_name(model, c.layer, site)
-                    ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]),
-                                     f"localize: swap {c.name}")[1]
+            ps, _ = run_edit(model, texts, answer_ids, _swap_edit(bases_of, fold_of, x[donors]), layer=c.layer,
+                             site=site, stream=res, batch_size=batch_size, desc=f"localize: swap {c.name}")
             # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
             move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
                     - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
@@ -469,6 +482,22 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     else:
         table["mediator"] = table["removal_matters"]
     table["verdict"] = [_verdict(bool(r.readable), bool(r.mediator)) for r in table.itertuples()]
+    down = pd.DataFrame.from_records(down_records, columns=[
+        "layer", "subspace", "kind", "rank", "readout_layer", "readout", "rho_clean", "rho_patched", "delta_rho",
+        "delta_rho_ci_low", "delta_rho_ci_high", "degenerate"])
+    if len(down):  # the random band of Δρ: the same rank's random subspaces at the same layer, read at the same layer
+        dband = (down[down["kind"] == "random"].groupby(["layer", "rank", "readout_layer"])["delta_rho"]
+                 .quantile([0.025, 0.975]).unstack())
+        down["rho_band_low"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.025] for r in down.itertuples()]
+        down["rho_band_high"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.975] for r in down.itertuples()]
+    else:
+        down["rho_band_low"] = down["rho_band_high"] = pd.Series(dtype=float)
+    # the main table carries the next downstream layer's row (all of them: .downstream)
+    nxt = down.sort_values("readout_layer").drop_duplicates(["layer", "subspace"]).set_index(["layer", "subspace"])
+    for col, src in (("downstream_layer", "readout_layer"), ("rho_clean", "rho_clean"), ("delta_rho", "delta_rho"),
+                     ("delta_rho_ci_low", "delta_rho_ci_low"), ("delta_rho_ci_high", "delta_rho_ci_high"),
+                     ("rho_band_low", "rho_band_low"), ("rho_band_high", "rho_band_high")):
+        table[col] = [nxt[src].get((r.layer, r.subspace), np.nan) for r in table.itertuples()]
 
     layer_rows = []
     by_name = {(c.layer, c.name): c for c in candidates}
@@ -505,73 +534,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             f" lies above its random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and "
             f"{min_effect} bits")
     return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
-                        target=target, operation=operation, rule=rule)
-
-
-def _posterior(rc) -> np.ndarray:
-    """``[n, K]`` the model's posterior over the answers, renormalized (:func:`bayes_lens.sula.answer_posterior`)."""
-    from ..sula import answer_posterior
-
-    return answer_posterior(rc.token_logprobs())[0]
-
-
-class ResumedStream:
-    """The clean residual stream after ``layer`` kept per batch, and the rest of the model run from it.
-
-    An intervention at ``resid_post`` of layer L changes nothing below it, so each one costs the blocks
-    after L only (TransformerLens's ``start_at_layer``: HookedTransformer and the bridge have it), not a
-    whole pass: k interventions at L cost about 1 + k·(1 − (L + 1)/n_layers) passes. The edit is applied
-    to the kept tensor by the patch's own operations (:meth:`PatchPart.apply`, the functions its hook
-    runs). :meth:`check` compares the unpatched resume with the clean pass; where a model kind resumes
-    differently (bigger than ``tol`` in the answers' log-probabilities), :func:`localize` falls back to
-    whole passes and says so.
-    """
-
-    def __init__(self, model, texts, layer: int, answer_ids, batch_size: int):
-        from ..collect import forward_batches
-
-        self.model, self.layer, self.ids = model, int(layer), list(answer_ids)
-        name = adapter.hook_name(model, layer, "resid_post")
-        kept = {}
-
-        def grab(act, hook=None):
-            kept["x"] = act.detach().clone()
-
-        self.batches = []
-        for batch in forward_batches(model, texts, batch_size=batch_size, fwd_hooks=[(name, grab)], progress=False,
-                                     desc="localize: keep the stream"):
-            lp = torch.log_softmax(batch.logits.double(), -1)[:, self.ids]
-            self.batches.append((batch, kept.pop("x"), lp))
-
-    def logprobs(self, edit=None) -> np.ndarray:
-        """``[n, K]`` answer log-probabilities with ``edit(batch, resid) -> resid`` applied at the layer."""
-        out = []
-        n_layers = int(adapter.model_info(self.model).n_layers)
-        for batch, resid, _ in self.batches:
-            x = resid if edit is None else edit(batch, resid.clone())
-            with adapter.model_lock(self.model), torch.inference_mode(), \
-                    adapter.final_token_unembedding(self.model, batch.last_index):
-                logits = self.model(x, start_at_layer=self.layer + 1, attention_mask=batch.attention_mask,
-                                    return_type="logits") if self.layer + 1 < n_layers else \
-                    self.model.unembed(self.model.ln_final(x))
-            out.append((batch.indices, torch.log_softmax(logits[:, -1].double(), -1)[:, self.ids]))
-        n = sum(len(i) for i, _ in out)
-        lp = torch.empty(n, len(self.ids), dtype=torch.float64)
-        for i, v in out:
-            lp[i] = v
-        return lp.numpy()
-
-    def check(self, tol: float = 1e-3) -> Optional[str]:
-        """None when the unpatched resume reproduces the clean pass, else why not (in words)."""
-        clean = torch.empty(sum(len(b.indices) for b, _, _ in self.batches), len(self.ids), dtype=torch.float64)
-        for b, _, lp in self.batches:
-            clean[b.indices] = lp
-        try:
-            got = self.logprobs()
-        except Exception as err:  # noqa: BLE001 - a kind that cannot resume: whole passes instead
-            return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-        worst = float(np.max(np.abs(got - clean.numpy())))
-        return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
+                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
 
 
 def _rows_edit(parts_of, fold_of: np.ndarray):
@@ -649,31 +612,6 @@ def swap_donors(items, *, seed: int = 0) -> np.ndarray:
                                     "make prompts with ks=(0, 1, 2, 4) or pass swap=False.")
         out[i] = rng.choice(pool)
     return out
-
-
-def _swap_factory(hook_name: str, basis: np.ndarray, donor_rows: np.ndarray):
-    """A per-batch hook factory: at the final real position of each prompt, the component in span(basis) is
-    replaced by the donor's (v ← v − BBᵀv + BBᵀv_donor); ``donor_rows`` ``[m, d]`` in the run's prompt order."""
-    b = torch.as_tensor(np.linalg.qr(np.asarray(basis, dtype=np.float64))[0], dtype=torch.float32)
-    donor = torch.as_tensor(np.asarray(donor_rows), dtype=torch.float32)
-
-    def factory(batch):
-        rows = torch.arange(len(batch.indices))
-        last = batch.last_index
-        d_rows = donor[batch.indices]
-
-        def fn(act, hook=None):
-            flat = act.reshape(act.shape[0], act.shape[1], -1)
-            a = flat[rows, last].float()
-            bb = b.to(a.device)
-            new = _swapped(a, d_rows.to(a.device), bb)
-            out = flat.clone()
-            out[rows, last] = new.to(out.dtype)
-            return out.reshape(act.shape)
-
-        return [(hook_name, fn)]
-
-    return factory
 
 
 def _verdict(readable: bool, mediator: bool) -> str:
