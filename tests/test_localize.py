@@ -607,3 +607,118 @@ def test_the_kept_stream_comes_from_the_clean_pass(kind):
         assert calls.count(False) == batches  # the clean pass, nothing else whole
         assert calls.count(True) == 1 + batches * interventions
 
+
+# ------------------------------------------------------------------ the Jacobian-lens subspace
+
+
+def _jacobian_lens():
+    try:
+        from transformer_lens.tools.analysis import JacobianLens
+    except ImportError:
+        pytest.skip("this TransformerLens has no JacobianLens")
+    return JacobianLens
+
+
+def _autograd_transport(model, texts, layer, skip_first=1):
+    """J[layer] as TransformerLens defines it (the mean over prompts of the mean over valid source positions t of
+    Σ over valid targets t' of ∂h_final,t'/∂h_layer,t), here by torch.autograd.functional.jacobian of the final
+    block's output with the layer's block output substituted by a hook: no JacobianLens code."""
+    from torch.autograd.functional import jacobian
+
+    last = model.cfg.n_layers - 1
+    src, tgt = f"blocks.{layer}.hook_out", f"blocks.{last}.hook_out"
+    total, count = torch.zeros(model.cfg.d_model, model.cfg.d_model, dtype=torch.float64), 0
+    for text in texts:
+        toks = model.to_tokens(text)
+        valid = list(range(skip_first, toks.shape[1] - 1))
+        if not valid:
+            continue
+        _, cache = model.run_with_cache(toks, names_filter=lambda n: n in (src, f"blocks.{layer}.hook_resid_post"))
+        # the lens's layer convention: the output of block l is its resid_post
+        torch.testing.assert_close(cache[src], cache[f"blocks.{layer}.hook_resid_post"])
+
+        def final(h):
+            got = {}
+            model.run_with_hooks(toks, fwd_hooks=[(src, lambda act, hook: h),
+                                                  (tgt, lambda act, hook: got.setdefault("y", act))])
+            return got["y"][0, valid].sum(0)
+
+        jac = jacobian(final, cache[src].detach().clone())  # [d, 1, seq, d]
+        total += jac[:, 0, valid, :].double().mean(1)
+        count += 1
+    return total / count
+
+
+def _projector(b):
+    b = np.linalg.qr(np.asarray(b, dtype=np.float64))[0]
+    return b @ b.T
+
+
+def test_jacobian_basis_is_the_top_j_space_of_an_autograd_transport():
+    """rank=r: the top-r right singular vectors of the J-lens dictionary W_Uᵀ J[l] (TransformerLens's J-lens vectors
+    v_t = J[l]ᵀ W_U[:, t]), equal as a subspace to the one computed from an autograd Jacobian; orthonormal; at the
+    final layer J = I; tokens=: the span of those tokens' J-lens vectors, the subspace TL's own
+    JacobianLens.ablation_hooks removes (checked on the logits against subspace_patch)."""
+    JacobianLens = _jacobian_lens()
+    model = _model("bridge")
+    items = bl.sula.make_prompts(model, ks=(2, 4), n_per_k=2)
+    texts = [it.text for it in items]
+    B = bl.ablation.jacobian_basis(model, items, 0, rank=3)
+    np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-10)
+    J = _autograd_transport(model, texts, 0)
+    W = model.W_U.detach().double()
+    vals, vecs = np.linalg.eigh((J.T @ W @ W.T @ J).numpy())
+    assert vals[-3] > 1.05 * vals[-4]  # a spectral gap: the top-3 subspace is well defined
+    np.testing.assert_allclose(_projector(B), _projector(vecs[:, -3:]), atol=2e-4)
+    # the final layer: J = I, the top eigenvectors of W_U W_Uᵀ
+    B1 = bl.ablation.jacobian_basis(model, items, [1], rank=2)[1]
+    v1, e1 = np.linalg.eigh((W @ W.T).numpy())
+    np.testing.assert_allclose(_projector(B1), _projector(e1[:, -2:]), atol=1e-8)
+    # tokens: the answers' J-lens vectors, from a lens fitted here and passed in
+    lens = JacobianLens.fit(model, texts, corpus="test", source_layers=[0], skip_first_positions=1,
+                            max_seq_len=256, show_progress=False)
+    ids = list(bl.tasks.answer_token_ids(model, items[0].answers))
+    Bt = bl.ablation.jacobian_basis(model, items, 0, tokens=items[0].answers, lens=lens)
+    assert Bt.shape == (model.cfg.d_model, 2)
+    np.testing.assert_allclose(_projector(Bt), _projector((J.T @ W[:, ids]).numpy()), atol=2e-4)
+    from importlib.metadata import version
+
+    if not version("transformer-lens").startswith("3."):
+        # TL 4.3 projects out the span (TL 3.9's copy removed the unit vectors one after another, which is not
+        # the projection when they are not orthogonal; ours is the span's projection on both)
+        toks = model.to_tokens(texts[:2], padding_side="right")
+        want = model.run_with_hooks(toks, fwd_hooks=lens.ablation_hooks(model, ids, [0]))
+        got = model.run_with_hooks(toks, fwd_hooks=list(subspace_patch(model, 0, Bt)))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_jacobian_basis_is_a_localize_basis_and_refuses_what_it_cannot_fit(monkeypatch):
+    """The per-layer dict goes straight into bl.localize's bases=; a HookedTransformer is refused with the reason
+    (TransformerLens's JacobianLens fits a raw TransformerBridge only); a TransformerLens without JacobianLens gets
+    the error naming TransformerLens >= 4.3."""
+    import sys
+
+    from bayes_lens.errors import MissingExtraError, UnsupportedModelError
+
+    _jacobian_lens()
+    model = _model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=3)
+    jb = bl.ablation.jacobian_basis(model, items, [0, 1], rank=2)
+    loc = bl.localize(model, items, layers=[0, 1], ranks=(2,), estimators=(), bases={"jspace": jb}, n_random=2,
+                      folds=2, n_boot=20, n_null=0, swap=False, progress=False)
+    t = loc.to_dataframe()
+    rows = t[t.subspace == "jspace"]
+    assert list(rows["layer"]) == [0, 1] and set(rows["rank"]) == {2} and np.isfinite(rows["delta_mae_bits"]).all()
+    with pytest.raises(InvalidInputError, match="not both"):
+        bl.ablation.jacobian_basis(model, items, 0, rank=2, tokens=items[0].answers)
+    try:
+        hooked = tiny_model("hooked")
+    except Exception:  # noqa: BLE001 - TransformerLens 4 has no HookedTransformer
+        hooked = None
+    if hooked is not None:
+        with pytest.raises(UnsupportedModelError, match="TransformerBridge"):
+            bl.ablation.jacobian_basis(hooked, items, 0, rank=2)
+    monkeypatch.setitem(sys.modules, "transformer_lens.tools.analysis", None)  # a TransformerLens without it
+    with pytest.raises(MissingExtraError, match=r"TransformerLens >= 4\.3"):
+        bl.ablation.jacobian_basis(model, items, 0, rank=2)
+

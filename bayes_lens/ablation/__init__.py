@@ -69,6 +69,7 @@ True
 
 from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
+from ._jacobian import jacobian_basis
 from ._localize import (Localization, default_layers, head_blocks, localize, resample_donors, subspace_patch,
                         swap_donors)
 from ._patch import Patch, PatchPart, patched
@@ -78,7 +79,7 @@ from ._statistic import StatisticPatch, patch_statistic, sufficient_statistic
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect", "localize", "Localization", "subspace_patch",
            "cross_fitted_readout", "Readout", "patch_statistic", "StatisticPatch", "sufficient_statistic",
-           "head_blocks", "swap_donors", "resample_donors", "default_layers"]
+           "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis"]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402
 
