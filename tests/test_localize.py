@@ -552,6 +552,33 @@ def test_paired_delta_interval_coverage_in_simulation():
     assert hits / reps >= 0.88
 
 
+def test_delta_rho_interval_coverage_in_simulation():
+    """The paired, stratified percentile bootstrap of Δρ (the Spearman ρ of a readout with the target, patched minus
+    clean) covers the population Δρ at close to 95% (METHODS.md §13 records 95.5% at n = 60 over 400 data sets):
+    a skewed target shifted by stratum, a heteroscedastic clean readout, a patch that weakens it; the population
+    Δρ from 10⁶ draws, ρ by scipy."""
+    from scipy.stats import spearmanr
+
+    from bayes_lens.metrics.stats import bootstrap_indices, percentile_interval, spearman_rows
+
+    def draw(rng, strata):
+        y = strata * 0.5 + rng.gamma(2.0, 0.2, size=len(strata))
+        clean = y + 0.6 * rng.standard_normal(len(y)) * (1 + strata / 4)
+        return y, clean, 0.5 * clean + 0.8 * rng.standard_normal(len(y))
+
+    rng = np.random.default_rng(1)
+    y, clean, patched = draw(rng, np.repeat(np.arange(5), 200_000))
+    true = spearmanr(patched, y)[0] - spearmanr(clean, y)[0]
+    strata = np.repeat(np.arange(5), 12)
+    n, hits, reps = len(strata), 0, 150
+    for r in range(reps):
+        y, clean, patched = draw(rng, strata)
+        idx = np.concatenate([np.arange(n)[None], bootstrap_indices(n, 500, seed=r, strata=strata)])
+        lo, hi = percentile_interval((spearman_rows(patched[idx], y[idx]) - spearman_rows(clean[idx], y[idx]))[1:])
+        hits += lo <= true <= hi
+    assert hits / reps >= 0.88
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("operation", ["mean", "resample"])
 def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind, operation):
