@@ -293,7 +293,7 @@ def test_downstream_delta_rho_equals_a_by_hand_computation(kind):
     d = model.cfg.d_model
     B = np.linalg.qr(np.random.default_rng(4).normal(size=(d, 3)))[0]
     loc = bl.localize(model, items, layers=[0, 1], ranks=(1,), estimators=("ridge",), bases={"mine": B},
-                      n_random=3, folds=2, n_boot=200, n_null=0, swap=False, progress=False)
+                      n_random=2, folds=2, n_boot=200, n_null=0, swap=False, progress=False)
     row = loc.to_dataframe().set_index(["layer", "subspace"]).loc[(0, "mine")]
     assert row["downstream_layer"] == 1
     name, Bt = "blocks.1.hook_resid_post", torch.tensor(B)
@@ -328,16 +328,16 @@ def test_downstream_delta_rho_equals_a_by_hand_computation(kind):
 
 
 def test_removing_the_planted_span_breaks_the_downstream_readout():
-    """On the planted model the log-odds reaches layer 1 only through the two planted directions (every
-    distractor reads everything but them): removing their span at layer 0 takes the downstream readout's ρ from
-    ≈ 1 to ≈ 0, far below the random band, while a random direction leaves it inside."""
+    """On the planted model the log-odds reaches layer 1 mainly through the two planted directions (no distractor
+    reads them): removing their span at layer 0 takes the downstream readout's ρ from ≈ 1 to below ≈ 0.2, far
+    below the random band, which stays near 0."""
     from bayes_lens.models.tiny import planted_model
 
     model, planted = planted_model("bridge")
     items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=6)
     both = np.stack([planted.mediator.double().numpy(), planted.readout_only.double().numpy()], 1)
     loc = bl.localize(model, items, layers=[0, 1], ranks=(2,), estimators=("ridge",), target="log_odds",
-                      bases={"both": both}, n_random=8, folds=3, n_boot=300, n_null=0, swap=False, progress=False)
+                      bases={"both": both}, n_random=5, folds=3, n_boot=300, n_null=0, swap=False, progress=False)
     t = loc.to_dataframe().set_index(["layer", "subspace"])
     row = t.loc[(0, "both")]
     assert row["rho_clean"] > 0.95 and row["delta_rho"] < -0.8
@@ -462,12 +462,12 @@ def test_resample_ablation_of_the_planted_directions(kind):
     if kind == "hooked":
         _model("hooked")  # skips on TransformerLens 4
     model, planted = planted_model(kind)
-    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=8)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=6)
     rng = np.random.default_rng(12)
-    randoms = {f"random user {i}": rng.normal(size=model.cfg.d_model) for i in range(3)}
+    randoms = {f"random user {i}": rng.normal(size=model.cfg.d_model) for i in range(2)}
     med, ro = planted.mediator.double().numpy(), planted.readout_only.double().numpy()
     loc = bl.localize(model, items, layers=[planted.layer], ranks=(1,), estimators=(), operation="resample",
-                      bases={"mediator": med, "readout_only": ro, **randoms}, n_random=10, folds=4, n_boot=300,
+                      bases={"mediator": med, "readout_only": ro, **randoms}, n_random=8, folds=4, n_boot=300,
                       n_null=0, swap=False, progress=False)
     t = loc.to_dataframe().set_index("subspace")
     assert loc.operation == "resample" and "resample" in loc.rule

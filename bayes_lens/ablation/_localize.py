@@ -410,8 +410,6 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
     for c in bar:
         x = X[c.layer]
-        h = np.empty(n)
-        p = np.empty_like(p_clean)
         res = resumer(c.layer)
         fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
         bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
