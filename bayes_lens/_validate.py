@@ -89,6 +89,8 @@ ErrorType = Type[Exception]
 #: n_shards       1     shards of a plan
 #: n_replicas     1     Ray actors
 #: tail_positions 0     final positions kept per prompt (0: none)
+#: skip_first     0     leading positions a Jacobian-lens fit leaves out (0: none)
+#: dim_batch      1     output dimensions per backward pass of a Jacobian-lens fit
 #: ============== ===== ==========================================================================
 COUNT_RULES = {
     "n_boot": 1,
@@ -103,6 +105,8 @@ COUNT_RULES = {
     "tail_positions": 0,
     "folds": 2,
     "n_random": 1,
+    "skip_first": 0,
+    "dim_batch": 1,
 }
 
 #: The query positions an attention-entropy reading averages over: the final real token or every one.

@@ -36,7 +36,7 @@ from ._axis import EntropyAxis, axis_cache, signing_entropy, value_arrays
 from ._common import DEGENERATE_RATIO, prompt_data, site_dim
 from ._patch import Patch, check_patches, flatten_pairs
 
-__all__ = ["PatchComparison", "AblationEffect", "compare_patched"]
+__all__ = ["PatchComparison", "AblationEffect", "compare_patched", "coordinate_corr_rows"]
 
 _CAL_METRICS = {"mae": "sula_mae_bits", "corr": "sula_pearson"}
 #: Paper A §6.2's "MAE and correlation change by less than 1%", as equivalence margins (METHODS.md §7):
@@ -48,6 +48,18 @@ CORR_MARGIN = 0.01
 
 def _corr_rows(x: np.ndarray, y: np.ndarray, method: str) -> np.ndarray:
     return spearman_rows(x, y) if method == "spearman" else pearson_rows(x, y)
+
+
+def coordinate_corr_rows(coord: np.ndarray, entropy: np.ndarray, idx: np.ndarray, correlation: str, *,
+                         clean: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    """(ρ(coordinate, entropy) on every resample row of ``idx`` ``[1 + n_boot, n]`` (row 0 the full sample),
+    degenerate): the downstream geometry of a patched run, the one definition :func:`compare_patched`'s
+    ``axis_entropy_corr`` and :func:`bayes_lens.localize`'s Δρ use. Degenerate: the coordinate's spread fell
+    below ``DEGENERATE_RATIO`` of the ``clean`` coordinate's (read right after a full removal), so its
+    correlation is undefined and reported as 0."""
+    degenerate = clean is not None and bool(np.std(coord) <= DEGENERATE_RATIO * np.std(clean))
+    r = np.zeros(idx.shape[0]) if degenerate else _corr_rows(coord[idx], entropy[idx], correlation)
+    return r, degenerate
 
 
 @dataclass(frozen=True)
@@ -818,11 +830,9 @@ def _comparison(runs: Dict[str, List[Tuple[Dict[int, np.ndarray], np.ndarray]]],
             x = cs[k]
             ratio = x[idx].std(-1, ddof=1) / clean_c[k][idx].std(-1, ddof=1)
             out[("coordinate_std_ratio", k, None)] = (ratio, False)
-            degenerate = bool(np.std(x) <= DEGENERATE_RATIO * np.std(clean_c[k]))
             for ename, e in entropies:
-                ee = h if e is None else e
-                r = np.zeros(idx.shape[0]) if degenerate else _corr_rows(x[idx], ee[idx], correlation)
-                out[("axis_entropy_corr", k, ename)] = (r, degenerate)
+                out[("axis_entropy_corr", k, ename)] = coordinate_corr_rows(x, h if e is None else e, idx,
+                                                                            correlation, clean=clean_c[k])
         if calibration:
             out[("sula_mae_bits", None, None)] = (mae_bits(h[idx], bayes[idx]), False)
             out[("sula_pearson", None, None)] = (_corr_rows(h[idx], bayes[idx], correlation), False)

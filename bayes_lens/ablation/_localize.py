@@ -14,7 +14,10 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   interval lies above the null's 95th percentile and above ``min_r2``.
 * **Interventions**: the candidate subspace S (orthonormal basis B, rank k) at the layer's site, at
   every position: ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
-  replaced by its mean over the fitting prompts). Fitted subspaces are cross-fitted: the prompts of
+  replaced by its mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
+  as causal scrubbing and the IOI circuit's resample ablation: the component replaced by the same
+  component of another prompt j, a seeded uniform draw among the fitting prompts, :func:`resample_donors`;
+  r_j is j's final-token row, the reference distribution mean-ablation averages). Fitted subspaces are cross-fitted: the prompts of
   fold f run with the subspace fitted without them. A rank-k patch is the sum of k rank-one axis
   parts on orthonormal directions (for orthonormal u₁…u_k, Π(I − u_j u_jᵀ) = I − BBᵀ) at the site's
   own hook, with the flagship removal's operations (:mod:`bayes_lens.ablation._patch`); every
@@ -29,6 +32,13 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   came to the donor's clean output q_j, KL(q_j ‖ p_i) − KL(q_j ‖ p_i^swapped) (p the model's posterior over
   the answers), averaged over prompts with a percentile bootstrap interval; a full swap scores
   KL(q_j ‖ p_i).
+* **Downstream** (Δρ): for each intervention at layer L and each later layer L′ in ``layers``, the Spearman
+  ρ of the target with the coordinate of L′'s best rank-one readout (fitted on every clean prompt), patched
+  minus clean, with its paired bootstrap interval and random band; the correlation and its degenerate rule
+  are :func:`bayes_lens.compare_patched`'s downstream geometry (:func:`coordinate_corr_rows`).
+* **Runs**: every intervention is one edit of the site's activation, run by
+  :func:`bayes_lens.ablation._intervene.run_edit`: at ``resid_post`` on the clean stream that the clean pass kept
+  after the layer (``start_at_layer``), elsewhere (or where a kind cannot resume) by a hook in a whole pass.
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
 * **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
@@ -72,24 +82,29 @@ from ..metrics.calibration import (brier_score, expected_calibration_error, kl_c
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
 from ._common import model_meta, prompt_data, site_dim
-from ._patch import Patch, PatchPart, flatten_pairs
+from ._compare import coordinate_corr_rows
+from ._intervene import ResumedStream, StreamKeeper, run_edit
+from ._patch import Patch, PatchPart
 from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
 
-__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
+__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "resample_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 SITES = ("resid_post", "v", "z")
-OPERATIONS = ("removal", "mean")
+OPERATIONS = ("removal", "mean", "resample")
 VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
 
 
 def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operation: str = "removal",
-                   mean=None, label: Optional[str] = None) -> Patch:
-    """The patch that removes (``"removal"``) or mean-ablates (``"mean"``, needs ``mean`` ``[d]``) the span of
-    ``basis`` ``[d, k]`` (orthonormalized here) at ``layer``'s ``site``, at every position: k rank-one
-    parts (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook) with the
-    flagship removal's operations, so a candidate subspace and its random control reach the
-    activation by the same route and hook order.
+                   mean=None, donor_rows=None, label: Optional[str] = None) -> Patch:
+    """The patch that removes (``"removal"``), mean-ablates (``"mean"``, needs ``mean`` ``[d]``) or
+    resample-ablates (``"resample"``, needs ``donor_rows`` ``[m, d]``) the span of ``basis`` ``[d, k]``
+    (orthonormalized here) at ``layer``'s ``site``, at every position: k rank-one parts
+    (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook) with the
+    flagship removal's operations, so a candidate subspace and its random control reach the activation
+    by the same route and hook order. Removal v ← v − BBᵀv; mean v ← v − BBᵀ(v − μ); resample
+    v ← v − BBᵀ(v − r_b) with r_b the donor row of prompt b of the batch (row b of ``donor_rows``: a
+    resample patch is built for one batch's prompts, in their order).
 
     >>> p = subspace_patch(model, 0, np.eye(model.cfg.d_model)[:, :2])
     >>> len(p.parts)
@@ -105,18 +120,43 @@ def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operat
         raise InvalidInputError("the basis has dependent columns (rank < k); pass linearly independent vectors.")
     if operation == "mean" and mean is None:
         raise InvalidInputError("operation='mean' needs the mean activation (mean=[d]) the component is set to.")
+    if operation == "resample":
+        rows = np.asarray(donor_rows if donor_rows is not None else np.zeros((0,)), dtype=np.float64)
+        if donor_rows is None or rows.ndim != 2 or rows.shape[1] != q.shape[0] or not np.all(np.isfinite(rows)):
+            raise InvalidInputError(f"operation='resample' needs donor_rows=[m, {q.shape[0]}]: the donor activation "
+                                    "of each prompt of the batch the patch runs on (bl.ablation.resample_donors "
+                                    "picks the donors).")
     info = adapter.model_info(model)
     layer = adapter.resolve_layer(model, layer)
     if q.shape[0] != site_dim(info, site):
         raise InvalidInputError(f"the basis has {q.shape[0]} rows but this model's {site!r} site has dimension "
                                 f"{site_dim(info, site)}.")
     name = adapter.hook_name(model, layer, site)
-    mu = None if operation == "removal" else torch.as_tensor(np.asarray(mean, dtype=np.float32))
+    ref = {"removal": None, "mean": mean, "resample": donor_rows}[operation]
+    mu = None if ref is None else torch.as_tensor(np.asarray(ref, dtype=np.float32))
     parts = [PatchPart(layer=layer, hook_name=name, site=site, op="removal",
                        direction=torch.tensor(q[:, j], dtype=torch.float32), mean=mu) for j in range(q.shape[1])]
-    tag = "mean-ablation" if operation == "mean" else "removal"
+    tag = {"removal": "removal", "mean": "mean-ablation", "resample": "resample-ablation"}[operation]
     return Patch(parts, label=label or f"{tag} of a rank-{q.shape[1]} subspace at layer {layer}", kind="removal",
                  params={"operation": operation, "rank": int(q.shape[1])}, model_meta=model_meta(model, site))
+
+
+def resample_donors(fold_of, *, seed: int = 0) -> np.ndarray:
+    """``[n]`` the resample donor of each prompt: a seeded uniform draw among the prompts of the *other* folds
+    (``fold_of`` ``[n]``, :func:`bayes_lens.ablation.cross_fitted_readout`'s folds), the prompts a cross-fitted
+    subspace applied to that prompt was fitted on; never the prompt itself. One draw per prompt, shared by
+    every subspace and every layer, so a candidate and its random band differ only in the subspace.
+
+    >>> d = resample_donors(np.array([0, 0, 1, 1, 2, 2]), seed=0)
+    >>> bool(np.all(np.array([0, 0, 1, 1, 2, 2])[d] != np.array([0, 0, 1, 1, 2, 2])))
+    True
+    """
+    f = np.asarray(fold_of, dtype=np.int64).ravel()
+    seed = check_seed(seed)
+    if len(np.unique(f)) < 2:
+        raise InvalidInputError("resample donors come from the other folds: pass fold numbers of at least two folds.")
+    rng = keyed_rng(seed, 76)
+    return np.array([rng.choice(np.flatnonzero(f != f[i])) for i in range(len(f))], dtype=np.int64)
 
 
 def _haar(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -138,8 +178,11 @@ class _Candidate:
 @dataclass(frozen=True, eq=False)
 class Localization(Result):
     """What :func:`localize` measured: ``table`` (one row per layer × subspace: readout, effects, band,
-    verdict), ``layers_table`` (one row per layer: its verdict and the readout–mediator angle),
-    ``n_prompts``, ``site``, ``target``, ``operation``, ``rule`` (the verdict rule in words)."""
+    verdict, and Δρ of the readout at the next layer tested), ``layers_table`` (one row per layer: its verdict
+    and the readout–mediator angle), ``n_prompts``, ``site``, ``target``, ``operation``, ``rule`` (the verdict
+    rule in words), ``downstream`` (one row per layer × subspace × later layer tested: the Spearman ρ of
+    that layer's best readout with the target, clean and patched, Δρ with its paired interval and the
+    random band)."""
 
     table: object
     layers_table: object
@@ -148,6 +191,7 @@ class Localization(Result):
     target: str
     operation: str
     rule: str
+    downstream: object = None
 
     def _summary(self):
         rows = []
@@ -219,7 +263,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     PCs) and of the random bands; ``estimators`` rank-one readout axes (``"ridge"``, ``"pca"``);
     ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces; ``target``
     (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"`` or ``"mean"``; ``swap`` also run the interchange (each prompt's component taken from a donor
+    ``"removal"``, ``"mean"`` or ``"resample"``; ``swap`` also run the interchange (each prompt's component taken from a donor
     with another exact posterior, at the final position; scored by how many bits closer the output came to
     the donor's clean output, in KL); ``resume`` at ``site="resid_post"``, run each intervention from the
     clean stream kept after its layer (TL's ``start_at_layer``; checked against the whole pass, with a
@@ -270,20 +314,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     outcomes = [getattr(it, "outcome", None) for it in items]
     outcome = None if any(o is None for o in outcomes) else np.array(outcomes, dtype=np.int64)
 
-    def run(subset: np.ndarray, patch, desc: str):
-        """(model entropy over the labels [m], P(first label) [m]) for ``items[subset]`` with ``patch`` (a patch or
-        a per-batch hook factory)."""
-        sub = [items[i] for i in subset]
-        hooks = patch if callable(patch) else ([] if patch is None else flatten_pairs(patch))
-        rc = collect(model, [it.text for it in sub], token_ids=answer_ids, fwd_hooks=hooks, batch_size=batch_size,
-                     progress=False, desc=desc)
-        post = _posterior(rc)
-        return entropy_bits(post), post
-
     answer_ids = list(answer_token_ids(model, items[0].answers))
+    # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume from
+    keeper = StreamKeeper(model, layers) if resume and site == "resid_post" else None
     rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
-                 batch_size=batch_size, progress=progress, desc="localize: clean")
-    p_clean = _posterior(rc)
+                 fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
+                 desc="localize: clean")
+    p_clean = answer_posterior(rc.token_logprobs())[0]
     h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
     X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
@@ -306,6 +343,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
 
     clean_m = metrics(h_clean, p_clean)
     donors = swap_donors(items, seed=seed) if swap else None
+    rdonors = resample_donors(fid, seed=seed) if operation == "resample" else None
     user = bases or {}
     candidates: List[_Candidate] = []
     kw = dict(folds=folds, strata=strata, n_boot=n_boot, n_null=n_null, min_r2=min_r2, seed=seed)
@@ -340,14 +378,15 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                 candidates.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None, b))
 
     resumers: Dict[int, Optional[ResumedStream]] = {}
+    clean_lp = rc.token_logprobs().double().numpy()
 
     def resumer(layer: int) -> Optional[ResumedStream]:
         """The kept clean stream after ``layer`` (site resid_post, ``resume=True``), None for whole passes."""
-        if not resume or site != "resid_post":
+        if keeper is None:
             return None
         if layer not in resumers:
-            r = ResumedStream(model, texts, layer, answer_ids, batch_size)
-            why = r.check()
+            r = keeper.stream(layer, answer_ids, clean_lp, n)
+            why = "the clean pass ran elsewhere (its stream was not kept here)" if r is None else r.check()
             if why is not None:
                 warnings.warn(f"{type(model).__name__} does not resume after layer {layer} (start_at_layer: {why}); "
                               "localize runs a whole pass per intervention there instead (same numbers, slower).",
@@ -356,38 +395,56 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             resumers[layer] = r
         return resumers[layer]
 
+    # the downstream readout at each layer: the best rank-one readout direction there (fitted on every prompt)
+    readers = {}
+    for layer in layers:
+        ones = [c for c in candidates if c.layer == layer and c.kind == "estimator" and c.readout is not None]
+        if ones:
+            best = max(ones, key=lambda c: c.readout.r2.value if np.isfinite(c.readout.r2.value) else -np.inf)
+            readers[layer] = (best.name, best.basis[:, 0])
+    clean_rho = {k: coordinate_corr_rows(X[k] @ u, h_clean if target == "model" else y, idx, "spearman")[0]
+                 for k, (_, u) in readers.items()}
+    down_records = []
+
     records = []
     bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
     for c in bar:
         x = X[c.layer]
-        h = np.empty(n)
-        p = np.empty_like(p_clean)
-        groups = [(np.arange(n), c.basis, x.mean(0))] if c.fold_bases is None else \
-            [(np.flatnonzero(fid == f), b, x[fid != f].mean(0)) for f, b in c.fold_bases.items()]
         res = resumer(c.layer)
-        if res is not None:  # resume after the layer: the edit on the kept stream, the later blocks only
-            fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
-            key = {int(fold_of[g[0][0]]): g for g in groups}
-            parts = {f: subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu).parts
-                     for f, (_, b, mu) in key.items()}
-            p = answer_posterior(res.logprobs(_rows_edit(parts, fold_of)))[0]
-            h = entropy_bits(p)
-        else:
-            for subset, b, mu in groups:
-                patch = subspace_patch(model, c.layer, b, site=site, operation=operation, mean=mu)
-                h[subset], p[subset] = run(subset, patch, f"localize: {c.name}")
+        fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
+        bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
+        means_of = {f: (x.mean(0) if c.fold_bases is None else x[fid != f].mean(0)) for f in bases_of}
+        donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
+        fixed = {} if donor_x is not None else \
+            {f: subspace_patch(model, c.layer, bases_of[f], site=site, operation=operation, mean=means_of[f]).parts
+             for f in bases_of}
+
+        def parts_of(f, rows, fixed=fixed, donor_x=donor_x, layer=c.layer):
+            """The candidate's parts for fold ``f``'s prompts ``rows`` (only resample's depend on the prompts)."""
+            if fixed:
+                return fixed[f]
+            return subspace_patch(model, layer, bases_of[f], site=site, operation=operation, mean=means_of[f],
+                                  donor_rows=donor_x[rows]).parts
+
+        later = [k for k in readers if k > c.layer]
+        p, rows = run_edit(model, texts, answer_ids, _rows_edit(parts_of, fold_of), layer=c.layer, site=site,
+                           stream=res, read_layers=later, batch_size=batch_size, desc=f"localize: {c.name}")
+        h = entropy_bits(p)
         m = metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+        for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
+            name, u = readers[k]
+            r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else y, idx, "spearman",
+                                                 clean=X[k] @ u)
+            diff = r - clean_rho[k]
+            lo, hi = percentile_interval(diff[1:])
+            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
+                                 "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
+                                 "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
+                                 "delta_rho_ci_high": hi, "degenerate": degenerate})
         if swap:
-            ps = np.empty_like(p_clean)
-            if res is not None:
-                ps = answer_posterior(res.logprobs(_swap_edit({f: b for f, (_, b, _) in key.items()}, fold_of,
-                                                              x[donors])))[0]
-            else:
-                for subset, b, _ in groups:
-                    hook = adapter.hook_name(model, c.layer, site)
-                    ps[subset] = run(subset, _swap_factory(hook, b, x[donors[subset]]),
-                                     f"localize: swap {c.name}")[1]
+            ps, _ = run_edit(model, texts, answer_ids, _swap_edit(bases_of, fold_of, x[donors]), layer=c.layer,
+                             site=site, stream=res, batch_size=batch_size, desc=f"localize: swap {c.name}")
             # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
             move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
                     - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
@@ -423,6 +480,22 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     else:
         table["mediator"] = table["removal_matters"]
     table["verdict"] = [_verdict(bool(r.readable), bool(r.mediator)) for r in table.itertuples()]
+    down = pd.DataFrame.from_records(down_records, columns=[
+        "layer", "subspace", "kind", "rank", "readout_layer", "readout", "rho_clean", "rho_patched", "delta_rho",
+        "delta_rho_ci_low", "delta_rho_ci_high", "degenerate"])
+    if len(down):  # the random band of Δρ: the same rank's random subspaces at the same layer, read at the same layer
+        dband = (down[down["kind"] == "random"].groupby(["layer", "rank", "readout_layer"])["delta_rho"]
+                 .quantile([0.025, 0.975]).unstack())
+        down["rho_band_low"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.025] for r in down.itertuples()]
+        down["rho_band_high"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.975] for r in down.itertuples()]
+    else:
+        down["rho_band_low"] = down["rho_band_high"] = pd.Series(dtype=float)
+    # the main table carries the next downstream layer's row (all of them: .downstream)
+    nxt = down.sort_values("readout_layer").drop_duplicates(["layer", "subspace"]).set_index(["layer", "subspace"])
+    for col, src in (("downstream_layer", "readout_layer"), ("rho_clean", "rho_clean"), ("delta_rho", "delta_rho"),
+                     ("delta_rho_ci_low", "delta_rho_ci_low"), ("delta_rho_ci_high", "delta_rho_ci_high"),
+                     ("rho_band_low", "rho_band_low"), ("rho_band_high", "rho_band_high")):
+        table[col] = [nxt[src].get((r.layer, r.subspace), np.nan) for r in table.itertuples()]
 
     layer_rows = []
     by_name = {(c.layer, c.name): c for c in candidates}
@@ -459,83 +532,20 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             f" lies above its random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and "
             f"{min_effect} bits")
     return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
-                        target=target, operation=operation, rule=rule)
+                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
 
 
-def _posterior(rc) -> np.ndarray:
-    """``[n, K]`` the model's posterior over the answers, renormalized (:func:`bayes_lens.sula.answer_posterior`)."""
-    from ..sula import answer_posterior
-
-    return answer_posterior(rc.token_logprobs())[0]
-
-
-class ResumedStream:
-    """The clean residual stream after ``layer`` kept per batch, and the rest of the model run from it.
-
-    An intervention at ``resid_post`` of layer L changes nothing below it, so each one costs the blocks
-    after L only (TransformerLens's ``start_at_layer``: HookedTransformer and the bridge have it), not a
-    whole pass: k interventions at L cost about 1 + k·(1 − (L + 1)/n_layers) passes. The edit is applied
-    to the kept tensor by the patch's own operations (:meth:`PatchPart.apply`, the functions its hook
-    runs). :meth:`check` compares the unpatched resume with the clean pass; where a model kind resumes
-    differently (bigger than ``tol`` in the answers' log-probabilities), :func:`localize` falls back to
-    whole passes and says so.
-    """
-
-    def __init__(self, model, texts, layer: int, answer_ids, batch_size: int):
-        from ..collect import forward_batches
-
-        self.model, self.layer, self.ids = model, int(layer), list(answer_ids)
-        name = adapter.hook_name(model, layer, "resid_post")
-        kept = {}
-
-        def grab(act, hook=None):
-            kept["x"] = act.detach().clone()
-
-        self.batches = []
-        for batch in forward_batches(model, texts, batch_size=batch_size, fwd_hooks=[(name, grab)], progress=False,
-                                     desc="localize: keep the stream"):
-            lp = torch.log_softmax(batch.logits.double(), -1)[:, self.ids]
-            self.batches.append((batch, kept.pop("x"), lp))
-
-    def logprobs(self, edit=None) -> np.ndarray:
-        """``[n, K]`` answer log-probabilities with ``edit(batch, resid) -> resid`` applied at the layer."""
-        out = []
-        n_layers = int(adapter.model_info(self.model).n_layers)
-        for batch, resid, _ in self.batches:
-            x = resid if edit is None else edit(batch, resid.clone())
-            with adapter.model_lock(self.model), torch.inference_mode(), \
-                    adapter.final_token_unembedding(self.model, batch.last_index):
-                logits = self.model(x, start_at_layer=self.layer + 1, attention_mask=batch.attention_mask,
-                                    return_type="logits") if self.layer + 1 < n_layers else \
-                    self.model.unembed(self.model.ln_final(x))
-            out.append((batch.indices, torch.log_softmax(logits[:, -1].double(), -1)[:, self.ids]))
-        n = sum(len(i) for i, _ in out)
-        lp = torch.empty(n, len(self.ids), dtype=torch.float64)
-        for i, v in out:
-            lp[i] = v
-        return lp.numpy()
-
-    def check(self, tol: float = 1e-3) -> Optional[str]:
-        """None when the unpatched resume reproduces the clean pass, else why not (in words)."""
-        clean = torch.empty(sum(len(b.indices) for b, _, _ in self.batches), len(self.ids), dtype=torch.float64)
-        for b, _, lp in self.batches:
-            clean[b.indices] = lp
-        try:
-            got = self.logprobs()
-        except Exception as err:  # noqa: BLE001 - a kind that cannot resume: whole passes instead
-            return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-        worst = float(np.max(np.abs(got - clean.numpy())))
-        return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
-
-
-def _rows_edit(parts_of_fold: dict, fold_of: np.ndarray):
-    """``edit(batch, resid)`` applying each row's fold's patch parts to that row (every position)."""
+def _rows_edit(parts_of, fold_of: np.ndarray):
+    """``edit(batch, resid)`` applying to each row its fold's patch parts (every position), in the parts' order:
+    ``parts_of(fold, prompts)`` gives the parts for those prompts (global indices, in the batch's row order)."""
     def edit(batch, x):
-        folds = fold_of[batch.indices.numpy()]
+        idx = batch.indices.numpy()
+        folds = fold_of[idx]
         for f in np.unique(folds):
-            rows = torch.as_tensor(np.flatnonzero(folds == f))
+            sel = np.flatnonzero(folds == f)
+            rows = torch.as_tensor(sel)
             y = x[rows]
-            for part in parts_of_fold[int(f)]:
+            for part in parts_of(int(f), idx[sel]):
                 y = part.apply(y)
             x[rows] = y
         return x
@@ -600,31 +610,6 @@ def swap_donors(items, *, seed: int = 0) -> np.ndarray:
                                     "make prompts with ks=(0, 1, 2, 4) or pass swap=False.")
         out[i] = rng.choice(pool)
     return out
-
-
-def _swap_factory(hook_name: str, basis: np.ndarray, donor_rows: np.ndarray):
-    """A per-batch hook factory: at the final real position of each prompt, the component in span(basis) is
-    replaced by the donor's (v ← v − BBᵀv + BBᵀv_donor); ``donor_rows`` ``[m, d]`` in the run's prompt order."""
-    b = torch.as_tensor(np.linalg.qr(np.asarray(basis, dtype=np.float64))[0], dtype=torch.float32)
-    donor = torch.as_tensor(np.asarray(donor_rows), dtype=torch.float32)
-
-    def factory(batch):
-        rows = torch.arange(len(batch.indices))
-        last = batch.last_index
-        d_rows = donor[batch.indices]
-
-        def fn(act, hook=None):
-            flat = act.reshape(act.shape[0], act.shape[1], -1)
-            a = flat[rows, last].float()
-            bb = b.to(a.device)
-            new = _swapped(a, d_rows.to(a.device), bb)
-            out = flat.clone()
-            out[rows, last] = new.to(out.dtype)
-            return out.reshape(act.shape)
-
-        return [(hook_name, fn)]
-
-    return factory
 
 
 def _verdict(readable: bool, mediator: bool) -> str:

@@ -58,17 +58,26 @@ class PatchPart:
     axis: object = None  # the fitted EntropyAxis whose coordinate hook point an on_coordinate part uses
     # centred operations (``center=True``): the fitted mean of the site, so that the change does not
     # depend on a constant shift of the activations (a folded value bias). ``offset`` = mean·u for a
-    # coordinate part; ``mean`` the mean vector for a part on the site itself.
+    # coordinate part; ``mean`` the mean vector for a part on the site itself, or ``[batch, dim]`` one
+    # row per prompt of the batch it runs on (resample-ablation: each prompt's donor row).
     offset: float = 0.0
     mean: Optional[Tensor] = None
 
     def coordinate_op(self, c: Tensor) -> Tensor:
         """What the part does to the coordinate c = v·u: removal c ↦ (1 − λ)c (centred: c ↦ c − λ(c − μ·u)),
-        shift c ↦ c + s·σ. The one definition of both, on the axis coordinate hook point and off it."""
+        shift c ↦ c + s·σ. The one definition of both, on the axis coordinate hook point and off it. A
+        ``[batch, dim]`` mean sets each row's coordinate toward its own μ_b·u (``c`` is ``[batch, ..., 1]``)."""
         if self.op == "shift":
             return c + self.amount
         offset = self.offset
         if not self.on_coordinate and self.mean is not None:
+            if self.mean.ndim == 2:  # one reference row per prompt of the batch
+                if self.mean.shape[0] != c.shape[0]:
+                    raise InvalidInputError(
+                        f"the patch at {self.hook_name} holds {self.mean.shape[0]} per-prompt rows but the batch has "
+                        f"{c.shape[0]} prompts; build the patch for this batch's prompts.")
+                o = (self.mean.double() @ self.direction.double()).to(device=c.device, dtype=c.dtype)
+                return c - self.lam * (c - o.reshape(-1, *([1] * (c.ndim - 1))))
             offset = float(self.mean.double() @ self.direction.double())
         return c * (1.0 - self.lam) if offset == 0.0 else c - self.lam * (c - offset)
 

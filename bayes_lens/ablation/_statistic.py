@@ -50,7 +50,8 @@ from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval
 from ..reads import FinalRows
 from ..tasks import answer_token_ids
 from ._common import prompt_data
-from ._localize import ResumedStream, swap_donors
+from ._intervene import StreamKeeper, run_edit
+from ._localize import swap_donors
 from ._readout import ALPHAS, cross_fitted_readout, fold_ids
 
 __all__ = ["patch_statistic", "StatisticPatch", "sufficient_statistic"]
@@ -168,8 +169,9 @@ def patch_statistic(model, items, *, layer: int, statistic=None, site: str = "re
         raise InvalidInputError(f"donors must be {n} indices into the items, got shape {list(donor.shape)}.")
     strata = np.array([it.k for it in items])
     answer_ids = list(answer_token_ids(model, items[0].answers))
+    keeper = StreamKeeper(model, [layer]) if resume and site == "resid_post" else None
     rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site)], batch_size=batch_size,
-                 progress=progress, desc="patch_statistic: clean")
+                 fwd_hooks=keeper if keeper is not None else (), progress=progress, desc="patch_statistic: clean")
     x = rc.value_rows(layer, site).double().numpy()
     p_clean = answer_posterior(rc.token_logprobs())[0]
     q = np.array([it.posterior for it in items], dtype=np.float64)
@@ -191,31 +193,17 @@ def patch_statistic(model, items, *, layer: int, statistic=None, site: str = "re
     def run(delta: np.ndarray) -> np.ndarray:
         """The posterior with ``delta`` [n, d] added to each prompt's final-position row of the site."""
         shift = torch.as_tensor(delta, dtype=torch.float32)
-        if res is not None:
-            def edit(batch, xs):
-                rows = torch.arange(xs.shape[0])
-                xs[rows, batch.last_index] += shift[batch.indices].to(xs.dtype)
-                return xs
-            return answer_posterior(res.logprobs(edit))[0]
-        hook = adapter.hook_name(model, layer, site)
 
-        def factory(batch):
-            rows = torch.arange(len(batch.indices))
+        def edit(batch, xs):
+            rows = torch.arange(xs.shape[0])
+            xs[rows, batch.last_index] += shift[batch.indices].to(xs.dtype)
+            return xs
+        return run_edit(model, texts, answer_ids, edit, layer=layer, site=site, stream=res, batch_size=batch_size,
+                        desc="patch_statistic: patched")[0]
 
-            def fn(act, hook=None):
-                flat = act.reshape(act.shape[0], act.shape[1], -1).clone()
-                flat[rows, batch.last_index] += shift[batch.indices].to(flat.dtype)
-                return flat.reshape(act.shape)
-            return [(hook, fn)]
-        rr = collect(model, texts, token_ids=answer_ids, fwd_hooks=factory, batch_size=batch_size, progress=False,
-                     desc="patch_statistic: patched")
-        return answer_posterior(rr.token_logprobs())[0]
-
-    res = None
-    if resume and site == "resid_post":
-        res = ResumedStream(model, texts, layer, answer_ids, batch_size)
-        if res.check() is not None:
-            res = None
+    res = None if keeper is None else keeper.stream(layer, answer_ids, rc.token_logprobs().double().numpy(), n)
+    if res is not None and res.check() is not None:
+        res = None
     p_patched = run(move)
     target = q[donor]
     kl_before = kl_categorical_bits(target, p_clean, eps=1e-9)

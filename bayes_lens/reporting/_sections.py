@@ -386,6 +386,7 @@ def _localize(ctx: Context) -> SectionOutput:
                     "(informational: a finding, not a pass; METHODS.md §13)")}))
     out.tables["localize"] = t
     out.tables["localize_layers"] = loc.layers_table
+    out.tables["localize_downstream"] = loc.downstream  # Δρ of each later layer's readout, per intervention
     out.figure("Readout or mediator: calibration change per subspace, with the random band", loc.plot)
     out.notes.append(f"rule: {loc.rule}")
     out.notes.append("; ".join(f"layer {r.layer}: {r.verdict} (" + (

@@ -22,6 +22,7 @@ def test_localize_section_is_opt_in_and_writes_its_rows(tmp_path):
         assert m["verdict"]["pass"] is None and m["verdict"]["text"].split(":")[0] in (
             "READOUT AND MEDIATOR", "READOUT ONLY", "MEDIATOR ONLY", "NEITHER")
     assert (tmp_path / "r" / "tables" / "localize__localize.csv").is_file()
+    assert (tmp_path / "r" / "tables" / "localize__localize_downstream.csv").is_file()
     saved = json.loads((tmp_path / "r" / "report.json").read_text())
     assert "localize" in saved["sections"]
 
