@@ -183,7 +183,18 @@ def test_subspace_patch_is_the_projection_under_transformer_lens_hooks(kind, ope
     B = np.linalg.qr(rng.normal(size=(d, 3)))[0]
     mu = rng.normal(size=d)
     patch = subspace_patch(model, 0, B @ np.diag([2.0, -1.0, 0.5]), operation=operation, mean=mu)  # any basis of the span
-    name = "blocks.0.hook_resid_post"
+    _, clean, patched = _clean_and_patched(model, "blocks.0.hook_resid_post", patch)
+    Bt, mt = torch.tensor(B), torch.tensor(mu)
+    want = clean - clean @ Bt @ Bt.T
+    if operation == "mean":
+        want = want + (mt @ Bt @ Bt.T)
+    torch.testing.assert_close(patched, want, atol=2e-5, rtol=1e-5)
+    assert not any(h.fwd_hooks for h in model.hook_dict.values()) if hasattr(model, "hook_dict") else True
+
+
+def _clean_and_patched(model, name, patch):
+    """(tokens, clean, patched) activations at hook ``name`` on two right-padded prompts, read by a hook of
+    TransformerLens's own run_with_hooks placed after the patch's."""
     seen = {}
 
     def grab(act, hook):
@@ -193,12 +204,7 @@ def test_subspace_patch_is_the_projection_under_transformer_lens_hooks(kind, ope
     model.run_with_hooks(tokens, fwd_hooks=[(name, grab)])
     clean = seen["x"].double()
     model.run_with_hooks(tokens, fwd_hooks=list(patch) + [(name, grab)])
-    Bt, mt = torch.tensor(B), torch.tensor(mu)
-    want = clean - clean @ Bt @ Bt.T
-    if operation == "mean":
-        want = want + (mt @ Bt @ Bt.T)
-    torch.testing.assert_close(seen["x"].double(), want, atol=2e-5, rtol=1e-5)
-    assert not any(h.fwd_hooks for h in model.hook_dict.values()) if hasattr(model, "hook_dict") else True
+    return tokens, clean, seen["x"].double()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -212,19 +218,10 @@ def test_resample_patch_is_the_donor_component_under_transformer_lens_hooks(kind
     R = rng.normal(size=(2, d)) * 3
     patch = subspace_patch(model, 1, B @ np.array([[1.0, 0.3], [0.0, 2.0]]), operation="resample", donor_rows=R)
     assert patch.params["operation"] == "resample" and len(patch.parts) == 2
-    name = "blocks.1.hook_resid_post"
-    seen = {}
-
-    def grab(act, hook):
-        seen["x"] = act.detach().clone()
-
-    tokens = model.to_tokens(["w1: dax, w2: lug. query:", "the cat is"], padding_side="right")
-    model.run_with_hooks(tokens, fwd_hooks=[(name, grab)])
-    clean = seen["x"].double()
-    model.run_with_hooks(tokens, fwd_hooks=list(patch) + [(name, grab)])
+    tokens, clean, patched = _clean_and_patched(model, "blocks.1.hook_resid_post", patch)
     Bt, Rt = torch.tensor(B), torch.tensor(R)
     want = clean - clean @ Bt @ Bt.T + (Rt @ Bt @ Bt.T)[:, None, :]
-    torch.testing.assert_close(seen["x"].double(), want, atol=5e-5, rtol=1e-5)
+    torch.testing.assert_close(patched, want, atol=5e-5, rtol=1e-5)
     with pytest.raises(InvalidInputError, match="per-prompt rows"):  # built for 2 prompts, run on 1
         model.run_with_hooks(tokens[:1], fwd_hooks=list(patch))
     with pytest.raises(InvalidInputError, match="donor_rows"):
