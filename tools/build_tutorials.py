@@ -341,7 +341,10 @@ for the same rank: a mediator's interval must clear it, and clear 0.01 bits. `sw
 interchange score, with `swap_band_high` as its band. The layer's verdict is in
 `loc.layers_table`, with the angle between the best readout and the most causal subspace when there
 is a mediator. At quick sizes the intervals are wide; set `QUICK = False` for 20 random subspaces
-per rank. `bl.localize(..., clean=(logits, cache), attention_mask=mask)` takes a clean pass you
+per rank. On SmolLM2 at the quick size (30 prompts, the middle layer) every estimator reads the Bayes
+entropy (held-out R² about 0.5-0.7, each above its shuffled-target null), and no removal or swap
+clears its random band: "readout only", the first half of the wind tunnel's pattern. The larger
+recorded tables, on both offline models, are in `docs/localize.md`. `bl.localize(..., clean=(logits, cache), attention_mask=mask)` takes a clean pass you
 cached yourself (with `hook_resid_post` at the layers)."""),
     md("## A model from the hub"),
     code(HUB.replace("__HUB_BODY__", '''print(bl.sula.evaluate(hub_model).table)''')),
