@@ -778,7 +778,8 @@ def test_clean_pass_from_transformer_lens_run_with_cache_gives_the_same_table(ki
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_clean_pass_from_a_sharded_collection_and_inside_sharded(kind, tmp_path):
+@pytest.mark.parametrize("site", ["resid_post", "z"])
+def test_clean_pass_from_a_sharded_collection_and_inside_sharded(kind, site, tmp_path):
     """A reduced cache merged from shards (bl.shard.collect_sharded), and localize inside bl.shard.sharded
     (clean pass in shards, interventions here, with a warning): the one-process table bit for bit."""
     import bayes_lens.shard as shard
@@ -786,15 +787,17 @@ def test_clean_pass_from_a_sharded_collection_and_inside_sharded(kind, tmp_path)
 
     model = _model(kind)
     items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
-    ref = bl.localize(model, items, resume=False, **_form_kw()).to_dataframe()
+    ref = bl.localize(model, items, site=site, resume=False, **_form_kw()).to_dataframe()
     ids = list(answer_token_ids(model, items[0].answers))
-    rc = shard.collect_sharded(model, items.texts, tmp_path / "clean", resid_layers=[0, 1], token_ids=ids,
-                               engine="local", n_shards=3)
-    got = bl.localize(model, items, clean=rc, **_form_kw()).to_dataframe()
+    rows = dict(resid_layers=[0, 1]) if site == "resid_post" else \
+        dict(reads=[bl.reads.FinalRows(layer, "z") for layer in (0, 1)])
+    with shard.sharded(model, engine=shard.LocalEngine(n_shards=3), shard_dir=tmp_path / "clean") as m:
+        rc = bl.collect.collect(m, items.texts, token_ids=ids, **rows)
+    got = bl.localize(model, items, site=site, clean=rc, **_form_kw()).to_dataframe()
     np.testing.assert_array_equal(got[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
     with pytest.warns(UserWarning, match="clean pass in shards"):
         with shard.sharded(model, engine="local", shard_dir=tmp_path / "study") as m:
-            inside = bl.localize(m, items, **_form_kw()).to_dataframe()
+            inside = bl.localize(m, items, site=site, **_form_kw()).to_dataframe()
     np.testing.assert_array_equal(inside[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
     assert any(p.name.startswith("localize-") for p in (tmp_path / "study").iterdir())  # the clean pass's shards
 

@@ -333,13 +333,9 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         rc = _clean_rows(clean, model, n, layers, site, answer_ids, attention_mask, tokens)
     elif attention_mask is not None or tokens is not None:
         raise InvalidInputError("attention_mask= and tokens= describe a cache passed as clean=; without one, drop them.")
-    elif in_shards:  # the clean pass in the block's shards: spelled by collect's keywords, which a shard records
-        if site == "z":
-            raise InvalidInputError("site='z' reads per-head rows, which a sharded collection does not record yet; run "
-                                    "localize(site='z') outside bl.shard.sharded, or pass clean= a cache holding hook_z.")
-        rc = collect(model, texts, token_ids=answer_ids, value_layers=layers if site == "v" else (),
-                     resid_layers=layers if site == "resid_post" else (), batch_size=batch_size, progress=progress,
-                     desc="localize: clean")
+    elif in_shards:  # the clean pass in the block's shards (no stream kept: the interventions run whole passes)
+        rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
+                     batch_size=batch_size, progress=progress, desc="localize: clean")
         warnings.warn("inside bl.shard.sharded, localize runs its clean pass in shards and its interventions in this "
                       "process: each intervention edits every prompt differently (its fold's subspace, its donor), "
                       "which no shard folder can name.", UserWarning, stacklevel=2)
