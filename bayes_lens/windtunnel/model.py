@@ -29,7 +29,7 @@ import torch
 from .._validate import check_choice, check_positive_int
 from ..errors import InvalidInputError
 
-__all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights"]
+__all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights", "hypothesis_frame"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +147,42 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
+
+
+def hypothesis_frame(model, task):
+    """``[d_model, V]`` orthonormal basis of the wind tunnel's "hypothesis frame": the span of the answer
+    symbols' token embeddings as block 0's norm sees them, g ⊙ W_E[a] for each answer token a (g the RMS
+    norm's gain; the norm's per-token scale does not change the span), QR-orthonormalized. This is the
+    ``frame_subspace(mode="embedding")`` of the wind tunnel's jlens experiment (the rank-20 frame of its
+    result P4b, V = 20 value tokens there; METHODS.md §13), built for a wind-tunnel TransformerLens model
+    (:func:`bayes_lens.windtunnel.load`) with unprocessed weights; pass it to :func:`bayes_lens.localize` as
+    ``bases={"hypothesis frame": hypothesis_frame(model, task)}``.
+
+    >>> import bayes_lens as bl
+    >>> model, task = bl.windtunnel.load("bijection")
+    >>> hypothesis_frame(model, task).shape          # d_model × V
+    (64, 10)
+    """
+    import numpy as np
+
+    from ..adapter import check_model, processing
+    from .tasks import make_task
+
+    check_model(model)
+    task = make_task(task)
+    processed, how = processing(model)
+    if processed:
+        raise InvalidInputError(f"the model's weights were processed ({how}): block 0's norm gain is folded away. "
+                                "Load the wind-tunnel model unprocessed (bl.windtunnel.load).")
+    answer_ids = task.sample(1, seed=0).answer_ids
+    w_e = model.W_E.detach().double().cpu().numpy()
+    if w_e.shape[0] != task.d_vocab:
+        raise InvalidInputError(f"the model's vocabulary has {w_e.shape[0]} tokens but the {task.name} task's has "
+                                f"{task.d_vocab}; pass the task the model was trained on.")
+    ln = model.blocks[0].ln1
+    gain = getattr(ln, "w", None)
+    if gain is None:
+        gain = getattr(ln, "weight", None)
+    g = np.ones(w_e.shape[1]) if gain is None else gain.detach().double().cpu().numpy()
+    q, r = np.linalg.qr((w_e[answer_ids] * g).T)
+    return q * np.sign(np.diag(r))
