@@ -149,13 +149,17 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     return model.eval()
 
 
-def hypothesis_frame(model, task):
+def hypothesis_frame(model, task, *, side: str = "embedding"):
     """``[d_model, V]`` orthonormal basis of the wind tunnel's "hypothesis frame": the span of the answer
-    symbols' token embeddings as block 0's norm sees them, g ⊙ W_E[a] for each answer token a (g the RMS
-    norm's gain; the norm's per-token scale does not change the span), QR-orthonormalized. This is the
-    ``frame_subspace(mode="embedding")`` of the wind tunnel's jlens experiment (the rank-20 frame of its
-    result P4b, V = 20 value tokens there; METHODS.md §13), built for a wind-tunnel TransformerLens model
-    (:func:`bayes_lens.windtunnel.load`) with unprocessed weights; pass it to :func:`bayes_lens.localize` as
+    symbols' directions in the residual stream, QR-orthonormalized.
+
+    ``side="embedding"``: the answer tokens' embeddings as block 0's norm sees them, g₀ ⊙ W_E[a] (g₀ the RMS
+    norm's gain; its per-token scale does not change the span). This is ``frame_subspace(mode="embedding")``
+    of the wind tunnel's jlens experiment, the rank-20 frame of its result P4b (V = 20 value tokens there;
+    METHODS.md §13). ``side="unembedding"``: the directions the answer logits read, g_f ⊙ W_U[:, a] (g_f the
+    final norm's gain). The jlens models tie the unembedding to the embedding, so there the two are one span;
+    the shipped wind-tunnel models do not tie them. For a wind-tunnel TransformerLens model with unprocessed
+    weights (:func:`bayes_lens.windtunnel.load`); pass it to :func:`bayes_lens.localize` as
     ``bases={"hypothesis frame": hypothesis_frame(model, task)}``.
 
     >>> import bayes_lens as bl
@@ -169,20 +173,24 @@ def hypothesis_frame(model, task):
     from .tasks import make_task
 
     check_model(model)
+    check_choice(side, "side", ("embedding", "unembedding"))
     task = make_task(task)
     processed, how = processing(model)
     if processed:
-        raise InvalidInputError(f"the model's weights were processed ({how}): block 0's norm gain is folded away. "
+        raise InvalidInputError(f"the model's weights were processed ({how}): the norms' gains are folded away. "
                                 "Load the wind-tunnel model unprocessed (bl.windtunnel.load).")
     answer_ids = task.sample(1, seed=0).answer_ids
-    w_e = model.W_E.detach().double().cpu().numpy()
-    if w_e.shape[0] != task.d_vocab:
-        raise InvalidInputError(f"the model's vocabulary has {w_e.shape[0]} tokens but the {task.name} task's has "
+    if side == "embedding":
+        w, norm = model.W_E.detach(), model.blocks[0].ln1
+    else:
+        w, norm = model.W_U.detach().T, model.ln_final
+    w = w.double().cpu().numpy()
+    if w.shape[0] != task.d_vocab:
+        raise InvalidInputError(f"the model's vocabulary has {w.shape[0]} tokens but the {task.name} task's has "
                                 f"{task.d_vocab}; pass the task the model was trained on.")
-    ln = model.blocks[0].ln1
-    gain = getattr(ln, "w", None)
+    gain = getattr(norm, "w", None)
     if gain is None:
-        gain = getattr(ln, "weight", None)
-    g = np.ones(w_e.shape[1]) if gain is None else gain.detach().double().cpu().numpy()
-    q, r = np.linalg.qr((w_e[answer_ids] * g).T)
+        gain = getattr(norm, "weight", None)
+    g = np.ones(w.shape[1]) if gain is None else gain.detach().double().cpu().numpy()
+    q, r = np.linalg.qr((w[answer_ids] * g).T)
     return q * np.sign(np.diag(r))
