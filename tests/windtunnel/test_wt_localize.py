@@ -169,6 +169,9 @@ def test_localize_on_the_shipped_wind_tunnel_shows_the_p4b_pattern():
     assert frame["delta_mae_ci_low"] > frame["band_high"] and frame["delta_mae_bits"] > 0.1
     assert frame["delta_mae_bits"] > 20 * abs(ridge["delta_mae_bits"])
 
+    # the span the answer logits read is a mediator too (the wind tunnel's tied frame, on the output side)
+    un = t.loc["answer unembedding"]
+    assert un["delta_mae_ci_low"] > un["band_high"] and un["delta_mae_bits"] > 0.1
     # the user basis's removal, recomputed with TL's run_with_hooks
     _, p_patched = _final_rows_and_posteriors(model, items, layer, basis=unemb)
     delta = np.abs(_entropy(p_patched) - bayes).mean() - clean_mae
