@@ -90,6 +90,11 @@ def use_runner(runner):
         _RUNNER.reset(token)
 
 
+def runner_active() -> bool:
+    """True inside :func:`bayes_lens.shard.sharded` (where :func:`collect` hands its calls to the block's runner)."""
+    return _RUNNER.get() is not None
+
+
 def check_runnable(fwd_hooks, desc: str = "collect") -> None:
     """Refuse now, before any forward pass, ``fwd_hooks`` that the current runner cannot run (inside
     :func:`bayes_lens.shard.sharded`: patches on an engine whose workers are other processes, plain
