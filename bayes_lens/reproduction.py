@@ -494,9 +494,12 @@ def _falck(model, z: dict, seed: int, progress) -> Tuple[dict, dict]:
         inside = t[t["statistic"].astype(str).str.startswith(stat)]["inside"].dropna()
         ours[f"falck_{stat}"] = (float(inside.mean()) if len(inside) else float("nan"), None,
                                  f"{len(inside)} (θ, n, N/n) rows, definition='falck', {res.n_paths} paths")
-    s = res.t3_slopes["slope"] if "slope" in res.t3_slopes else pd.Series(dtype=float)
+    ts = res.t3_slopes
+    s = ts["t3_slope_model"].dropna() if "t3_slope_model" in ts else pd.Series(dtype=float)
+    b = ts["t3_slope_bayes"].dropna() if "t3_slope_bayes" in ts else pd.Series(dtype=float)
     ours["falck_slope"] = (float(s.mean()) if len(s) else float("nan"), None,
-                           f"mean over {len(s)} settings" if len(s) else "needs two or more n")
+                           f"mean over {len(s)} (θ, N/n) settings; the Beta-posterior reference's "
+                           f"{fmt(b.mean(), 3) if len(b) else 'nan'}" if len(s) else "needs two or more n")
     return ours, {"falck": res}
 
 
