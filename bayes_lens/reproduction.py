@@ -59,8 +59,9 @@ from ._validate import check_choice, check_int, check_prompts, check_seed
 from .errors import InvalidInputError
 
 __all__ = ["reproduce", "Reproduction", "proxy_key_orthogonality", "proxy_value_manifold", "ProxyManifold",
-           "RELEASED_PROMPTS", "PAPERS", "SIZES", "PAPER_NUMBERS", "ROWS", "identify_model", "paper_band",
-           "record_band", "verdict", "load_records", "RECORDS_FILE", "PASS", "FAIL", "NOT_COMPARABLE"]
+           "standardized_pca", "RELEASED_PROMPTS", "PAPERS", "SIZES", "PAPER_NUMBERS", "ROWS", "identify_model",
+           "paper_band", "record_band", "verdict", "build_rows", "load_records", "record_entry", "RECORDS_FILE",
+           "PASS", "FAIL", "NOT_COMPARABLE"]
 
 PASS, FAIL, NOT_COMPARABLE = "PASS", "FAIL", "NOT COMPARABLE"
 PROXY, TRUE = "released code (proxy)", "paper text (true)"
@@ -506,8 +507,10 @@ def _falck(model, z: dict, seed: int, progress) -> Tuple[dict, dict]:
 _RUNNERS = {"paper-a": _paper_a, "paper-b": _paper_b, "falck": _falck}
 
 
-def _rows(paper: str, ours: dict, key: Optional[str], label: str, kind: Optional[str], sizes: str,
-          records: dict) -> pd.DataFrame:
+def build_rows(paper: str, ours: dict, key: Optional[str], label: str, kind: Optional[str], sizes: str,
+               records: dict) -> pd.DataFrame:
+    """The rows of a :class:`Reproduction` from our values ``ours`` (row key -> ``(value, ci or None, note)``)
+    and the model's identity (:func:`identify_model`): paper value, band, verdict and reason per row."""
     record = (records.get(key, {}) or {}).get(paper) if kind == "offline" else None
     out = []
     for rk, (p, measurement, definition, units, tol) in ROWS.items():
@@ -576,7 +579,7 @@ def reproduce(model, paper: str, *, sizes: str = "quick", seed: int = 0, progres
     check_model(model)
     key, label, kind = identify_model(model)
     ours, details = _RUNNERS[paper](model, SIZES[sizes][paper], seed, progress)
-    rows = _rows(paper, ours, key, label, kind, sizes, load_records() if records is None else records)
+    rows = build_rows(paper, ours, key, label, kind, sizes, load_records() if records is None else records)
     return Reproduction(paper=paper, model_name=str(getattr(model.cfg, "model_name", "")), model_label=label,
                         model_kind=kind, sizes=sizes, seed=seed, rows=rows, details=details)
 
