@@ -154,7 +154,7 @@ SIZES: Dict[str, Dict[str, dict]] = {
         "paper-b": {"ns": (8, 16, 24, 32, 40), "n_seqs": 8, "n_boot": 200,
                     "permutation": {"seq_len": 16, "n_seqs": 3, "n_perms": 16, "ks": (1, 2, 4, 8)},
                     "compression": {"thetas": (0.3, 0.7), "seq_len": 32, "n_seqs": 6}},
-        "falck": {"thetas": (0.3, 0.7), "ns": (20, 40), "ratios": (0.5,), "n_paths": 8, "n_ref": 500},
+        "falck": {"thetas": (0.5,), "ns": (14, 28), "ratios": (0.5,), "n_paths": 8, "n_ref": 500},
     },
     "full": {
         "paper-a": {"n_prompts": 75, "pool_size": 400, "n_boot": 1000, "n_null": 200, "sula_ks": (0, 1, 2, 4, 8),
