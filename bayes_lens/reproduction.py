@@ -397,7 +397,7 @@ def _band_words(kind: Optional[str], label: str) -> str:
     if kind == "paper":
         return f"the paper's numbers for {label}"
     if kind == "offline":
-        return f"our recorded run on {label}"
+        return f"our recorded run on {label}, where one exists at these sizes"
     return f"none ({label} is neither a paper's model nor one with a recorded run)"
 
 

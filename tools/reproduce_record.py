@@ -46,7 +46,8 @@ def record(key: str, papers) -> dict:
         entry["seconds"] = round(time.time() - t, 1)
         data.setdefault(key, {})[paper] = entry
         RECORDS.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"recorded {paper} on {key} in {entry['seconds']} s", flush=True)
+        print(f"recorded {paper} on {key} in {entry['seconds']} s (the table holds this run against no record: "
+              "it is the record)", flush=True)
         print(res.table(), flush=True)
     return data
 
