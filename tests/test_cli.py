@@ -384,6 +384,10 @@ def test_reproduce_prints_rows_and_writes_csv(monkeypatch, tmp_path, capsys):
     import bayes_lens.cli as cli
     from bayes_lens.models.tiny import tiny_model
 
+    from bayes_lens import reproduction
+
+    monkeypatch.setitem(reproduction.SIZES["quick"], "falck",   # seconds, not minutes, on a tiny model
+                        {"thetas": (0.5,), "ns": (14,), "ratios": (0.5,), "n_paths": 4, "n_ref": 100})
     model = tiny_model("bridge")
     monkeypatch.setattr(cli, "_load", lambda args: (model, 0.0))
     csv = tmp_path / "rows.csv"

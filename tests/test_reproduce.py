@@ -170,7 +170,11 @@ def test_shipped_records_are_quick_runs_of_known_rows():
             assert set(entry["rows"]) == {k for k, row in rp.ROWS.items() if row[0] == paper}
 
 
-def test_reproduce_on_a_tiny_model_prints_every_row_not_comparable():
+SMALL_FALCK = {"thetas": (0.5,), "ns": (14,), "ratios": (0.5,), "n_paths": 4, "n_ref": 100}
+
+
+def test_reproduce_on_a_tiny_model_prints_every_row_not_comparable(monkeypatch):
+    monkeypatch.setitem(rp.SIZES["quick"], "falck", SMALL_FALCK)  # seconds, not minutes, on a tiny model
     m = tiny_model("bridge")
     res = bl.reproduce(m, "falck", progress=False)
     df = res.to_dataframe()
