@@ -203,7 +203,7 @@ def proxy_key_orthogonality(model, *, n_tokens: int = 100, seed: int = 0) -> np.
     return np.full(int(model.cfg.n_layers), float(off.mean()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ProxyManifold(Result):
     """The released code's "value manifold": PCA of the final hidden state over its prompts (METHODS.md §14)."""
 
@@ -336,7 +336,7 @@ def load_records() -> dict:
 
 
 # -------------------------------------------------------------------------------------------------- result
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Reproduction(Result):
     """One paper's headline measurements next to its numbers, with bands and verdicts (METHODS.md §14).
 
