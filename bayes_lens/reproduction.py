@@ -94,7 +94,7 @@ ROWS: Dict[str, Tuple[str, str, str, str, float]] = {
     "pc12_true": ("paper-a", "value manifold: PC1+PC2 explained variance", TRUE, "fraction", 0.05),
     "rho_proxy": ("paper-a", "entropy alignment: |Spearman ρ(PC1, entropy)|", PROXY, "correlation", 0.10),
     "rho_true": ("paper-a", "entropy alignment: |Spearman ρ(PC1, entropy)|", TRUE, "correlation", 0.10),
-    "focusing": ("paper-a", "attention focusing: entropy reduction first → last layer", TRUE, "fraction", 0.05),
+    "focusing": ("paper-a", "attention focusing: reduction, first → last layer", TRUE, "fraction", 0.05),
     "sula_mae": ("paper-a", "SULA calibration: MAE(H_model, H_Bayes)", TRUE, "bits", 0.05),
     "sula_rho_k": ("paper-a", "SULA geometry: |ρ(k, PC1)|", TRUE, "correlation", 0.10),
     "sula_rho_bayes": ("paper-a", "SULA geometry: |ρ(PC1, H_Bayes)|", TRUE, "correlation", 0.10),
@@ -111,20 +111,19 @@ ROWS: Dict[str, Tuple[str, str, str, str, float]] = {
 }
 
 # The papers' numbers: key -> {model key: (low, high, text)} (METHODS.md §2-§6, §8, §13); "*" = no model of ours.
-_R = "released geometry_results.json (670c6d6)"
+_R = "released file"  # figures/pythia_410m_test/geometry_results.json of 670c6d6 (its REPRODUCE.md expects 0.11-0.13)
 PAPER_NUMBERS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float], str]]] = {
-    "ko_proxy": {"pythia-410m": (0.0291, 0.0306, f"0.0299 ({_R}; 0.0291-0.0306 over 24 layers; REPRODUCE.md "
-                                 "expects 0.11-0.13)")},
+    "ko_proxy": {"pythia-410m": (0.0291, 0.0306, f"0.0299 ({_R}, 0.0291-0.0306 over layers)")},
     "ko_true": {"pythia-410m": (0.11, 0.13, "0.11-0.13 (early layers)"), "phi-2": (0.034, 0.051, "0.034-0.051"),
                 "llama-3.2-1b": (0.15, 0.18, "0.15-0.18")},
     "pc1_proxy": {"pythia-410m": (0.146, 0.146, f"14.6% ({_R})")},
     "pc12_proxy": {"pythia-410m": (0.277, 0.277, f"27.7% ({_R})")},
-    "rho_proxy": {"pythia-410m": (0.593, 0.593, f"−0.593 ({_R})")},
+    "rho_proxy": {"pythia-410m": (0.593, 0.593, f"-0.593 ({_R})")},
     "pc1_true": {"pythia-410m": (0.796, 0.796, "79.6%"), "phi-2": (0.464, 0.464, "46.4%"),
                  "llama-3.2-1b": (0.366, 0.366, "36.6%")},
     "pc12_true": {"pythia-410m": (0.997, 0.997, "99.7%"), "phi-2": (0.606, 0.606, "60.6%"),
                   "llama-3.2-1b": (0.514, 0.514, "51.4%")},
-    "rho_true": {"pythia-410m": (0.32, 0.32, "−0.32"), "phi-2": (0.34, 0.34, "+0.34"),
+    "rho_true": {"pythia-410m": (0.32, 0.32, "-0.32"), "phi-2": (0.34, 0.34, "+0.34"),
                  "llama-3.2-1b": (0.59, 0.59, "+0.59")},
     "focusing": {"pythia-410m": (0.82, 0.82, "82%"), "phi-2": (0.86, 0.86, "86%"),
                  "llama-3.2-1b": (0.31, 0.31, "31%")},
@@ -143,6 +142,7 @@ PAPER_NUMBERS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float], str]]
     "falck_T3": {"*": (None, None, "figures only (Falck et al. §5)")},
     "falck_slope": {"*": (-0.5, -0.5, "−0.5 (a Bayesian's n^−½)")},
 }
+_SHORT = {"pythia-410m": "Pythia", "phi-2": "Phi-2", "llama-3.2-1b": "Llama"}
 _PAPER_MODELS = {"paper-a": "Pythia-410M, Phi-2, Llama-3.2-1B", "paper-b": "GPT-3 text-davinci-002",
                  "falck": "Llama-2, Mistral and GPT-style models"}
 
@@ -380,8 +380,14 @@ class Reproduction(Result):
             band = "" if r.band_low is None or not np.isfinite(r.band_low) else \
                 f"[{fmt(r.band_low, 3)}, {fmt(r.band_high, 3)}]"
             body.append(((r.measurement, r.definition, r.paper_value, fmt(r.ours, 3) + ci, band, r.verdict), r.reason))
-        widths = [max(len(c), *(min(len(b[0][i]), 48) for b in body)) if body else len(c) for i, c in enumerate(cols)]
-        line = lambda cells: "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        caps = (48, 21, 72, 26, 20, 14)
+        widths = [max(len(c), *(min(len(b[0][i]), cap) for b in body)) if body else len(c)
+                  for i, (c, cap) in enumerate(zip(cols, caps))]
+
+        def line(cells):
+            cut = [str(c) if len(str(c)) <= w else str(c)[:w - 1] + "…" for c, w in zip(cells, widths)]
+            return "  ".join(c.ljust(w) for c, w in zip(cut, widths)).rstrip()
+
         out = [head, line(cols), line(["-" * w for w in widths])]
         for cells, reason in body:
             out += [line(cells), "      " + reason]
@@ -519,7 +525,10 @@ def build_rows(paper: str, ours: dict, key: Optional[str], label: str, kind: Opt
         value, ci, note = ours[rk]
         numbers = PAPER_NUMBERS.get(rk, {})
         lo_hi = numbers.get(key) if key in numbers else numbers.get("*")
-        paper_text = lo_hi[2] if lo_hi else "—"
+        if kind == "paper" or "*" in numbers:
+            paper_text = lo_hi[2] if lo_hi else "—"
+        else:  # another model: every paper model's number, for context (no band from them)
+            paper_text = "; ".join(f"{_SHORT[m]} {t[2]}" for m, t in numbers.items()) or "—"
         band, source, why = None, "", ""
         if kind == "paper":
             if paper != "paper-a":
