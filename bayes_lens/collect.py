@@ -68,7 +68,7 @@ from ._validate import check_choice, check_count
 from .errors import InvalidInputError, MissingHookError
 from .hooks import check_finite, last_index
 from .hookpoints import HOOK_POINTS, attached_for
-from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, reads_for, unique
+from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, read_from_spec, reads_for, unique
 from .reduced import ReducedCache
 
 __all__ = ["Batch", "forward_batches", "collect", "run_order", "reduce_cache", "check_prompts", "use_runner",
@@ -88,6 +88,11 @@ def use_runner(runner):
         yield runner
     finally:
         _RUNNER.reset(token)
+
+
+def runner_active() -> bool:
+    """True inside :func:`bayes_lens.shard.sharded` (where :func:`collect` hands its calls to the block's runner)."""
+    return _RUNNER.get() is not None
 
 
 def check_runnable(fwd_hooks, desc: str = "collect") -> None:
@@ -263,14 +268,22 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
                         attention_positions=_attention_positions(bound, attention_positions))
 
 
+def _extra_reads(reads) -> List[Read]:
+    """``reads=`` as a list of :class:`Read` objects: a spec dict (:meth:`Read.spec`, as a sharded run's plan
+    records it) is rebuilt; anything else that is not a read is refused."""
+    if reads is None:
+        return []
+    if isinstance(reads, (str, Read, dict)) or not isinstance(reads, Sequence):
+        raise InvalidInputError(f"reads must be a list of bayes_lens.reads.Read objects, got {type(reads).__name__}.")
+    return unique([read_from_spec(r) if isinstance(r, dict) else r for r in reads])
+
+
 def _bind(model, value_layers, resid_layers, attention, attention_positions, token_ids, tail_positions, reads):
     """The reads the keywords spell plus ``reads``, without repeats, bound to ``model`` (hook names resolved once)."""
     spelled = reads_for(model, value_layers=_layers_of(model, value_layers), resid_layers=_layers_of(model, resid_layers),
                         attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                         tail_positions=tail_positions)
-    if reads is not None and (isinstance(reads, (str, Read)) or not isinstance(reads, Sequence)):
-        raise InvalidInputError(f"reads must be a list of bayes_lens.reads.Read objects, got {type(reads).__name__}.")
-    return [r.bind(model) for r in unique(spelled + list(reads or ()))]
+    return [r.bind(model) for r in unique(spelled + _extra_reads(reads))]
 
 
 def _attention_positions(bound, default: str) -> str:
@@ -590,7 +603,8 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     lists the keys). What to keep is a list of reads (:mod:`bayes_lens.reads`): the keywords below
     spell the common ones, and ``reads=[...]`` adds any other. Inside :func:`bayes_lens.shard.sharded`
     the same call runs in checked shards on that context's engine and returns the merged equal of the
-    one-process result (keywords only: a run with ``reads=`` is refused there).
+    one-process result (``reads=`` included: each read's :meth:`~bayes_lens.reads.Read.spec` enters the
+    shard settings and its hash, and a worker rebuilds it).
 
     Prompts run in :func:`run_order` (similar lengths batched together: on the shipped prompt pool a
     fifth fewer positions) and every row comes back in the order of ``prompts``. A per-batch
@@ -634,13 +648,11 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     positions = _attention_positions(bound, attention_positions)
     runner = _RUNNER.get()
     if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
-        if reads:
-            raise InvalidInputError("reads= is not supported inside bl.shard.sharded(...) yet (a shard records its "
-                                    "settings by collect's keywords); run it outside the sharded block.")
+        extra = {"reads": [r.spec() for r in _extra_reads(reads)]} if reads else {}  # recorded in the settings
         return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
                               attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                               batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
-                              progress=progress, desc=desc, tail_positions=tail_positions)
+                              progress=progress, desc=desc, tail_positions=tail_positions, **extra)
 
     # the hook names are checked once here; per batch, forward_batches's HookResolver refuses a missing one
     # (a bridge's hook_dict rebuilds its aliases on every read: checking per batch cost ~0.07 s a batch)

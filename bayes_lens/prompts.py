@@ -197,28 +197,12 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _ID_CACHE: Dict[int, Dict[str, float]] = {}  # fallback for models that cannot be weakly referenced
 
 
-def _weights_state(model) -> tuple:
-    """Identity and in-place version of every parameter: changes when weights are loaded or edited."""
-    try:
-        return tuple((id(p), p._version) for p in model.parameters())
-    except AttributeError:  # pragma: no cover - not a torch module
-        return ()
-
-
-def _hooks_active(model) -> bool:
-    """Whether any hook point of the model carries a hook (inside bl.patched, model.hooks, ...)."""
-    try:
-        return any(adapter.has_hooks(hp, "fwd") for hp in model.hook_dict.values())
-    except AttributeError:  # pragma: no cover
-        return False
-
-
 def _model_cache(model) -> Dict[str, float]:
     """The entropy cache of ``model`` for its current weights; a throw-away dict while hooks are active
     (entropies under a patch must not be served as the clean model's, nor stored as them)."""
-    if _hooks_active(model):
+    if adapter.any_forward_hooks(model):
         return {}
-    state = _weights_state(model)
+    state = adapter.weights_state(model)
     try:
         entry = _CACHE.get(model)
         if entry is None or entry[0] != state:

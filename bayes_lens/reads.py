@@ -63,7 +63,7 @@ from .metrics.stats import entropy_bits
 from .reduced import ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, row_name
 
 __all__ = ["Read", "BoundRead", "CacheView", "FinalRows", "AttentionEntropy", "NextTokenEntropy", "TokenLogprobs",
-           "TailLogits", "reads_for"]
+           "TailLogits", "reads_for", "read_from_spec"]
 
 HookList = List[Tuple[str, object]]
 
@@ -152,6 +152,26 @@ class Read:
 
     def bind(self, model) -> BoundRead:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
+
+    def spec(self) -> dict:
+        """The read as JSON (its class's import path and its dataclass fields): what a sharded run records in its
+        settings (and hashes), and what :func:`read_from_spec` rebuilds in a worker."""
+        import dataclasses
+        import json
+
+        if not dataclasses.is_dataclass(self):
+            raise InvalidInputError(f"{type(self).__name__} is not a dataclass; a read needs dataclass fields to be "
+                                    "recorded in a sharded run's settings.")
+        cls = type(self)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+        out = {"read": f"{cls.__module__}:{cls.__qualname__}", **fields}
+        try:
+            json.dumps(out)
+        except TypeError as err:
+            raise InvalidInputError(f"{cls.__name__}'s fields are not JSON ({err}); a read in a sharded run must hold "
+                                    "numbers, strings and lists of them.") from None
+        return out
 
 
 # ------------------------------------------------------------------------------- final-token rows
@@ -435,6 +455,26 @@ def reads_for(model, *, value_layers: Sequence[int] = (), resid_layers: Sequence
     elif tail_positions:
         raise InvalidInputError("tail_positions needs token_ids: the tokens whose logits to keep at those positions.")
     return reads
+
+
+def read_from_spec(spec: dict) -> Read:
+    """The :class:`Read` that :meth:`Read.spec` describes (lists back to tuples), its class imported by path."""
+    import importlib
+
+    if not isinstance(spec, dict) or not isinstance(spec.get("read"), str) or ":" not in spec["read"]:
+        raise InvalidInputError(f"a read spec is a dict with 'read': 'module:Class' (Read.spec()), got {spec!r}.")
+    module, _, qualname = spec["read"].partition(":")
+    try:
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as err:
+        raise InvalidInputError(f"cannot import the read class {spec['read']!r} ({err}); define it in a module every "
+                                "worker imports.") from None
+    if not (isinstance(cls, type) and issubclass(cls, Read)):
+        raise InvalidInputError(f"{spec['read']!r} is not a bayes_lens.reads.Read subclass.")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "read"}
+    return cls(**fields)
 
 
 def unique(reads: Sequence[Read]) -> List[Read]:

@@ -215,9 +215,12 @@ def test_collect_reads_hook_dict_once_per_model_and_still_refuses_a_missing_one(
     # the runner reads the name table once per model, and never the slow full list when every name resolves
     slow, reads = [], []
     real_names, real_read = bl.adapter.hook_names, bl.adapter.HookResolver._read
-    monkeypatch.setattr(bl.adapter, "hook_names", lambda m: slow.append(1) or real_names(m))
+    from bayes_lens.adapter import _hooks as hooks_facet  # where check_hooks looks hook_names up
+
+    for owner in (bl.adapter, hooks_facet):
+        monkeypatch.setattr(owner, "hook_names", lambda m: slow.append(1) or real_names(m))
     monkeypatch.setattr(bl.adapter.HookResolver, "_read", lambda self: reads.append(1) or real_read(self))
-    tiny.__dict__.pop(bl.adapter._NAME_TABLE, None)
+    tiny.__dict__.pop(hooks_facet._NAME_TABLE, None)
     prompts = PROMPTS * 2
     col = collect(tiny, prompts, value_layers=[-1], attention=True, batch_size=2, progress=False)
     assert -(-len(prompts) // 2) >= 3 and len(reads) == 1 and not slow

@@ -295,7 +295,7 @@ _HAND_CHECK_ALLOWED = {
 _ELEMENTWISE = re.compile(r"^every ")
 #: Whole files left out, with the reason.
 _HAND_CHECK_SKIP = {
-    "bayes_lens/adapter.py": "_validate.check_model imports adapter (model_info), so adapter cannot import "
+    "bayes_lens/adapter/": "_validate.check_model imports adapter (model_info), so adapter cannot import "
                              "_validate without an import cycle (test_no_import_cycles_between_modules)",
 }
 
@@ -350,3 +350,48 @@ def test_choice_and_count_checks_go_through_validate():
 def test_hand_check_allow_list_has_no_stale_entries():
     for (rel, frag), why in _HAND_CHECK_ALLOWED.items():
         assert why and frag in (PKG.parent / rel).read_text(encoding="utf-8"), (rel, frag)
+
+
+# --- Where TransformerLens and torch internals live (issue 33 §3) -------------------------------------
+#: attributes that are TransformerLens's or torch's internals (not their public API)
+_INTERNAL_ATTRS = {"hook_dict", "mod_dict", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_version",
+                   "_modules", "_parameters", "_buffers"}
+#: the modules allowed to import transformer_lens or touch those attributes -> the name README's Layout gives them
+_INTERNALS_ALLOWED = {
+    "bayes_lens.adapter": "adapter",         # the face of every model fact, hook name, token and device
+    "bayes_lens.hookpoints": "hookpoints",   # bl.attach: registers HookPoints into the model's module tree
+    "bayes_lens.models": "models",           # builds and loads TransformerLens models (tiny, GGUF, offline)
+    "bayes_lens.ablation._jacobian": "ablation/_jacobian",  # wraps TransformerLens 4's JacobianLens
+}
+
+
+def _touches_internals(path: Path) -> list:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "transformer_lens" for a in node.names):
+            out.append(f"{node.lineno}: import transformer_lens")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "transformer_lens":
+            out.append(f"{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Attribute) and node.attr in _INTERNAL_ATTRS:
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+def _internals_owner(name: str):
+    return next((m for m in _INTERNALS_ALLOWED if name == m or name.startswith(m + ".")), None)
+
+
+def test_transformer_lens_internals_live_only_in_the_named_modules():
+    hits = [f"{path.relative_to(PKG.parent).as_posix()}:{where}" for name, path in _modules()
+            if _internals_owner(name) is None for where in _touches_internals(path)]
+    assert not hits, ("TransformerLens or torch internals outside the modules named in README's Layout; ask "
+                      "bayes_lens.adapter (add a function there) instead:\n" + "\n".join(hits))
+    touching = {_internals_owner(name) for name, path in _modules() if _touches_internals(path)}
+    assert touching == set(_INTERNALS_ALLOWED), f"stale allow-list entries: {set(_INTERNALS_ALLOWED) - touching}"
+
+
+def test_readme_layout_names_every_module_that_touches_internals():
+    text = (PKG.parent / "README.md").read_text(encoding="utf-8")
+    layout = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = [short for short in _INTERNALS_ALLOWED.values() if f"`{short}`" not in layout]
+    assert not missing, f"README's Layout does not name {missing} as touching TransformerLens internals"

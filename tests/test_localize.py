@@ -746,3 +746,83 @@ def test_jacobian_basis_is_a_localize_basis_and_refuses_what_it_cannot_fit(monke
     with pytest.raises(MissingExtraError, match=r"TransformerLens >= 4\.3"):
         bl.ablation.jacobian_basis(model, items, 0, rank=2)
 
+
+
+# ------------------------------------------------------------------ input forms of the clean pass
+
+
+def _form_kw(site="resid_post"):
+    # hook_v at layer 0 is the same for every SULA prompt (same final token; refused, tested below)
+    return dict(layers=[1] if site == "v" else [0, 1], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5)
+
+
+_COLS = ["delta_mae_bits", "delta_ece", "delta_brier", "r2", "swap_bits", "delta_rho", "band_high"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("site", ["resid_post", "v", "z"])
+def test_clean_pass_from_transformer_lens_run_with_cache_gives_the_same_table(kind, site):
+    """TL's own run_with_cache (padded batch, its attention mask) as the clean pass: the same table as the
+    model's own clean pass (whole passes both, so the interventions are the same computation)."""
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
+    ref = bl.localize(model, items, site=site, resume=False, **_form_kw(site)).to_dataframe()
+    toks, mask = bl.adapter.tokenize(model, items.texts)
+    names = {bl.adapter.hook_name(model, layer, site) for layer in (0, 1)}
+    logits, cache = model.run_with_cache(toks, attention_mask=mask, names_filter=lambda n: n in names)
+    got = bl.localize(model, items, site=site, clean=(logits, cache), attention_mask=mask,
+                      **_form_kw(site)).to_dataframe()
+    assert list(got["subspace"]) == list(ref["subspace"])
+    np.testing.assert_allclose(got[_COLS].to_numpy(float), ref[_COLS].to_numpy(float), atol=2e-5, equal_nan=True)
+    assert list(got["verdict"]) == list(ref["verdict"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("site", ["resid_post", "z"])
+def test_clean_pass_from_a_sharded_collection_and_inside_sharded(kind, site, tmp_path):
+    """A reduced cache merged from shards (bl.shard.collect_sharded), and localize inside bl.shard.sharded
+    (clean pass in shards, interventions here, with a warning): the one-process table bit for bit."""
+    import bayes_lens.shard as shard
+    from bayes_lens.tasks import answer_token_ids
+
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
+    ref = bl.localize(model, items, site=site, resume=False, **_form_kw()).to_dataframe()
+    ids = list(answer_token_ids(model, items[0].answers))
+    rows = dict(resid_layers=[0, 1]) if site == "resid_post" else \
+        dict(reads=[bl.reads.FinalRows(layer, "z") for layer in (0, 1)])
+    with shard.sharded(model, engine=shard.LocalEngine(n_shards=3), shard_dir=tmp_path / "clean") as m:
+        rc = bl.collect.collect(m, items.texts, token_ids=ids, **rows)
+    got = bl.localize(model, items, site=site, clean=rc, **_form_kw()).to_dataframe()
+    np.testing.assert_array_equal(got[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
+    with pytest.warns(UserWarning, match="clean pass in shards"):
+        with shard.sharded(model, engine="local", shard_dir=tmp_path / "study") as m:
+            inside = bl.localize(m, items, site=site, **_form_kw()).to_dataframe()
+    np.testing.assert_array_equal(inside[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
+    assert any(p.name.startswith("localize-") for p in (tmp_path / "study").iterdir())  # the clean pass's shards
+
+
+def test_clean_pass_input_errors():
+    from bayes_lens.errors import MissingHookError
+
+    model = _model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2), n_per_k=4)
+    kw = dict(layers=[0], ranks=(1,), n_random=2, folds=2, n_boot=20, n_null=2)
+    with pytest.raises(InvalidInputError, match="clean= takes the clean pass"):
+        bl.localize(model, items, clean=model, **kw)
+    rc = bl.collect.collect(model, items.texts, resid_layers=[1])
+    with pytest.raises(MissingHookError, match="resid_layers"):
+        bl.localize(model, items, clean=rc, **kw)
+    rc = bl.collect.collect(model, items.texts, resid_layers=[0])
+    with pytest.raises(MissingHookError, match="token_ids"):
+        bl.localize(model, items, clean=rc, **kw)
+    from bayes_lens.tasks import answer_token_ids
+
+    ids = list(answer_token_ids(model, items[0].answers))
+    rc = bl.collect.collect(model, items.texts[:-1], resid_layers=[0], token_ids=ids)
+    with pytest.raises(InvalidInputError, match="items were given"):
+        bl.localize(model, items, clean=rc, **kw)
+    with pytest.raises(InvalidInputError, match="drop them"):
+        bl.localize(model, items, attention_mask=torch.ones(len(items), 3), **kw)
+    with pytest.raises(InvalidInputError, match="same for every prompt"):
+        bl.localize(model, items, site="v", **kw)

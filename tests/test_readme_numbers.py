@@ -40,7 +40,8 @@ def test_readme_blocks_equal_what_the_record_renders():
     tool = _tool()
     assert tool.ROOT / "docs" / "results.md" in tool.PAGES and tool.README in tool.PAGES
     blocks = tool.page_blocks()
-    assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick", "localize", "codelength", "order"}
+    assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick", "localize", "codelength", "order",
+                                               "windtunnel-localize"}
     data = tool.load()
     assert set(data) == set(tool.RECIPES)
     for name, body in blocks.items():

@@ -7,6 +7,8 @@ cache against TransformerLens's own forward pass, computed by hand.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
@@ -21,16 +23,11 @@ PROMPTS = ["The cat sat on the", "2 + 2 =", "one two three four five six", "Hi",
 
 
 # ------------------------------------------------------------------ a new quantity: one class
+@dataclass(frozen=True)
 class TopProb(Read):
     """max_v softmax(logits)_v at the final real token (written here, outside the package)."""
 
     logits = "final"
-
-    def __eq__(self, other):
-        return type(other) is TopProb
-
-    def __hash__(self):
-        return hash(TopProb)
 
     def bind(self, model):
         return _BoundTopProb(self, model)
@@ -134,10 +131,14 @@ def test_bad_reads_get_clear_errors(tiny):
 
     class Runner:
         def collect(self, *a, **k):  # pragma: no cover - must not be reached
-            raise AssertionError("the sharded runner got a reads= call")
+            raise AssertionError("the sharded runner got a read it cannot record")
 
-    with use_runner(Runner()), pytest.raises(bl.InvalidInputError, match="not supported inside"):
-        collect(tiny, PROMPTS, reads=[TopProb()])
+    @dataclass(frozen=True)
+    class Weighted(TopProb):  # a field a shard's JSON settings cannot hold
+        weights: object = None
+
+    with use_runner(Runner()), pytest.raises(bl.InvalidInputError, match="not JSON"):
+        collect(tiny, PROMPTS, reads=[Weighted(torch.ones(2))])
 
 
 def test_a_cache_missing_a_hook_says_which_layers_it_holds(tiny):
@@ -146,3 +147,52 @@ def test_a_cache_missing_a_hook_says_which_layers_it_holds(tiny):
         _, cache = tiny.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter(tiny, layers=[0]))
     with pytest.raises(bl.MissingHookError, match=r"has no 'blocks\.\d+\.attn\.hook_v' \(it holds blocks\.\{0\}\."):
         reduce_cache(cache, attention_mask=mask, reads=[FinalRows(-1)])
+
+
+# ------------------------------------------------------------------ reads in a sharded run
+def test_every_read_round_trips_through_its_json_spec():
+    import json
+
+    from bayes_lens.reads import read_from_spec
+
+    reads = [FinalRows(3, "z"), FinalRows(-1), AttentionEntropy("all"), NextTokenEntropy(), TokenLogprobs((3, 5)),
+             TailLogits((3, 5), 2), TopProb()]
+    for r in reads:
+        spec = json.loads(json.dumps(r.spec()))
+        assert read_from_spec(spec) == r and type(read_from_spec(spec)) is type(r)
+    with pytest.raises(bl.errors.InvalidInputError, match="module:Class"):
+        read_from_spec({"layer": 1})
+    with pytest.raises(bl.errors.InvalidInputError, match="cannot import"):
+        read_from_spec({"read": "bayes_lens.reads:NoSuchRead"})
+    with pytest.raises(bl.errors.InvalidInputError, match="not a bayes_lens.reads.Read"):
+        read_from_spec({"read": "bayes_lens.collect:collect"})
+
+
+def test_reads_run_in_shards_bit_for_bit_and_enter_the_settings(tiny, tmp_path):
+    """``collect(..., reads=[...])`` inside bl.shard.sharded: the merged rows equal one process's exactly, the reads'
+    specs are in the plan's settings (so another read set gets another folder), and a worker that rebuilds the
+    reads from the plan's JSON gets the same rows; a keyword-only run's settings hold no "reads" key (the settings
+    hashes of folders made before are unchanged)."""
+    import json
+
+    import bayes_lens.shard as shard
+    from bayes_lens.shard import collect_settings
+
+    reads = [FinalRows(0, "z"), TopProb()]
+    ref = collect(tiny, PROMPTS, reads=reads, batch_size=2, progress=False)
+    with shard.sharded(tiny, engine=shard.LocalEngine(n_shards=3), shard_dir=tmp_path) as m:
+        got = collect(m, PROMPTS, reads=reads, batch_size=2, progress=False, desc="reads test")
+        other = collect(m, PROMPTS, reads=[FinalRows(1, "z")], batch_size=2, progress=False, desc="reads test")
+    assert set(got) == set(ref)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], atol=0, rtol=0)
+    folders = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(folders) == 2 and "blocks.1.attn.hook_z" in other
+    settings = [json.loads((f / "plan.json").read_text())["settings"] for f in folders]
+    recorded = [s["reads"] for s in settings]
+    assert sorted(map(len, recorded)) == [1, 2]
+    both = next(r for r in recorded if len(r) == 2)
+    again = collect(tiny, PROMPTS, reads=both, batch_size=2, progress=False)   # what a plan's worker runs
+    for k in ref:
+        torch.testing.assert_close(again[k], ref[k], atol=0, rtol=0)
+    assert "reads" not in collect_settings({"value_layers": [0], "batch_size": 2})

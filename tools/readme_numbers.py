@@ -29,6 +29,9 @@ Recipes:
 * ``localize-smollm2`` / ``localize-gemma``: :func:`bayes_lens.localize` on 40 SULA prompts at three evenly
   spaced layers (``LOCALIZE`` holds the sizes), the non-random rows and the per-layer verdicts; the
   tables of docs/localize.md.
+* ``windtunnel-localize``: :func:`bayes_lens.localize` on the shipped bijection wind tunnel, set up as the
+  wind tunnel's own result P4b (``WINDTUNNEL`` holds the sizes, ``P4B`` the wind tunnel's numbers); the
+  side-by-side table of docs/localize.md's "The wind tunnel's pattern, for comparison".
 * ``codelength-smollm2`` / ``codelength-gemma``: Paper B v3's excess code length (``CODELENGTH`` holds
   the sizes), the table of docs/results.md's "Paper B v3" section.
 * ``order-smollm2`` / ``order-gemma``: Paper B v3's order-averaging decomposition and position
@@ -251,6 +254,92 @@ def run_order(key: str) -> dict:
                         "shuffle_tv": est(pi.shuffle_tv), "reference_tv": float(pi.reference_tv)}}
 
 
+WINDTUNNEL = dict(checkpoint="bijection", n_prompts=500, layers=(0, 1, 2), ranks=(20,), jspace_rank=8, jspace_prompts=50,
+                  n_random=20,
+                  n_boot=1000, n_null=100, seed=0)
+#: the wind tunnel's own numbers (github vishalmisra/bayesian-wind-tunnel @ 670c6d6,
+#: experiments/jlens/results/phase3_summary.json, keys P4b and P4a; bijection V = 20, 6 layers, learned
+#: positions, tied embeddings): calibration MAE (bits) clean and with each subspace removed at every position,
+#: per capture point ("emb": the embedding output; "l": block l's output), and the axis's held-out R².
+P4B = {"baseline_mae": 0.006658957339823246,
+       "layers": {"emb": dict(r2=0.999999999167221, axis=0.005635680165141821, random1=0.0064889006316661835,
+                              frame20=0.7519025206565857, jspace8=0.500648021697998),
+                  "0": dict(r2=0.9995743367972184, axis=0.004289668053388596, random1=0.005624734330922365,
+                            frame20=0.27387508749961853, jspace8=0.3029439449310303),
+                  "1": dict(r2=0.997953404340478, axis=0.006160510703921318, random1=0.010443400591611862,
+                            frame20=0.8373100161552429, jspace8=0.7050599455833435),
+                  "2": dict(r2=0.9979133118567907, axis=0.006016866769641638, random1=0.02287226729094982,
+                            frame20=1.0149065256118774, jspace8=1.4644668102264404),
+                  "3": dict(r2=0.9979250664815593, axis=0.005824716296046972, random1=0.025556648150086403,
+                            frame20=1.0638054609298706, jspace8=0.6856792569160461),
+                  "4": dict(r2=0.9978933215854686, axis=0.005806797184050083, random1=0.04502831771969795,
+                            frame20=1.0803147554397583, jspace8=0.7774667143821716)},
+       "swap_margin_bits_emb": {"frame20": 8.174, "jspace_r16": 2.857, "random16": -6.717}}
+
+
+def run_windtunnel_localize() -> dict:
+    """``bl.localize`` on the shipped bijection wind tunnel, set up as the wind tunnel's P4b (docs/localize.md).
+    One thread for torch and BLAS: a 64-wide model gains nothing from more, and on shared cores the threads'
+    spin-waits made it ten times slower."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            return _windtunnel_localize()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _windtunnel_localize() -> dict:
+    import time
+
+    import torch
+
+    import bayes_lens as bl
+
+    torch.set_grad_enabled(False)
+    z = WINDTUNNEL
+    model, task = bl.windtunnel.load(z["checkpoint"])
+    items = bl.windtunnel.task_prompts(task, z["n_prompts"], seed=z["seed"])
+    t0 = time.perf_counter()
+    bridge, _ = bl.windtunnel.load(z["checkpoint"], kind="bridge")   # TL's JacobianLens needs a bridge (same weights)
+    jspace = bl.ablation.jacobian_basis(bridge, items[:z["jspace_prompts"]], list(z["layers"]), rank=z["jspace_rank"],
+                                        skip_first=0)   # the first prompts hold every position (i mod K)
+    bases = {"hypothesis frame (embedding)": bl.windtunnel.hypothesis_frame(model, task),
+             "answer unembedding": bl.windtunnel.hypothesis_frame(model, task, side="unembedding"),
+             f"J-space r={z['jspace_rank']}": jspace}
+    loc = bl.localize(model, items, layers=list(z["layers"]), ranks=z["ranks"], bases=bases, n_random=z["n_random"],
+                      n_boot=z["n_boot"], n_null=z["n_null"], seed=z["seed"], progress=False)
+    secs = time.perf_counter() - t0
+    t = loc.table
+
+    def plain(v):
+        v = v.item() if hasattr(v, "item") else v
+        return None if isinstance(v, float) and v != v else v
+
+    rows = [{c: plain(r[c]) for c in _LOCALIZE_COLS} for _, r in t[t["kind"] != "random"].iterrows()]
+    rnd1 = t[(t["kind"] == "random") & (t["rank"] == 1)].groupby("layer")["delta_mae_bits"]
+    random1 = {str(k): [float(v.min()), float(v.max())] for k, v in rnd1}
+    lt = [{k: plain(v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
+    call = (f"model, task = bl.windtunnel.load({z['checkpoint']!r}); bridge, _ = bl.windtunnel.load("
+            f"{z['checkpoint']!r}, kind='bridge'); "
+            f"items = bl.windtunnel.task_prompts(task, {z['n_prompts']}, seed=0); "
+            f"bl.localize(model, items, layers={list(z['layers'])}, ranks={z['ranks']}, bases={{'hypothesis frame "
+            f"(embedding)': bl.windtunnel.hypothesis_frame(model, task), 'answer unembedding': "
+            f"bl.windtunnel.hypothesis_frame(model, task, side='unembedding'), 'J-space r={z['jspace_rank']}': "
+            f"bl.ablation.jacobian_basis(bridge, items[:{z['jspace_prompts']}], {list(z['layers'])}, rank={z['jspace_rank']}, skip_first=0)}}, "
+            f"n_random={z['n_random']}, n_boot={z['n_boot']}, n_null={z['n_null']}, seed=0)")
+    cfg = model.cfg
+    return {"settings": {"checkpoint": z["checkpoint"], "task": task.to_dict(), "call": call,
+                         "model": f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads",
+                         "kind": type(model).__name__, "seconds": round(secs, 1), "rule": loc.rule},
+            "numbers": {"rows": rows, "layers": lt, "random1_delta_mae": random1,
+                        "clean_mae_bits": float(loc.layers_table["clean_mae_bits"].iloc[0])}}
+
+
 RECIPES: Dict[str, Callable[[], dict]] = {
     "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
     "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
@@ -263,6 +352,7 @@ RECIPES: Dict[str, Callable[[], dict]] = {
     "codelength-gemma": lambda: run_codelength("gemma"),
     "order-smollm2": lambda: run_order("smollm2"),
     "order-gemma": lambda: run_order("gemma"),
+    "windtunnel-localize": run_windtunnel_localize,
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
 BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
@@ -452,6 +542,84 @@ def render_localize(data: dict) -> str:
     return "".join(out) + f"Rule: {data[next(k for k in ('localize-smollm2', 'localize-gemma') if k in data)]['settings']['rule']}.\n"
 
 
+def render_windtunnel_localize(data: dict) -> str:
+    """P4b's numbers next to ``bl.localize`` on the shipped bijection wind tunnel, then the full table."""
+    rec = data.get("windtunnel-localize")
+    if rec is None:
+        return "(not recorded yet: `python tools/readme_numbers.py --record windtunnel-localize`)\n"
+    st, num = rec["settings"], rec["numbers"]
+    rows = {(r["layer"], r["subspace"]): r for r in num["rows"]}
+    layers = sorted({r["layer"] for r in num["rows"]})
+    base = P4B["baseline_mae"]
+    deep = [P4B["layers"][str(k)] for k in range(5)]
+
+    def m(x, f="{:+.3f}"):
+        return f.format(x).replace("-", "−")
+
+    def span(key, delta=True, f="{:+.3f}"):
+        v = [d[key] - base if delta else d[key] for d in deep]
+        e = P4B["layers"]["emb"][key] - (base if delta else 0.0)
+        return f"emb {m(e, f)}; layers 0–4 {m(min(v), f)} … {m(max(v), f)}"
+
+    def ours(sub, col="delta_mae_bits", f="{:+.3f}", ci=True):
+        out = []
+        for k in layers:
+            r = rows.get((k, sub))
+            if r is None:
+                continue
+            lo, hi = (r["delta_mae_ci_low"], r["delta_mae_ci_high"]) if col == "delta_mae_bits" else \
+                (r["swap_ci_low"], r["swap_ci_high"]) if col == "swap_bits" else (r["r2_ci_low"], r["r2_ci_high"])
+            out.append(f"L{k} {m(r[col], f)}" + (f" [{m(lo, f)}, {m(hi, f)}]" if ci else ""))
+        return "; ".join(out)
+
+    def band(rank, col="delta_mae_bits"):
+        lo, hi = ("band_low", "band_high") if col == "delta_mae_bits" else ("swap_band_low", "swap_band_high")
+        out = []
+        for k in layers:
+            r = next(r for r in num["rows"] if r["layer"] == k and r["rank"] == rank)
+            out.append(f"L{k} {m(r[lo])} … {m(r[hi])}")
+        return "; ".join(out)
+
+    jname = next(r["subspace"] for r in num["rows"] if r["subspace"].startswith("J-space"))
+    rank1 = "; ".join(f"L{k} {m(a, '{:+.4f}')} … {m(b, '{:+.4f}')}" for k, (a, b) in sorted(num["random1_delta_mae"].items()))
+    head = (f"**Shipped bijection wind tunnel** (V = {st['task']['V']}, {st['model']}, {st['kind']}; measured "
+            f"{rec['measured']['utc'][:10]} with TransformerLens {rec['measured']['transformer_lens']}, "
+            f"{st['seconds']:.0f} s on 2 CPU cores; clean MAE {num['clean_mae_bits']:.4f} bits, P4b's "
+            f"{base:.4f}):\n\n`{st['call']}`\n\n")
+    side = ("| quantity | P4b (jlens bijection, V = 20, 6 layers) | ours (shipped bijection; layers 0–2) |\n"
+            "|---|---|---|\n"
+            f"| entropy axis, held-out R² | {span('r2', False, '{:.3f}')} (ridge 10⁻³, half the rows, every "
+            f"position) | {ours('ridge axis', 'r2', '{:.3f}')} (cross-fitted RidgeCV) |\n"
+            f"| axis removed, Δ MAE bits | {span('axis', f='{:+.4f}')} | {ours('ridge axis', f='{:+.4f}')} |\n"
+            f"| random direction removed, Δ MAE bits | {span('random1', f='{:+.4f}')} (one draw per layer) | {rank1} "
+            f"(20 draws per layer) |\n"
+            f"| hypothesis frame removed, Δ MAE bits | {span('frame20')} (rank 20: the value tokens' "
+            f"embeddings) | {ours('hypothesis frame (embedding)')} (rank 10: the answers' embeddings); random "
+            f"rank 10: {band(10)} |\n"
+            f"| answers' unembedding removed, Δ MAE bits | the same span (tied embeddings) | "
+            f"{ours('answer unembedding')} (rank 10) |\n"
+            f"| top-20 PC frame removed, Δ MAE bits | — | {ours('frame k=20')}; random rank 20: {band(20)} |\n"
+            f"| J-space removed (rank 8), Δ MAE bits | {span('jspace8')} | {ours(jname)}; random rank 8: "
+            f"{band(8)} |\n"
+            f"| swap | redirect margin at emb (evidence region, toward the donor's Bayes posterior): frame "
+            f"{m(P4B['swap_margin_bits_emb']['frame20'], '{:+.2f}')}, J-space r16 "
+            f"{m(P4B['swap_margin_bits_emb']['jspace_r16'], '{:+.2f}')}, random r16 "
+            f"{m(P4B['swap_margin_bits_emb']['random16'], '{:+.2f}')} bits | final position, toward the donor's "
+            f"output: axis {ours('ridge axis', 'swap_bits', ci=False)}; embedding frame {ours('hypothesis frame (embedding)', 'swap_bits', ci=False)}; "
+            f"unembedding {ours('answer unembedding', 'swap_bits', ci=False)}; top-20 PCs "
+            f"{ours('frame k=20', 'swap_bits', ci=False)}; random rank 10 {band(10, 'swap')} |\n\n")
+    full = ["| layer | subspace | held-out R² [95% CI] | Δ MAE bits [CI] | random band | swap bits [CI] | "
+            "random band | verdict |\n|---|---|---|---|---|---|---|---|\n"]
+    for r in num["rows"]:
+        r2 = "—" if r["r2"] is None else f"{r['r2']:.3f} [{r['r2_ci_low']:.3f}, {r['r2_ci_high']:.3f}]"
+        full.append(f"| {r['layer']} | {r['subspace']} | {r2} | {m(r['delta_mae_bits'])} "
+                    f"[{m(r['delta_mae_ci_low'])}, {m(r['delta_mae_ci_high'])}] | {m(r['band_low'])} … "
+                    f"{m(r['band_high'])} | {m(r['swap_bits'])} [{m(r['swap_ci_low'])}, {m(r['swap_ci_high'])}] | "
+                    f"{m(r['swap_band_low'])} … {m(r['swap_band_high'])} | {r['verdict']} |\n")
+    verdicts = "; ".join(f"layer {r['layer']}: **{r['verdict']}**" for r in num["layers"])
+    return head + side + "".join(full) + f"\nPer layer: {verdicts}. Rule: {st['rule']}.\n"
+
+
 def render_codelength(data: dict) -> str:
     recs = {key: data.get(f"codelength-{key}") for key in ("smollm2", "gemma")}
     if not all(recs.values()):
@@ -529,7 +697,7 @@ def render_order(data: dict) -> str:
 
 RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table,
                                             "localize": render_localize, "codelength": render_codelength,
-                                            "order": render_order}
+                                            "order": render_order, "windtunnel-localize": render_windtunnel_localize}
 
 
 def rendered(text: str, data: dict, page: str = "README.md") -> str:

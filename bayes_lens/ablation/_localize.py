@@ -63,6 +63,7 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -71,13 +72,15 @@ import numpy as np
 import torch
 
 from .. import adapter
-from ..collect import collect
+from .._inputs import classify
+from ..collect import collect, reduce_cache, runner_active, use_runner
 from ..reads import FinalRows
 from ..tasks import answer_token_ids
 from .._progress import progress as progress_bar
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int, check_seed
 from ..errors import InvalidInputError
+from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
@@ -254,7 +257,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
              estimators: Sequence[str] = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
              operation: str = "removal", n_random: int = 20, folds: int = 5, n_boot: int = 1000, n_null: int = 100,
              swap: bool = True, resume: bool = True, min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
-             progress: Optional[bool] = None) -> Localization:
+             clean=None, attention_mask=None, tokens=None, progress: Optional[bool] = None) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
     ``model`` a TransformerLens model; ``items`` SULA items (:func:`bayes_lens.sula.make_prompts`) or any
@@ -271,6 +274,15 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     the name); ``folds`` K of the cross-fitting; ``n_boot``, ``n_null``; ``min_effect_bits`` and
     ``min_r2`` the verdict's practical thresholds. Each intervention is one forward pass over the
     prompts (a cross-fitted one: K passes over 1/K of them).
+
+    The clean pass can come from elsewhere: ``clean=`` what ``model.run_with_cache`` returned on the
+    items' texts (the ``(logits, cache)`` pair, or the ``ActivationCache`` / ``dict(cache.items())``; pass
+    ``attention_mask=`` or ``tokens=`` when the batch was padded) holding the site at ``layers``, or a
+    :class:`~bayes_lens.ReducedCache` (from ``bl.collect.collect`` or ``bl.shard.merge`` of a sharded
+    collection, with the site's rows at ``layers`` and ``token_ids=`` the answers' ids). The
+    interventions, which need the model, then run as whole passes (no kept stream to resume from).
+    Inside ``bl.shard.sharded(...)`` the clean pass runs in the block's shards and the interventions in
+    this process (their edits differ per prompt, which no shard folder can name; a warning says so).
 
     >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
     >>> loc = bl.localize(model, items, layers=[0], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5)
@@ -315,15 +327,33 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     outcome = None if any(o is None for o in outcomes) else np.array(outcomes, dtype=np.int64)
 
     answer_ids = list(answer_token_ids(model, items[0].answers))
-    # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume from
-    keeper = StreamKeeper(model, layers) if resume and site == "resid_post" else None
-    rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
-                 fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
-                 desc="localize: clean")
+    in_shards = runner_active()
+    keeper = None
+    if clean is not None:
+        rc = _clean_rows(clean, model, n, layers, site, answer_ids, attention_mask, tokens)
+    elif attention_mask is not None or tokens is not None:
+        raise InvalidInputError("attention_mask= and tokens= describe a cache passed as clean=; without one, drop them.")
+    elif in_shards:  # the clean pass in the block's shards (no stream kept: the interventions run whole passes)
+        rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
+                     batch_size=batch_size, progress=progress, desc="localize: clean")
+        warnings.warn("inside bl.shard.sharded, localize runs its clean pass in shards and its interventions in this "
+                      "process: each intervention edits every prompt differently (its fold's subspace, its donor), "
+                      "which no shard folder can name.", UserWarning, stacklevel=2)
+    else:
+        # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume from
+        keeper = StreamKeeper(model, layers) if resume and site == "resid_post" else None
+        rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
+                     fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
+                     desc="localize: clean")
     p_clean = answer_posterior(rc.token_logprobs())[0]
     h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
     X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
+    for layer, x in X.items():
+        if np.ptp(x, axis=0).max() <= 1e-9 * max(1.0, float(np.abs(x).max())):
+            raise InvalidInputError(f"the {site!r} site's final-token rows at layer {layer} are the same for every prompt "
+                                    "(nothing there depends on the context: e.g. hook_v at layer 0 when every prompt ends "
+                                    "in the same token), so nothing can be read or removed there; choose other layers.")
     fid = fold_ids(n, folds, seed=seed, strata=strata)
     idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed, strata=strata)])
 
@@ -408,62 +438,64 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
 
     records = []
     bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
-    for c in bar:
-        x = X[c.layer]
-        res = resumer(c.layer)
-        fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
-        bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
-        means_of = {f: (x.mean(0) if c.fold_bases is None else x[fid != f].mean(0)) for f in bases_of}
-        donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
-        fixed = {} if donor_x is not None else \
-            {f: subspace_patch(model, c.layer, bases_of[f], site=site, operation=operation, mean=means_of[f]).parts
-             for f in bases_of}
+    here = use_runner(None) if in_shards else contextlib.nullcontext()
+    with here:
+        for c in bar:
+            x = X[c.layer]
+            res = resumer(c.layer)
+            fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
+            bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
+            means_of = {f: (x.mean(0) if c.fold_bases is None else x[fid != f].mean(0)) for f in bases_of}
+            donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
+            fixed = {} if donor_x is not None else \
+                {f: subspace_patch(model, c.layer, bases_of[f], site=site, operation=operation, mean=means_of[f]).parts
+                 for f in bases_of}
 
-        def parts_of(f, rows, fixed=fixed, donor_x=donor_x, layer=c.layer):
-            """The candidate's parts for fold ``f``'s prompts ``rows`` (only resample's depend on the prompts)."""
-            if fixed:
-                return fixed[f]
-            return subspace_patch(model, layer, bases_of[f], site=site, operation=operation, mean=means_of[f],
-                                  donor_rows=donor_x[rows]).parts
+            def parts_of(f, rows, fixed=fixed, donor_x=donor_x, layer=c.layer):
+                """The candidate's parts for fold ``f``'s prompts ``rows`` (only resample's depend on the prompts)."""
+                if fixed:
+                    return fixed[f]
+                return subspace_patch(model, layer, bases_of[f], site=site, operation=operation, mean=means_of[f],
+                                      donor_rows=donor_x[rows]).parts
 
-        later = [k for k in readers if k > c.layer]
-        p, rows = run_edit(model, texts, answer_ids, _rows_edit(parts_of, fold_of), layer=c.layer, site=site,
-                           stream=res, read_layers=later, batch_size=batch_size, desc=f"localize: {c.name}")
-        h = entropy_bits(p)
-        m = metrics(h, p)
-        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
-        for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
-            name, u = readers[k]
-            r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else y, idx, "spearman",
-                                                 clean=X[k] @ u)
-            diff = r - clean_rho[k]
-            lo, hi = percentile_interval(diff[1:])
-            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
-                                 "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
-                                 "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
-                                 "delta_rho_ci_high": hi, "degenerate": degenerate})
-        if swap:
-            ps, _ = run_edit(model, texts, answer_ids, _swap_edit(bases_of, fold_of, x[donors]), layer=c.layer,
-                             site=site, stream=res, batch_size=batch_size, desc=f"localize: swap {c.name}")
-            # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
-            move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
-                    - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
-            mv = move[idx].mean(-1)
-            lo_, hi_ = percentile_interval(mv[1:])
-            rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
-        if c.readout is not None:
-            rec.update(r2=c.readout.r2.value, r2_ci_low=c.readout.r2.ci_low, r2_ci_high=c.readout.r2.ci_high,
-                       r2_null_q95=c.readout.null_r2_q95, r2_p=c.readout.p_value, rho=c.readout.rho,
-                       readable=c.readout.readable)
-        else:
-            rec.update(r2=np.nan, r2_ci_low=np.nan, r2_ci_high=np.nan, r2_null_q95=np.nan, r2_p=np.nan,
-                       rho=np.nan, readable=False)
-        for key in ("mae", "ece", "brier"):
-            diff = m[key] - clean_m[key]
-            lo, hi = percentile_interval(diff[1:])
-            rec.update({f"delta_{key}{'_bits' if key == 'mae' else ''}": float(diff[0]),
-                        f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
-        records.append(rec)
+            later = [k for k in readers if k > c.layer]
+            p, rows = run_edit(model, texts, answer_ids, _rows_edit(parts_of, fold_of), layer=c.layer, site=site,
+                               stream=res, read_layers=later, batch_size=batch_size, desc=f"localize: {c.name}")
+            h = entropy_bits(p)
+            m = metrics(h, p)
+            rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+            for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
+                name, u = readers[k]
+                r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else y, idx, "spearman",
+                                                     clean=X[k] @ u)
+                diff = r - clean_rho[k]
+                lo, hi = percentile_interval(diff[1:])
+                down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
+                                     "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
+                                     "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
+                                     "delta_rho_ci_high": hi, "degenerate": degenerate})
+            if swap:
+                ps, _ = run_edit(model, texts, answer_ids, _swap_edit(bases_of, fold_of, x[donors]), layer=c.layer,
+                                 site=site, stream=res, batch_size=batch_size, desc=f"localize: swap {c.name}")
+                # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
+                move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
+                        - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
+                mv = move[idx].mean(-1)
+                lo_, hi_ = percentile_interval(mv[1:])
+                rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
+            if c.readout is not None:
+                rec.update(r2=c.readout.r2.value, r2_ci_low=c.readout.r2.ci_low, r2_ci_high=c.readout.r2.ci_high,
+                           r2_null_q95=c.readout.null_r2_q95, r2_p=c.readout.p_value, rho=c.readout.rho,
+                           readable=c.readout.readable)
+            else:
+                rec.update(r2=np.nan, r2_ci_low=np.nan, r2_ci_high=np.nan, r2_null_q95=np.nan, r2_p=np.nan,
+                           rho=np.nan, readable=False)
+            for key in ("mae", "ece", "brier"):
+                diff = m[key] - clean_m[key]
+                lo, hi = percentile_interval(diff[1:])
+                rec.update({f"delta_{key}{'_bits' if key == 'mae' else ''}": float(diff[0]),
+                            f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
+            records.append(rec)
     table = pd.DataFrame.from_records(records)
     band = (table[table["kind"] == "random"].groupby(["layer", "rank"])["delta_mae_bits"]
             .quantile([0.025, 0.975]).unstack())
@@ -533,6 +565,35 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             f"{min_effect} bits")
     return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
                         target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
+
+
+def _clean_rows(clean, model, n: int, layers: Sequence[int], site: str, answer_ids, attention_mask, tokens):
+    """The clean pass's reduced cache from ``clean=`` (a cache of the items' texts or a reduced cache), checked
+    to hold the site's final-token rows at ``layers`` and the answers' log-probabilities for ``n`` prompts."""
+    kind = classify(clean)
+    if kind == "model" or kind == "layers":
+        raise InvalidInputError("clean= takes the clean pass: what model.run_with_cache(...) returned on the items' "
+                                "texts, or a bl.ReducedCache (bl.collect.collect / bl.shard.merge); got "
+                                f"{type(clean).__name__}.")
+    if kind == "reduced":
+        if attention_mask is not None or tokens is not None:
+            raise InvalidInputError("attention_mask= and tokens= describe a cache; a reduced cache is already reduced. "
+                                    "Drop them.")
+        rc = clean
+        spell = {"v": "value_layers", "resid_post": "resid_layers"}.get(site, "reads=[FinalRows(layer, 'z')]")
+        for layer in layers:
+            rc.require(row_name(layer, site), f"collect it with {spell}={list(layers)} (the layers localize tests).")
+        lp = rc.require(TOKEN_LOGPROBS, f"collect it with token_ids={list(answer_ids)} (the items' answer ids).")
+        if int(lp.shape[1]) != len(answer_ids):
+            raise InvalidInputError(f"the reduced cache holds log-probabilities of {int(lp.shape[1])} tokens, not the "
+                                    f"items' {len(answer_ids)} answers; collect it with token_ids={list(answer_ids)}.")
+    else:
+        rc = reduce_cache(clean, model=model, attention_mask=attention_mask, tokens=tokens, token_ids=answer_ids,
+                          reads=[FinalRows(layer, site) for layer in layers])
+    if rc.n_prompts != n:
+        raise InvalidInputError(f"clean= holds {rc.n_prompts} prompts but {n} items were given; pass the cache of the "
+                                "items' texts, in their order.")
+    return rc
 
 
 def _rows_edit(parts_of, fold_of: np.ndarray):

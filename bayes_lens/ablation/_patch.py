@@ -315,7 +315,7 @@ def _warn_site_processing(model, patch: Patch, meta: dict) -> None:
 
 
 def _check_attached_axis(model, part: PatchPart) -> None:
-    hp = model.hook_dict.get(part.hook_name) if hasattr(model, "hook_dict") else None
+    hp = adapter.hook_point(model, part.hook_name)
     u = getattr(hp, "axis_direction", None)
     if u is not None and not torch.equal(u.cpu(), part.direction.cpu()):
         raise InvalidInputError(

@@ -71,12 +71,12 @@ def _layers(value, name: str):
 
 def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None) -> Dict[str, Any]:
     """The JSON form of the collect arguments that change the numbers (what the settings hash covers)."""
-    unknown = set(collect_kwargs) - set(_SETTINGS) - set(_UNHASHED)
+    unknown = set(collect_kwargs) - set(_SETTINGS) - set(_UNHASHED) - {"reads"}
     if "start_index" in collect_kwargs:
         raise InvalidInputError("do not pass start_index to a sharded run: each shard sets it to its start.")
     if unknown:
         raise InvalidInputError(f"unknown collect argument(s) {sorted(unknown)}; a sharded run accepts "
-                                f"{sorted(_SETTINGS) + list(_UNHASHED)}.")
+                                f"{sorted(_SETTINGS) + list(_UNHASHED) + ['reads']}.")
     if collect_kwargs.get("fwd_hooks") and not task:
         raise InvalidInputError("fwd_hooks cannot be hashed into the shard settings: pass task='<a name for these "
                                 "hooks>' so shards made with different hooks are told apart (or put the patch "
@@ -94,6 +94,10 @@ def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None)
     tail = check_count(tail, "tail_positions")
     if tail:
         out["tail_positions"] = int(tail)
+    reads = collect_kwargs.get("reads")
+    if reads:  # the reads beyond the keywords, as JSON (absent when none: older settings hashes stay valid)
+        specs = [r if isinstance(r, dict) else r.spec() for r in reads]
+        out["reads"] = sorted(specs, key=lambda d: json.dumps(d, sort_keys=True))
     return out
 
 

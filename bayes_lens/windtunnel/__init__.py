@@ -13,6 +13,10 @@ predictive is known in closed form, where the geometry should be clean. This pac
 * :func:`load`: the shipped checkpoints ``"bijection"`` and ``"hmm"`` as TransformerLens models
   (``HookedTransformer`` on TL 3.x, ``TransformerBridge`` on both), and :func:`untrained` for a
   same-shape random model;
+* :func:`task_prompts`: task prefixes as task items (METHODS.md §6a) with the exact posterior over the
+  answer symbols, for :func:`bayes_lens.localize` and :func:`bayes_lens.sula.evaluate`;
+  :func:`hypothesis_frame` the answer symbols' embedding span (the wind tunnel's "hypothesis frame",
+  METHODS.md §13), a basis for ``localize``'s ``bases=``;
 * :func:`compare`: the geometry suite (value manifold, key orthogonality, attention focusing,
   alignment with the *exact* Bayes entropy) on a trained vs an untrained model, next to Paper A's
   wind-tunnel reference (PC1+PC2 84–95%, key orthogonality 0.09–0.12, focusing 85–90%).
@@ -33,7 +37,7 @@ from pathlib import Path
 from .._namespace import import_submodule, package_dir
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .evaluate import WindTunnelEval, evaluate
-from .model import ModelConfig, to_tl
+from .model import ModelConfig, hypothesis_frame, to_tl
 from .tasks import Batch, BijectionTask, HMMTask, hmm_forward, make_task
 from .train import TrainConfig, TrainResult, train
 
@@ -42,7 +46,7 @@ __all__ = [
     "ModelConfig", "TrainConfig", "TrainResult", "train",
     "WindTunnelEval", "evaluate",
     "load", "untrained", "shipped_path", "SHIPPED",
-    "compare", "WindTunnelComparison",
+    "compare", "WindTunnelComparison", "task_prompts", "geometry_prompts", "hypothesis_frame",
     "Checkpoint", "read_checkpoint", "write_checkpoint",
 ]
 
@@ -103,7 +107,7 @@ def untrained(name="bijection", kind: str = "auto", *, seed: int = 0, device=Non
 
 
 def __getattr__(name):  # compare needs the geometry suite; import it on first use
-    if name in ("compare", "WindTunnelComparison"):
+    if name in ("compare", "WindTunnelComparison", "task_prompts", "geometry_prompts"):
         from . import comparison
 
         return getattr(comparison, name)

@@ -38,7 +38,7 @@ from .._validate import check_int
 from ..errors import InvalidInputError
 from .tasks import make_task
 
-__all__ = ["WindTunnelComparison", "compare", "geometry_prompts"]
+__all__ = ["WindTunnelComparison", "compare", "geometry_prompts", "task_prompts"]
 
 # Paper A's wind-tunnel reference ranges (METHODS.md §11)
 PAPER_REFERENCE = {
@@ -81,21 +81,53 @@ class WindTunnelComparison(Result):
         return fig
 
 
-def geometry_prompts(task, n_prompts: int = 200, *, seed: int = 0):
-    """``(prompts, bayes_entropy_bits, position)``: ``n_prompts`` task prefixes ending at a scored position.
+def task_prompts(task, n_prompts: int = 200, *, seed: int = 0):
+    """``n_prompts`` task prefixes ending at a scored position, as task items (METHODS.md §6a) with the exact
+    posterior over the answer symbols: what :func:`bayes_lens.localize`, :func:`bayes_lens.sula.evaluate` and
+    every consumer of the task protocol take.
 
-    The scored position k of prompt i is ``i mod K`` + 1 (so every k appears n/K times); the
-    sequences themselves are fresh draws with ``seed``.
+    Prompt i is sequence i of ``task.sample(n_prompts, seed=seed)`` cut right after scored position
+    k_i = ``i mod K`` (0-based; so every position appears n/K times), rendered as task words (the
+    wind-tunnel model's word tokenizer reads them back to the same token ids, no BOS). Its ``answers`` are the
+    task's answer words as written (``"y1" … "yV"``, ``"o1" … "oV"``: one token each), ``posterior`` the exact
+    Bayes predictive of the next symbol there (bijection: uniform over the V − k_i outputs not yet revealed;
+    HMM: the forward algorithm on the written parameters), ``k`` = k_i the evidence in context (revealed pairs;
+    observations), ``outcome`` the symbol that actually follows, ``prior_posterior`` the predictive at the
+    first scored position (before any pair or observation). :func:`geometry_prompts` is the same cut.
+
+    >>> from bayes_lens.windtunnel import BijectionTask
+    >>> items = task_prompts(BijectionTask(V=4), 8, seed=0)
+    >>> items[2].text.split()[-1].startswith("x"), items[2].k, items[2].posterior.count(0.0)
+    (True, 2, 2)
     """
+    from ..tasks import TaskItem, TaskPrompts
+
     task = make_task(task)
-    n = n_prompts
-    n = check_int(n, "n_prompts", min=3)
+    n = check_int(n_prompts, "n_prompts", min=3)
     batch = task.sample(n, seed=seed)
     K = len(batch.target_positions)
     k = np.arange(n) % K
     ends = batch.target_positions[k] + 1
-    texts = [task.to_text(batch.tokens[i, : ends[i]])[0] for i in range(n)]
-    return texts, batch.bayes_entropy_bits[np.arange(n), k], k + 1
+    answers = tuple(task.vocab[int(a)] for a in batch.answer_ids)
+    outcome = batch.targets[np.arange(n), k] - batch.answer_ids[0]
+    items = [TaskItem(task.to_text(batch.tokens[i, : ends[i]])[0], task=f"windtunnel-{task.name}", answers=answers,
+                      posterior=batch.bayes_probs[i, k[i]], k=int(k[i]), outcome=int(outcome[i]),
+                      prior_posterior=batch.bayes_probs[i, 0])
+             for i in range(n)]
+    return TaskPrompts(items, task=f"windtunnel-{task.name}", seed=int(seed), generator_version="windtunnel-1",
+                       params={**task.to_dict(), "n_prompts": n},
+                       posterior_definition="the exact Bayes predictive of the next answer symbol (bijection: "
+                       "uniform over the unrevealed outputs; HMM: the forward algorithm on the prompt's parameters)")
+
+
+def geometry_prompts(task, n_prompts: int = 200, *, seed: int = 0):
+    """``(prompts, bayes_entropy_bits, position)``: ``n_prompts`` task prefixes ending at a scored position.
+
+    The scored position k of prompt i is ``i mod K`` + 1 (so every k appears n/K times); the
+    sequences themselves are fresh draws with ``seed``. The texts of :func:`task_prompts`.
+    """
+    items = task_prompts(task, n_prompts, seed=seed)
+    return items.texts, items.entropy_bits, items.k + 1
 
 
 def compare(model, untrained=None, task=None, *, n_prompts: int = 200, seed: int = 0, layer: int = -1,

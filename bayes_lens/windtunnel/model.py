@@ -29,7 +29,7 @@ import torch
 from .._validate import check_choice, check_positive_int
 from ..errors import InvalidInputError
 
-__all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights"]
+__all__ = ["ModelConfig", "word_tokenizer", "build_hf", "to_tl", "random_weights", "hypothesis_frame"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +147,50 @@ def to_tl(weights: Dict[str, torch.Tensor] | Iterable[Tuple[str, torch.Tensor]],
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
+
+
+def hypothesis_frame(model, task, *, side: str = "embedding"):
+    """``[d_model, V]`` orthonormal basis of the wind tunnel's "hypothesis frame": the span of the answer
+    symbols' directions in the residual stream, QR-orthonormalized.
+
+    ``side="embedding"``: the answer tokens' embeddings as block 0's norm sees them, g₀ ⊙ W_E[a] (g₀ the RMS
+    norm's gain; its per-token scale does not change the span). This is ``frame_subspace(mode="embedding")``
+    of the wind tunnel's jlens experiment, the rank-20 frame of its result P4b (V = 20 value tokens there;
+    METHODS.md §13). ``side="unembedding"``: the directions the answer logits read, g_f ⊙ W_U[:, a] (g_f the
+    final norm's gain). The jlens models tie the unembedding to the embedding, so there the two are one span;
+    the shipped wind-tunnel models do not tie them. For a wind-tunnel TransformerLens model with unprocessed
+    weights (:func:`bayes_lens.windtunnel.load`); pass it to :func:`bayes_lens.localize` as
+    ``bases={"hypothesis frame": hypothesis_frame(model, task)}``.
+
+    >>> import bayes_lens as bl
+    >>> model, task = bl.windtunnel.load("bijection")
+    >>> hypothesis_frame(model, task).shape          # d_model × V
+    (64, 10)
+    """
+    import numpy as np
+
+    from ..adapter import check_model, processing
+    from .tasks import make_task
+
+    check_model(model)
+    check_choice(side, "side", ("embedding", "unembedding"))
+    task = make_task(task)
+    processed, how = processing(model)
+    if processed:
+        raise InvalidInputError(f"the model's weights were processed ({how}): the norms' gains are folded away. "
+                                "Load the wind-tunnel model unprocessed (bl.windtunnel.load).")
+    answer_ids = task.sample(1, seed=0).answer_ids
+    if side == "embedding":
+        w, norm = model.W_E.detach(), model.blocks[0].ln1
+    else:
+        w, norm = model.W_U.detach().T, model.ln_final
+    w = w.double().cpu().numpy()
+    if w.shape[0] != task.d_vocab:
+        raise InvalidInputError(f"the model's vocabulary has {w.shape[0]} tokens but the {task.name} task's has "
+                                f"{task.d_vocab}; pass the task the model was trained on.")
+    gain = getattr(norm, "w", None)
+    if gain is None:
+        gain = getattr(norm, "weight", None)
+    g = np.ones(w.shape[1]) if gain is None else gain.detach().double().cpu().numpy()
+    q, r = np.linalg.qr((w[answer_ids] * g).T)
+    return q * np.sign(np.diag(r))
