@@ -83,6 +83,7 @@ _LAZY = {
     "localize": ("bayes_lens.ablation", "localize"),
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
+    "reproduce": ("bayes_lens.reproduction", "reproduce"),
     "windtunnel": ("bayes_lens.windtunnel", None),
     "shard": ("bayes_lens.shard", None),
     "reporting": ("bayes_lens.reporting", None),

@@ -8,6 +8,8 @@ Sub-commands (each has ``--help``):
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
 * ``localize``    - SULA, then readout or mediator: cross-fitted readouts and subspace removals per layer
+* ``reproduce``   - ``paper-a`` / ``paper-b`` / ``falck``: the paper's headline numbers, ours, the band, PASS / FAIL /
+  NOT COMPARABLE per row (Paper A: the released code's proxies beside the true definitions)
 * ``codelength``  - Paper B v3: excess code length against the exact Dirichlet/KT reference and the plug-in
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
@@ -369,6 +371,29 @@ def _cmd_codelength(args) -> int:
     return 0
 
 
+def _cmd_reproduce(args) -> int:
+    from pathlib import Path
+
+    from ._validate import check_choice, check_path
+    from .reproduction import PAPERS, SIZES
+
+    check_choice(args.paper, "paper", PAPERS)
+    check_choice(args.sizes, "--sizes", tuple(SIZES))
+    csv = check_path(args.csv, "--csv", kind="file") if args.csv else None  # before the model load
+    if args.no_progress:
+        os.environ["BAYES_LENS_PROGRESS"] = "0"
+    model, _ = _load(args)
+    from .reproduction import reproduce
+
+    res = reproduce(model, args.paper, sizes=args.sizes, seed=args.seed, progress=not args.no_progress)
+    print(res.table())
+    if csv is not None:
+        Path(csv).parent.mkdir(parents=True, exist_ok=True)
+        res.to_dataframe().to_csv(csv, index=False)
+        print(f"written: {csv}")
+    return 0
+
+
 def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
 
@@ -426,6 +451,17 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for codelength.json and a per-position CSV (default: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
     p.set_defaults(func=_cmd_codelength)
+    help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band, and "
+                 "PASS / FAIL / NOT COMPARABLE per row (Paper A: released-code proxies beside the true definitions)")
+    p = sub.add_parser("reproduce", help=help_text, description=help_text)
+    p.add_argument("paper", choices=["paper-a", "paper-b", "falck"], help="which paper's headline measurements")
+    _add_model_args(p)
+    p.add_argument("--sizes", default="quick", choices=["quick", "full"],
+                   help="quick (the size of our recorded runs, which give the offline models' bands) or full "
+                   "(default: quick)")
+    p.add_argument("--csv", default=None, help="also write the rows to this CSV file (default: none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
+    p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("models", help="list the models installed and loadable offline",
                        description="List the named offline models (installed or not) with their size, licence "
                        "and where they are; no model is loaded.")

@@ -372,3 +372,31 @@ def test_info_prints_both_parameter_counts(tiny_kind, monkeypatch, capsys):
     assert loaded == sum(p.numel() for p in model.parameters())
     assert weights == cli._parameter_counts(model)[1] <= loaded
     assert (m.group(3) == "the same: no copies, no all-zero biases") == (weights == loaded)
+
+
+def test_reproduce_prints_rows_and_writes_csv(monkeypatch, tmp_path, capsys):
+    """``bayes-lens reproduce falck`` on a tiny model: the table with a verdict per row, the CSV equal to
+    ``bl.reproduce``'s rows; a bad --sizes is refused by argparse before any model load."""
+    import numpy as np
+    import pandas as pd
+
+    import bayes_lens as bl
+    import bayes_lens.cli as cli
+    from bayes_lens.models.tiny import tiny_model
+
+    from bayes_lens import reproduction
+
+    monkeypatch.setitem(reproduction.SIZES["quick"], "falck",   # seconds, not minutes, on a tiny model
+                        {"thetas": (0.5,), "ns": (14,), "ratios": (0.5,), "n_paths": 4, "n_ref": 100})
+    model = tiny_model("bridge")
+    monkeypatch.setattr(cli, "_load", lambda args: (model, 0.0))
+    csv = tmp_path / "rows.csv"
+    assert main(["reproduce", "falck", "--no-progress", "--csv", str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "falck on tiny-llama" in out and "0 PASS, 0 FAIL, 4 NOT COMPARABLE" in out
+    got = pd.read_csv(csv)
+    want = bl.reproduce(model, "falck", progress=False).to_dataframe()
+    assert list(got["key"]) == list(want["key"]) and list(got["verdict"]) == list(want["verdict"])
+    np.testing.assert_allclose(got["ours"], want["ours"], rtol=1e-9)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "falck", "--sizes", "huge"])
