@@ -9,7 +9,8 @@ over heads; ``batch.indices`` the prompts' numbers, ``batch.last_index`` their f
 
 * **resumed** (``site="resid_post"`` with a :class:`ResumedStream`): the edit is applied to the clean
   residual stream kept after the layer, and only the later blocks run (TransformerLens's
-  ``start_at_layer``: the HookedTransformer and the TL 4.3 bridge have it), so k interventions at layer L
+  ``start_at_layer``: the HookedTransformer has it; the TL 4.3 bridge accepts it but still runs every block,
+  swapping the residual in at the start block, so there it saves nothing), so k interventions at layer L
   cost about 1 + k·(1 − (L + 1)/n_layers) forward passes;
 * **whole pass** (any site, any model kind): the same ``edit`` runs as a hook at the site's hook point,
   through the runner (:func:`bayes_lens.collect.collect`), for every prompt at once.
