@@ -333,18 +333,17 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         rc = _clean_rows(clean, model, n, layers, site, answer_ids, attention_mask, tokens)
     elif attention_mask is not None or tokens is not None:
         raise InvalidInputError("attention_mask= and tokens= describe a cache passed as clean=; without one, drop them.")
-    elif in_shards:  # the clean pass in the block's shards (no stream kept: the interventions run whole passes)
-        rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
-                     batch_size=batch_size, progress=progress, desc="localize: clean")
-        warnings.warn("inside bl.shard.sharded, localize runs its clean pass in shards and its interventions in this "
-                      "process: each intervention edits every prompt differently (its fold's subspace, its donor), "
-                      "which no shard folder can name.", UserWarning, stacklevel=2)
     else:
-        # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume from
-        keeper = StreamKeeper(model, layers) if resume and site == "resid_post" else None
+        # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume
+        # from (not inside bl.shard.sharded: the pass runs in the block's shards, so the interventions run whole)
+        keeper = StreamKeeper(model, layers) if resume and site == "resid_post" and not in_shards else None
         rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
                      fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
                      desc="localize: clean")
+        if in_shards:
+            warnings.warn("inside bl.shard.sharded, localize runs its clean pass in shards and its interventions in "
+                          "this process: each intervention edits every prompt differently (its fold's subspace, its "
+                          "donor), which no shard folder can name.", UserWarning, stacklevel=2)
     p_clean = answer_posterior(rc.token_logprobs())[0]
     h_clean = entropy_bits(p_clean)
     y = _target(target, items, h_clean, p_clean)
