@@ -28,7 +28,7 @@ from . import adapter
 from .collect import check_prompts, collect, reduce_cache
 from ._validate import check_int
 from .errors import InvalidInputError, LayerIndexError
-from .reduced import TOKEN_LOGPROBS, ReducedCache, row_name
+from .reduced import TAIL_LOGITS, TOKEN_LOGPROBS, ReducedCache, row_name
 
 __all__ = ["as_reduced", "classify", "is_cache_like", "source_model", "is_layer_dict"]
 
@@ -158,15 +158,11 @@ def _check_holds(rc: ReducedCache, v_layers: Sequence[int], r_layers: Sequence[i
             rc.require(row_name(layer, site), f"collect with {arg}=[{layer}].")
     if attention:
         n_layers = None if model is None else int(model.cfg.n_layers)
-        rc.attention_entropy_bits(n_layers)
-        if rc.attention_positions != attention_positions:
-            raise InvalidInputError(f"the reduced cache holds attention entropies at positions="
-                                    f"{rc.attention_positions!r}, not {attention_positions!r}; collect it again with "
-                                    f"attention_positions={attention_positions!r}, or pass that value.")
+        rc.attention_entropy_bits(n_layers, positions=attention_positions)  # names the positions it does hold
     if token_ids is not None:
         lp = rc.require(TOKEN_LOGPROBS, "collect with token_ids= (the label token ids).")
         if int(lp.shape[1]) != len(list(token_ids)):
             raise InvalidInputError(f"the reduced cache holds log-probabilities of {int(lp.shape[1])} tokens, not the "
                                     f"{len(list(token_ids))} asked for; collect with those token_ids.")
     if tail_positions:
-        rc.require("hook_tail_logits", f"collect with tail_positions={tail_positions}.")
+        rc.require(TAIL_LOGITS, f"collect with tail_positions={tail_positions}.")

@@ -43,7 +43,7 @@ every analysis - runs in checked shards on that engine (:func:`use_runner` is th
 Example
 -------
 >>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
->>> rc["blocks.1.attn.hook_v"].shape   # [2, n_kv_heads * d_head]
+>>> rc["final_rows.v.1"].shape   # [2, n_kv_heads * d_head]
 torch.Size([2, 32])
 """
 
@@ -244,8 +244,8 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
     >>> tokens, mask = bl.adapter.tokenize(model, ["The cat sat on the", "2 + 2 ="])
     >>> logits, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=bl.hook_filter())
     >>> rc = bl.collect.reduce_cache((logits, cache), attention_mask=mask, value_layers=[-1], attention=True)
-    >>> torch.allclose(rc["blocks.1.attn.hook_v"], bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="],
-    ...                value_layers=[-1])["blocks.1.attn.hook_v"], atol=1e-5)
+    >>> torch.allclose(rc["final_rows.v.1"], bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="],
+    ...                value_layers=[-1])["final_rows.v.1"], atol=1e-5)
     True
     """
     logits, cache = _split_pair(cache, logits)
@@ -259,7 +259,7 @@ def reduce_cache(cache, *, model=None, logits=None, attention_mask=None, tokens=
     n, pos = _batch_shape(cache, logits, bound)
     _check_cache_fits(cache, model, bound)
     rows = [r.name for r in bound if isinstance(r.read, FinalRows)]
-    mask = _cache_mask(model, n, pos, attention_mask, tokens, cache, rows)
+    mask = _cache_mask(model, n, pos, attention_mask, tokens, cache, rows, _pattern_names(model, cache, bound))
     view = CacheView(cache, model, mask, logits)
     out: Dict[str, Tensor] = {}
     for r in bound:
@@ -287,11 +287,10 @@ def _bind(model, value_layers, resid_layers, attention, attention_positions, tok
 
 
 def _attention_positions(bound, default: str) -> str:
+    """The reduced cache's :attr:`~bayes_lens.reduced.ReducedCache.attention_positions`: those of its entropy
+    reads (``default`` when it has none, or both)."""
     pos = {r.read.positions for r in bound if isinstance(r.read, AttentionEntropy)}
-    if len(pos) > 1:
-        raise InvalidInputError("reads ask for attention entropies at both 'last' and 'all' positions; a reduced "
-                                "cache holds one: collect them in two calls.")
-    return pos.pop() if pos else default
+    return pos.pop() if len(pos) == 1 else default
 
 
 def _split_pair(cache, logits):
@@ -373,7 +372,8 @@ def _batch_shape(cache, logits, bound):
                            "covering them.")
 
 
-def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, rows: Sequence[str] = ()) -> Tensor:
+def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, rows: Sequence[str] = (),
+                patterns: Sequence[str] = ()) -> Tensor:
     """The mask of the cache's tokens, refusing a cache whose activations attended to pads.
 
     Refused (each silently wrong otherwise): ``tokens=`` contradicting ``attention_mask=``; tokens
@@ -384,7 +384,8 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, row
     attention patterns show that the run was masked; whenever the cache holds attention
     patterns, attention from real tokens to positions the mask calls padding; and an
     ``attention_mask=`` padded on the right (without ``tokens=``) given for a cache padded on the left
-    (:func:`_check_not_left_padded`; ``rows`` are the per-position hooks read).
+    (:func:`_check_not_left_padded`; ``rows`` are the per-position hooks read, ``patterns`` the attention
+    patterns the cache holds, :func:`_pattern_names`).
     """
     mask = None
     if attention_mask is not None:
@@ -404,7 +405,7 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, row
             _check_tokens_match_mask(model, tokens, mask)
         else:
             mask = adapter.mask_from_tokens(model, tokens).cpu()
-            mask = _check_token_padding(model, tokens, mask, cache)
+            mask = _check_token_padding(model, tokens, mask, cache, patterns)
     if mask is None:
         if n > 1:
             raise InvalidInputError(
@@ -413,9 +414,9 @@ def _cache_mask(model, n: int, pos: int, attention_mask, tokens, cache=None, row
                 "changes every number). Pass tokens=<the tokens you ran> or attention_mask=<their mask>.")
         return torch.ones(n, pos, dtype=torch.long)
     if cache is not None:
-        _check_pads_unattended(model, cache, mask)
+        _check_pads_unattended(cache, mask, patterns)
         if tokens is None:
-            _check_not_left_padded(model, cache, mask, rows)
+            _check_not_left_padded(cache, mask, rows, patterns)
     return mask
 
 
@@ -444,7 +445,7 @@ def _check_tokens_match_mask(model, tokens: Tensor, mask: Tensor) -> None:
             "mask. Pass the attention_mask the tokens were run with (or only one of tokens= / attention_mask=).")
 
 
-def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> Tensor:
+def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache, patterns: Sequence[str]) -> Tensor:
     """Tokens only: the mask to read them with, refusing padding the run cannot have masked.
 
     Tokens padded on the left while the tokenizer pads on the right are what
@@ -467,7 +468,7 @@ def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> Tensor:
     if side == "right" and bool((lead > 0).any()):
         rows = (lead > 0).nonzero().flatten().tolist()
         left = adapter.mask_from_tokens(model, tokens, padding_side="left").cpu()
-        seen = _pad_attention(model, cache, left)
+        seen = _pad_attention(cache, left, patterns)
         if seen is not None and seen[1] <= _PAD_TOL:
             return left  # the run masked the left pads (run_with_cache(strings, padding_side="left"))
         head = (f"the tokens look padded on the left (rows {rows[:8]} start with pad tokens, id {pad}) but the "
@@ -484,7 +485,7 @@ def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> Tensor:
             "tokens, padding_side='left') instead of tokens= (or keep hook_pattern in the cache: "
             "names_filter=bl.hook_filter()); otherwise " + _RUN_FIX + ".")
     left_padded = side == "left" and bool(mask.eq(0).any())
-    if left_padded and not adapter.masks_left_padding_from_tokens(model) and not _has_patterns(model, cache):
+    if left_padded and not adapter.masks_left_padding_from_tokens(model) and not patterns:
         raise InvalidInputError(
             f"the tokens are padded on the left and this {type(model).__name__} does not mask left padding by "
             "itself: run_with_cache(tokens) without attention_mask= lets real tokens attend to the pads, and the "
@@ -493,29 +494,26 @@ def _check_token_padding(model, tokens: Tensor, mask: Tensor, cache) -> Tensor:
     return mask
 
 
-def _pattern_names(model, cache) -> List[str]:
+def _pattern_names(model, cache, bound) -> List[str]:
+    """The ``hook_pattern`` names the cache holds, every layer's, in order: the names the bound
+    :class:`~bayes_lens.reads.AttentionEntropy` resolved when one is among ``bound`` (hook names are
+    resolved once per call), else resolved here."""
     if cache is None:
         return []
-    names = []
-    for layer in range(int(model.cfg.n_layers)):
-        name = adapter.hook_name(model, layer, "pattern")
-        if adapter.cache_has(cache, name):
-            names.append(name)
-    return names
-
-
-def _has_patterns(model, cache) -> bool:
-    return bool(_pattern_names(model, cache))
+    names = next((list(r.names) for r in bound if isinstance(r.read, AttentionEntropy)), None)
+    if names is None:
+        names = [adapter.hook_name(model, layer, "pattern") for layer in range(int(model.cfg.n_layers))]
+    return [name for name in names if adapter.cache_has(cache, name)]
 
 
 _PAD_TOL = 1e-6  # attention a masked run can give pads (0 up to rounding)
 
 
-def _pad_attention(model, cache, mask: Tensor):
+def _pad_attention(cache, mask: Tensor, patterns: Sequence[str]):
     """``(hook name, the most attention a real query row gives to positions mask calls padding)`` from the
     first cached pattern of the batch's shape, or None when the cache holds none (one layer decides:
     masking is the same in every layer)."""
-    for name in _pattern_names(model, cache):
+    for name in patterns:
         p = cache[name].detach()
         if p.ndim != 4 or tuple(p.shape[-2:]) != tuple(mask.shape[-1:]) * 2 or p.shape[0] != mask.shape[0]:
             continue
@@ -526,11 +524,11 @@ def _pad_attention(model, cache, mask: Tensor):
     return None
 
 
-def _check_pads_unattended(model, cache, mask: Tensor, tol: float = _PAD_TOL) -> None:
+def _check_pads_unattended(cache, mask: Tensor, patterns: Sequence[str], tol: float = _PAD_TOL) -> None:
     """Refuse a cache whose attention patterns show real query rows attending to positions ``mask`` calls padding."""
     if not bool(mask.eq(0).any()):
         return
-    seen = _pad_attention(model, cache, mask)
+    seen = _pad_attention(cache, mask, patterns)
     if seen is not None and seen[1] > tol:
         name, leak = seen
         raise InvalidInputError(
@@ -540,7 +538,7 @@ def _check_pads_unattended(model, cache, mask: Tensor, tol: float = _PAD_TOL) ->
             "To fix it, " + _RUN_FIX + ".")
 
 
-def _check_not_left_padded(model, cache, mask: Tensor, rows: Sequence[str]) -> None:
+def _check_not_left_padded(cache, mask: Tensor, rows: Sequence[str], patterns: Sequence[str]) -> None:
     """Refuse an ``attention_mask`` padded on the right given for a cache that was padded on the left.
 
     Causal attention never reaches right pads, so :func:`_check_pads_unattended` cannot see this one,
@@ -563,7 +561,7 @@ def _check_not_left_padded(model, cache, mask: Tensor, rows: Sequence[str]) -> N
     cand = [int(r) for r in (right & k.ge(2)).nonzero().flatten()]
     if not cand:
         return
-    names = [nm for nm in rows if adapter.cache_has(cache, nm)] + _pattern_names(model, cache)
+    names = [nm for nm in rows if adapter.cache_has(cache, nm)] + list(patterns)
     for name in names:
         t = cache[name].detach()
         if t.ndim < 3 or int(t.shape[0]) != int(mask.shape[0]):
@@ -627,7 +625,7 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     tail_positions:
         With ``T > 0`` (and ``token_ids``), also keep the logits of ``token_ids`` and the
         full-vocabulary log-sum-exp at each of the last ``T`` real positions of every prompt
-        (``hook_tail_logits`` / ``hook_tail_logsumexp``; :class:`~bayes_lens.reads.TailLogits`); the
+        (``tail_logits`` / ``tail_logsumexp``; :class:`~bayes_lens.reads.TailLogits`); the
         unembedding then runs at every position.
     reads:
         More reads (any :class:`~bayes_lens.reads.Read`); the next-token entropy is always kept.

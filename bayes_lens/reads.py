@@ -18,23 +18,27 @@ The runner and the cache reducer are generic over a list of reads; the keyword s
 :func:`reads_for`. Adding a quantity is one subclass of :class:`Read` (and its :class:`BoundRead`)
 passed as ``collect(model, prompts, reads=[...])`` — see ``tests/test_reads.py`` for one written there.
 
-==========================  ===============================================  ======================
-read                        keys it adds (``{l}`` a layer)                   shape
-==========================  ===============================================  ======================
-``FinalRows(l, "v")``       ``blocks.{l}.attn.hook_v``                       ``[n, n_kv·d_head]``
-``FinalRows(l, "resid_post")`` ``blocks.{l}.hook_resid_post``                ``[n, d_model]``
-``AttentionEntropy(pos)``   ``blocks.{l}.hook_pattern_entropy``, every l     ``[n, n_heads]``
-``NextTokenEntropy()``      ``hook_next_token_entropy``                      ``[n]``
-``TokenLogprobs(ids)``      ``hook_token_logprobs``                          ``[n, k]``
-``TailLogits(ids, T)``      ``hook_tail_logits``, ``hook_tail_logsumexp``    ``[n, T, k]``, ``[n, T]``
-==========================  ===============================================  ======================
+==============================  ===============================================  ======================
+read                            keys it adds (``{l}`` a layer)                   shape
+==============================  ===============================================  ======================
+``FinalRows(l, "v")``           ``final_rows.v.{l}``                             ``[n, n_kv·d_head]``
+``FinalRows(l, "resid_post")``  ``final_rows.resid_post.{l}``                    ``[n, d_model]``
+``FinalRows(l, "z")``           ``final_rows.z.{l}``                             ``[n, n_heads·d_head]``
+``AttentionEntropy(pos)``       ``attention_entropy.{pos}.{l}``, every l         ``[n, n_heads]``
+``NextTokenEntropy()``          ``next_token_entropy``                           ``[n]``
+``TokenLogprobs(ids)``          ``token_logprobs``                               ``[n, k]``
+``TailLogits(ids, T)``          ``tail_logits``, ``tail_logsumexp``              ``[n, T, k]``, ``[n, T]``
+==============================  ===============================================  ======================
+
+The keys name the read (:mod:`bayes_lens.reduced`), so two reads never write one key: an
+``AttentionEntropy("last")`` and an ``AttentionEntropy("all")`` can be kept in one run.
 
 Example
 -------
 >>> from bayes_lens.reads import FinalRows, NextTokenEntropy
 >>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], reads=[FinalRows(-1, "v"), NextTokenEntropy()])
 >>> sorted(rc)
-['blocks.1.attn.hook_v', 'hook_next_token_entropy']
+['final_rows.v.1', 'next_token_entropy']
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from .hooks import (
     pattern_entropy_bits,
 )
 from .metrics.stats import entropy_bits
-from .reduced import ENTROPY_NAME, NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, row_name
+from .reduced import NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, entropy_name, row_name
 
 __all__ = ["Read", "BoundRead", "CacheView", "FinalRows", "AttentionEntropy", "NextTokenEntropy", "TokenLogprobs",
            "TailLogits", "reads_for", "read_from_spec"]
@@ -274,7 +278,7 @@ class _BoundAttentionEntropy(BoundRead):
 
     def finish(self, n: int) -> Dict[str, Tensor]:
         for layer in range(self.n_layers):
-            self.parts[ENTROPY_NAME.format(layer=layer)] = self.by_layer.get(layer) or [torch.zeros(0)]
+            self.parts[entropy_name(layer, self.read.positions)] = self.by_layer.get(layer) or [torch.zeros(0)]
         return super().finish(n)
 
     def from_cache(self, view: CacheView) -> Dict[str, Tensor]:
@@ -286,7 +290,7 @@ class _BoundAttentionEntropy(BoundRead):
             else:
                 ent = pattern_entropy_bits(view.read(self.names[layer], 4), view.mask, positions=self.read.positions,
                                            what=self.names[layer])
-            out[ENTROPY_NAME.format(layer=layer)] = ent
+            out[entropy_name(layer, self.read.positions)] = ent
         return out
 
 

@@ -1,42 +1,46 @@
-"""The reduced cache: the one currency of bayes_lens's analyses, keyed by hook name.
+"""The reduced cache: the one currency of bayes_lens's analyses, keyed by read.
 
 A TransformerLens ``ActivationCache`` maps a hook name to ``[batch, pos, ...]``. The analyses of
-Paper A (METHODS.md §1–§6) and the martingale predictive (§8) read only a few positions of a few hooks,
-so the runner (:func:`bayes_lens.collect.collect`) and the cache reducer
-(:func:`bayes_lens.collect.reduce_cache`) keep each hook *reduced over positions*, with the same
-reducers (one :mod:`bayes_lens.reads` class per quantity), under these keys:
+Paper A (METHODS.md §1–§6), the martingale predictive (§8) and the readout-or-mediator tests (§13) read
+only a few positions of a few hooks, so the runner (:func:`bayes_lens.collect.collect`) and the cache
+reducer (:func:`bayes_lens.collect.reduce_cache`) keep each quantity *reduced over positions*, with the
+same reducers (one :mod:`bayes_lens.reads` class per quantity), under the key of the read that made it
+(not a hook name: a reduced row has another shape than the hook's activation):
 
-=========================================  ======================  ==========================================
-key                                        shape                   what (METHODS.md)
-=========================================  ======================  ==========================================
-``blocks.{l}.attn.hook_v``                 ``[n, n_kv_heads·d]``   ``hook_v`` at the final real token (§1)
-``blocks.{l}.hook_resid_post``             ``[n, d_model]``        ``hook_resid_post`` at the final real token
-``blocks.{l}.hook_pattern_entropy``        ``[n, n_heads]``        attention entropy (bits) of the final real
-                                                                   query row over real keys, or its mean over
-                                                                   real rows (``attention_positions``) (§3)
-``hook_next_token_entropy``                ``[n]``                 full-vocabulary next-token entropy (bits) at
-                                                                   the final real token (§4)
-``hook_token_logprobs``                    ``[n, k]``              log-probabilities of ``token_ids`` there (§6)
-``hook_tail_logits``                       ``[n, T, k]``           logits of ``token_ids`` at the last ``T`` real
-                                                                   positions (NaN before a prompt's start) (§8)
-``hook_tail_logsumexp``                    ``[n, T]``              full-vocabulary log-sum-exp there (§8)
-=========================================  ======================  ==========================================
+==========================================  ======================  ==========================================
+key (read)                                  shape                   what (METHODS.md)
+==========================================  ======================  ==========================================
+``final_rows.v.{l}`` (``FinalRows``)        ``[n, n_kv_heads·d]``   ``hook_v`` at the final real token (§1)
+``final_rows.resid_post.{l}``               ``[n, d_model]``        ``hook_resid_post`` at the final real token
+``final_rows.z.{l}``                        ``[n, n_heads·d]``      ``attn.hook_z`` at the final real token (§13)
+``attention_entropy.{p}.{l}``               ``[n, n_heads]``        attention entropy (bits) over real keys of
+(``AttentionEntropy``)                                              the final real query row (``p = last``) or
+                                                                    its mean over real rows (``p = all``) (§3)
+``next_token_entropy``                      ``[n]``                 full-vocabulary next-token entropy (bits) at
+                                                                    the final real token (§4)
+``token_logprobs``                          ``[n, k]``              log-probabilities of ``token_ids`` there (§6)
+``tail_logits``                             ``[n, T, k]``           logits of ``token_ids`` at the last ``T`` real
+                                                                    positions (NaN before a prompt's start) (§8)
+``tail_logsumexp``                          ``[n, T]``              full-vocabulary log-sum-exp there (§8)
+==========================================  ======================  ==========================================
 
-The first four are bayes_lens or TransformerLens hook points (``bl.attach`` adds the entropy
-points); the last three name reductions of the logits. Row ``i`` is prompt ``indices[i]`` (global
-numbers, so shards merge in order) with ``n_tokens[i]`` real tokens. A reduced cache is a read-only
-``Mapping``: ``rc["blocks.3.attn.hook_v"]``, ``dict(rc)``, ``rc.keys()``; :meth:`ReducedCache.merge`
-concatenates shards, :meth:`~ReducedCache.save` / :meth:`~ReducedCache.load` keep it in one
-checksummed ``.safetensors`` file. Every analysis accepts one wherever it accepts a model or a cache.
+Row ``i`` is prompt ``indices[i]`` (global numbers, so shards merge in order) with ``n_tokens[i]`` real
+tokens. A reduced cache is a read-only ``Mapping``: ``rc["final_rows.v.3"]``, ``dict(rc)``, ``rc.keys()``;
+:meth:`ReducedCache.value_rows` and the other accessors spell the keys for you;
+:meth:`ReducedCache.merge` concatenates shards, :meth:`~ReducedCache.save` / :meth:`~ReducedCache.load`
+keep it in one checksummed ``.safetensors`` file. Every analysis accepts one wherever it accepts a model
+or a cache. The keys of earlier releases (TL hook names such as ``"blocks.3.attn.hook_v"``) still
+read, with a ``DeprecationWarning`` (:func:`canonical_key`); files and shard folders written with them
+load unchanged.
 
 Example
 -------
 >>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
 >>> sorted(rc)[:2]
-['blocks.0.hook_pattern_entropy', 'blocks.1.attn.hook_v']
->>> rc["blocks.1.attn.hook_v"].shape        # [prompts, n_kv_heads * d_head]
+['attention_entropy.last.0', 'attention_entropy.last.1']
+>>> rc["final_rows.v.1"].shape        # [prompts, n_kv_heads * d_head]
 torch.Size([2, 32])
->>> rc.value_rows(-1).shape == rc["blocks.1.attn.hook_v"].shape
+>>> rc.value_rows(-1).shape == rc["final_rows.v.1"].shape
 True
 """
 
@@ -54,23 +58,28 @@ from torch import Tensor
 from ._validate import check_choice, check_positions
 from .errors import CheckpointError, InvalidInputError, MissingHookError
 
-__all__ = ["ReducedCache", "VALUE_NAME", "RESID_NAME", "ENTROPY_NAME", "NEXT_TOKEN_ENTROPY", "TOKEN_LOGPROBS",
-           "TAIL_LOGITS", "TAIL_LOGSUMEXP", "row_name"]
+__all__ = ["ReducedCache", "VALUE_NAME", "RESID_NAME", "HEADS_NAME", "ENTROPY_NAME", "NEXT_TOKEN_ENTROPY",
+           "TOKEN_LOGPROBS", "TAIL_LOGITS", "TAIL_LOGSUMEXP", "row_name", "entropy_name", "canonical_key"]
 
-#: the keys of a reduced cache (``{layer}`` filled in)
-VALUE_NAME = "blocks.{layer}.attn.hook_v"
-RESID_NAME = "blocks.{layer}.hook_resid_post"
-HEADS_NAME = "blocks.{layer}.attn.hook_z"
-ENTROPY_NAME = "blocks.{layer}.hook_pattern_entropy"
-NEXT_TOKEN_ENTROPY = "hook_next_token_entropy"
-TOKEN_LOGPROBS = "hook_token_logprobs"
-TAIL_LOGITS = "hook_tail_logits"
-TAIL_LOGSUMEXP = "hook_tail_logsumexp"
+#: the keys of a reduced cache (``{layer}`` and ``{positions}`` filled in)
+VALUE_NAME = "final_rows.v.{layer}"
+RESID_NAME = "final_rows.resid_post.{layer}"
+HEADS_NAME = "final_rows.z.{layer}"
+ENTROPY_NAME = "attention_entropy.{positions}.{layer}"
+NEXT_TOKEN_ENTROPY = "next_token_entropy"
+TOKEN_LOGPROBS = "token_logprobs"
+TAIL_LOGITS = "tail_logits"
+TAIL_LOGSUMEXP = "tail_logsumexp"
 
 _ROW_SITES = {"v": VALUE_NAME, "resid_post": RESID_NAME, "z": HEADS_NAME}
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
-#: the ``format`` entry of a saved reduced cache
-FORMAT = "bayes-lens-reduced-cache/1"
+_KEY = re.compile(r"^(final_rows\.(v|resid_post|z)|attention_entropy\.(last|all))\.(\d+)$")
+#: the keys of earlier releases (TL hook names reused for reduced rows), read with a DeprecationWarning
+_LEGACY_ROWS = re.compile(r"^blocks\.(\d+)\.(attn\.hook_v|hook_resid_post|attn\.hook_z|hook_pattern_entropy)$")
+_LEGACY_SITE = {"attn.hook_v": "v", "hook_resid_post": "resid_post", "attn.hook_z": "z"}
+_LEGACY_MODEL = {"hook_next_token_entropy": NEXT_TOKEN_ENTROPY, "hook_token_logprobs": TOKEN_LOGPROBS,
+                 "hook_tail_logits": TAIL_LOGITS, "hook_tail_logsumexp": TAIL_LOGSUMEXP}
+#: the ``format`` entry of a saved reduced cache (1: the legacy hook-name keys; 2: read keys)
+FORMAT = "bayes-lens-reduced-cache/2"
 
 
 def row_name(layer: int, site: str = "v") -> str:
@@ -79,27 +88,61 @@ def row_name(layer: int, site: str = "v") -> str:
     return _ROW_SITES[site].format(layer=int(layer))
 
 
+def entropy_name(layer: int, positions: str = "last") -> str:
+    """The key of the per-head attention entropies at ``layer`` over ``positions`` (``"last"`` or ``"all"``)."""
+    check_positions(positions, "attention_positions")
+    return ENTROPY_NAME.format(layer=int(layer), positions=positions)
+
+
+def legacy_row_name(layer: int, site: str = "v") -> str:
+    """An earlier release's key of :func:`row_name`'s rows (the TL hook name), as shard folders of then hold it."""
+    check_choice(site, "site", sorted(_ROW_SITES))
+    return f"blocks.{int(layer)}." + {v: k for k, v in _LEGACY_SITE.items()}[site]
+
+
+def canonical_key(name: str, attention_positions: str = "last") -> str:
+    """``name`` as a read key: an earlier release's hook-name key (``"blocks.3.attn.hook_v"``,
+    ``"blocks.3.hook_pattern_entropy"`` — then at ``attention_positions`` —, ``"hook_token_logprobs"`` ...)
+    becomes today's (``"final_rows.v.3"``, ``"attention_entropy.last.3"``, ``"token_logprobs"``); any other
+    name is returned as it is."""
+    m = _LEGACY_ROWS.match(name)
+    if m is not None:
+        layer, what = int(m.group(1)), m.group(2)
+        return entropy_name(layer, attention_positions) if what == "hook_pattern_entropy" else row_name(
+            layer, _LEGACY_SITE[what])
+    return _LEGACY_MODEL.get(name, name)
+
+
 def layer_of(name: str) -> Optional[int]:
-    """The layer in a ``blocks.{l}.…`` key, or None for a model-level key."""
-    m = _LAYER.match(name)
-    return None if m is None else int(m.group(1))
+    """The layer of a per-layer key (``final_rows.v.3`` → 3, or an earlier release's ``blocks.3.…``), else None."""
+    m = _KEY.match(canonical_key(name))
+    return None if m is None else int(m.group(4))
 
 
 def site_of(name: str) -> Optional[str]:
     """``"v"`` / ``"resid_post"`` / ``"z"`` for a row key, ``"pattern_entropy"`` for an entropy key, else None."""
-    if name.endswith(".attn.hook_v"):
-        return "v"
-    if name.endswith(".hook_resid_post"):
-        return "resid_post"
-    if name.endswith(".attn.hook_z"):
-        return "z"
-    if name.endswith(".hook_pattern_entropy"):
-        return "pattern_entropy"
-    return None
+    m = _KEY.match(canonical_key(name))
+    if m is None:
+        return None
+    return m.group(2) or "pattern_entropy"
+
+
+def positions_of(name: str) -> Optional[str]:
+    """``"last"`` / ``"all"`` for an attention-entropy key, else None."""
+    m = _KEY.match(name)
+    return None if m is None else m.group(3)
+
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"reduced-cache key {old!r} is now {new!r} (keys name the read that made the rows, not a "
+                  "TransformerLens hook with another shape); the old spelling will be removed.",
+                  DeprecationWarning, stacklevel=3)
 
 
 class ReducedCache(Mapping):
-    """Hook name → ``Tensor[n, …]``: every hook the analyses read, reduced over positions (see the module doc).
+    """Read key → ``Tensor[n, …]``: every quantity the analyses read, reduced over positions (see the module doc).
 
     Parameters
     ----------
@@ -110,15 +153,18 @@ class ReducedCache(Mapping):
     indices:
         Global prompt numbers, ``[n]`` (default ``arange(n)``).
     attention_positions:
-        ``"last"`` when the ``hook_pattern_entropy`` rows are the final query row's, ``"all"`` for the
-        mean over real query rows.
+        ``"last"`` (the final query row's) or ``"all"`` (the mean over real query rows): the positions of the
+        attention entropies the analyses read. Default: those of the ``attention_entropy.{p}.{l}`` keys held
+        (``"last"`` when none, or when both are held). Keys of earlier releases
+        (``blocks.{l}.hook_pattern_entropy``) are taken to be at these positions.
     """
 
     __slots__ = ("_tensors", "n_tokens", "indices", "attention_positions")
 
     def __init__(self, tensors: Mapping, *, n_tokens: Int[Tensor, "n"], indices: Optional[Int[Tensor, "n"]] = None,
-                 attention_positions: str = "last"):
-        check_positions(attention_positions, "attention_positions")
+                 attention_positions: Optional[str] = None):
+        if attention_positions is not None:
+            check_positions(attention_positions, "attention_positions")
         n_tokens = _counts(n_tokens, "n_tokens")
         n = int(n_tokens.shape[0])
         if indices is not None:
@@ -128,6 +174,10 @@ class ReducedCache(Mapping):
                                         "global prompt number per row.")
         out = {}
         for name, t in tensors.items():
+            key = canonical_key(str(name), attention_positions or "last")
+            if key != name:
+                _deprecated(str(name), key)
+            name = key
             if not isinstance(t, Tensor):
                 raise InvalidInputError(f"{name!r} must be a tensor, got {type(t).__name__}.")
             if t.ndim == 0 or int(t.shape[0]) != n:
@@ -137,6 +187,13 @@ class ReducedCache(Mapping):
         object.__setattr__(self, "_tensors", dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0]))))
         object.__setattr__(self, "n_tokens", n_tokens)
         object.__setattr__(self, "indices", torch.arange(n) if indices is None else indices)
+        held = {positions_of(k) for k in out} - {None}
+        if attention_positions is not None and held and attention_positions not in held:
+            raise InvalidInputError(f"attention_positions={attention_positions!r} but the attention entropies held are "
+                                    f"at {sorted(held)} (their keys say so); drop attention_positions= or collect them "
+                                    f"at {attention_positions!r}.")
+        if attention_positions is None:
+            attention_positions = held.pop() if len(held) == 1 else "last"
         object.__setattr__(self, "attention_positions", attention_positions)
 
     def __setattr__(self, name, value):
@@ -146,8 +203,15 @@ class ReducedCache(Mapping):
     def __getitem__(self, name: str) -> Tensor:
         try:
             return self._tensors[name]
-        except KeyError:
+        except (KeyError, TypeError):
+            key = canonical_key(name, self.attention_positions) if isinstance(name, str) else name
+            if key != name and key in self._tensors:
+                _deprecated(name, key)
+                return self._tensors[key]
             raise KeyError(f"{name!r} is not in this reduced cache; it holds {list(self._tensors)}") from None
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and canonical_key(name, self.attention_positions) in self._tensors
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
@@ -177,6 +241,7 @@ class ReducedCache(Mapping):
     # ---- reading, with errors that say what to collect -------------------------------------------
     def require(self, name: str, how: str) -> Tensor:
         """``self[name]``, or a MissingHookError that says ``how`` to get it."""
+        name = canonical_key(name, self.attention_positions)
         if name not in self._tensors:
             raise MissingHookError(f"this reduced cache holds no {name!r} (it holds {list(self._tensors) or 'nothing'}); "
                                    f"{how}")
@@ -191,14 +256,21 @@ class ReducedCache(Mapping):
         return self.require(row_name(layer, site),
                             f"collect with {'value_layers' if site == 'v' else 'resid_layers'}=[{layer}].")
 
-    def attention_entropy_bits(self, n_layers: Optional[int] = None) -> Float[Tensor, "n n_layers n_heads"]:
-        """Per-layer, per-head attention entropies stacked to ``[n, n_layers, n_heads]``."""
-        layers = sorted(layer_of(k) for k in self._tensors if site_of(k) == "pattern_entropy")
+    def attention_entropy_bits(self, n_layers: Optional[int] = None,
+                               positions: Optional[str] = None) -> Float[Tensor, "n n_layers n_heads"]:
+        """Per-layer, per-head attention entropies at ``positions`` (default :attr:`attention_positions`)
+        stacked to ``[n, n_layers, n_heads]``."""
+        positions = self.attention_positions if positions is None else check_positions(positions, "positions")
+        layers = sorted(layer_of(k) for k in self._tensors if positions_of(k) == positions)
         n_layers = (max(layers) + 1 if layers else 0) if n_layers is None else n_layers
         if not layers or layers != list(range(n_layers)):
-            raise MissingHookError(f"this reduced cache holds attention entropies at layers {layers}, not all "
-                                   f"{n_layers}; collect with attention=True (or cache hook_pattern of every layer).")
-        return torch.stack([self._tensors[ENTROPY_NAME.format(layer=layer)] for layer in layers], dim=1)
+            other = sorted({positions_of(k) for k in self._tensors} - {None, positions})
+            hint = (f" (it holds them at positions={other[0]!r}: collect again with attention_positions={positions!r})"
+                    if other else "")
+            raise MissingHookError(f"this reduced cache holds attention entropies at positions={positions!r} at layers "
+                                   f"{layers}, not all {n_layers}{hint}; collect with attention=True (or cache "
+                                   "hook_pattern of every layer).")
+        return torch.stack([self._tensors[entropy_name(layer, positions)] for layer in layers], dim=1)
 
     def next_token_entropy_bits(self) -> Float[Tensor, "n"]:
         return self.require(
@@ -233,8 +305,8 @@ class ReducedCache(Mapping):
 
     @classmethod
     def from_file_tensors(cls, tensors: Mapping, attention_positions: str = "last") -> "ReducedCache":
-        """Inverse of :meth:`file_tensors`."""
-        tensors = dict(tensors)
+        """Inverse of :meth:`file_tensors` (keys of earlier releases' files read as today's, silently)."""
+        tensors = {canonical_key(str(k), attention_positions): v for k, v in dict(tensors).items()}
         if "n_tokens" not in tensors:
             raise InvalidInputError("these tensors hold no 'n_tokens': not a bayes_lens reduced cache.")
         n_tokens, indices = tensors.pop("n_tokens"), tensors.pop("indices", None)
@@ -265,7 +337,13 @@ class ReducedCache(Mapping):
         :class:`~bayes_lens.errors.CheckpointError`)."""
         from ._files import read_checked_safetensors
 
-        keep = None if names is None else (set(names) | {"n_tokens", "indices"}).__contains__
+        keep = None
+        if names is not None:  # today's or earlier releases' spellings, of the names asked for and of the file's
+            wanted = {canonical_key(n, p) for n in names for p in ("last", "all")} | {"n_tokens", "indices"}
+
+            def keep(stored: str) -> bool:
+                return any(canonical_key(stored, p) in wanted for p in ("last", "all"))
+
         tensors, meta = read_checked_safetensors(path, keep=keep, error=error,
                                                  fix="write it again (ReducedCache.save, or bayes-lens shard merge).")
         if "n_tokens" not in tensors:

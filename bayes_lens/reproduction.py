@@ -58,10 +58,11 @@ from ._results import Result, fmt
 from ._validate import check_choice, check_int, check_prompts, check_seed
 from .errors import InvalidInputError
 
+# what a user calls or compares with; the band and record machinery (paper_band, record_band, build_rows,
+# load_records, record_entry, identify_model, the tables) is importable by name for tools/ and the tests,
+# but not part of the surface
 __all__ = ["reproduce", "Reproduction", "proxy_key_orthogonality", "proxy_value_manifold", "ProxyManifold",
-           "standardized_pca", "RELEASED_PROMPTS", "PAPERS", "SIZES", "PAPER_NUMBERS", "ROWS", "identify_model",
-           "paper_band", "record_band", "verdict", "build_rows", "load_records", "record_entry", "RECORDS_FILE",
-           "PASS", "FAIL", "NOT_COMPARABLE"]
+           "RELEASED_PROMPTS", "PAPERS", "verdict", "PASS", "FAIL", "NOT_COMPARABLE"]
 
 PASS, FAIL, NOT_COMPARABLE = "PASS", "FAIL", "NOT COMPARABLE"
 PROXY, TRUE = "released code (proxy)", "paper text (true)"

@@ -238,7 +238,7 @@ def test_collect_reads_hook_dict_once_per_model_and_still_refuses_a_missing_one(
 
 def test_reduced_cache_constructor_checks_its_counts():
     """Issue 32: ReducedCache accepted 2-D or negative n_tokens and indices of the wrong length."""
-    rows = {"blocks.0.attn.hook_v": torch.zeros(3, 4)}
+    rows = {"final_rows.v.0": torch.zeros(3, 4)}
     ok = ReducedCache(rows, n_tokens=[3, 1, 2], indices=[5, 6, 7])
     assert ok.n_tokens.dtype == torch.long and ok.indices.tolist() == [5, 6, 7]
     for kw, match in [(dict(n_tokens=torch.ones(3, 1, dtype=torch.long)), "n_tokens must be 1-D"),
@@ -263,5 +263,45 @@ def test_reduced_cache_save_checks_its_metadata(tiny, tmp_path):
             rc.save(tmp_path / "rc.safetensors", meta)
     assert not (tmp_path / "rc.safetensors").exists()
     rc.save(tmp_path / "rc.safetensors", {"note": "kept"})
-    assert torch.equal(ReducedCache.load(tmp_path / "rc.safetensors")["blocks.1.attn.hook_v"],
-                       rc["blocks.1.attn.hook_v"])
+    assert torch.equal(ReducedCache.load(tmp_path / "rc.safetensors")["final_rows.v.1"],
+                       rc["final_rows.v.1"])
+
+
+def test_earlier_releases_hook_name_keys_still_read(tmp_path):
+    """Reduced-cache keys are read keys now; the hook-name keys of earlier releases read with a
+    DeprecationWarning, and a file saved with them (format /1) loads under today's keys."""
+    import warnings
+
+    from bayes_lens._files import save_checked_safetensors
+    from bayes_lens.reduced import canonical_key
+
+    g = torch.Generator().manual_seed(0)
+    old = {"blocks.2.attn.hook_v": torch.randn(3, 4, generator=g), "blocks.2.hook_resid_post": torch.randn(3, 5, generator=g),
+           "blocks.0.hook_pattern_entropy": torch.rand(3, 2, dtype=torch.float64, generator=g),
+           "hook_next_token_entropy": torch.rand(3, dtype=torch.float64, generator=g),
+           "hook_token_logprobs": torch.randn(3, 2, dtype=torch.float64, generator=g)}
+    new = {"final_rows.v.2": "blocks.2.attn.hook_v", "final_rows.resid_post.2": "blocks.2.hook_resid_post",
+           "attention_entropy.all.0": "blocks.0.hook_pattern_entropy", "next_token_entropy": "hook_next_token_entropy",
+           "token_logprobs": "hook_token_logprobs"}
+    assert {canonical_key(o, "all") for o in old} == set(new)
+    path = save_checked_safetensors(tmp_path / "old.safetensors",
+                                    {**old, "n_tokens": torch.tensor([3, 1, 2]), "indices": torch.arange(3)},
+                                    {"attention_positions": "all", "format": "bayes-lens-reduced-cache/1"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loading an old file is not deprecated: it just reads
+        rc = ReducedCache.load(path)
+        part = ReducedCache.load(path, names=["blocks.2.attn.hook_v"])
+    assert set(rc) == set(new) and rc.attention_positions == "all" and list(part) == ["final_rows.v.2"]
+    for key, legacy in new.items():
+        assert torch.equal(rc[key], old[legacy]) and legacy in rc
+        with pytest.warns(DeprecationWarning, match=f"{legacy!r} is now {key!r}"):
+            assert torch.equal(rc[legacy], old[legacy])
+    torch.testing.assert_close(rc.attention_entropy_bits(), old["blocks.0.hook_pattern_entropy"][:, None])
+    with pytest.warns(DeprecationWarning, match="is now 'final_rows.v.2'"):
+        built = ReducedCache({"blocks.2.attn.hook_v": old["blocks.2.attn.hook_v"]}, n_tokens=[3, 1, 2])
+    assert list(built) == ["final_rows.v.2"]
+    with pytest.raises(KeyError, match="not in this reduced cache"):
+        rc["blocks.7.attn.hook_v"]
+    with pytest.raises(bl.InvalidInputError, match="attention_positions='last' but the attention entropies held"):
+        ReducedCache({"attention_entropy.all.0": old["blocks.0.hook_pattern_entropy"]}, n_tokens=[3, 1, 2],
+                     attention_positions="last")

@@ -56,7 +56,7 @@ def _by_hand(model, prompts):
 
 def test_a_read_written_outside_the_package_runs_in_the_runner_and_on_a_users_cache(tiny):
     rc = collect(tiny, PROMPTS, reads=[TopProb()], batch_size=4, progress=False)
-    assert set(rc) == {"top_prob", "hook_next_token_entropy"}   # the next-token entropy is always kept
+    assert set(rc) == {"top_prob", "next_token_entropy"}   # the next-token entropy is always kept
     np.testing.assert_allclose(rc["top_prob"].numpy(), _by_hand(tiny, PROMPTS), atol=1e-5)
     tokens, mask = adapter.tokenize(tiny, PROMPTS)
     with torch.no_grad():
@@ -77,7 +77,7 @@ def test_the_keywords_are_spellings_of_reads(tiny):
         torch.testing.assert_close(kw[k], rd[k], equal_nan=True, atol=0, rtol=0)
     # a read named twice (by keyword and in reads=) is kept once
     both = collect(tiny, PROMPTS, value_layers=[0], reads=[FinalRows(0)], batch_size=4, progress=False)
-    assert sorted(both) == ["blocks.0.attn.hook_v", "hook_next_token_entropy"]
+    assert sorted(both) == ["final_rows.v.0", "next_token_entropy"]
 
 
 def test_hook_names_are_resolved_once_per_run_not_per_batch(tiny, monkeypatch):
@@ -104,7 +104,7 @@ def test_attention_entropy_all_rows_matches_numpy(tiny):
             pat = cache[adapter.hook_name(tiny, layer, "pattern")][0].double().numpy()   # [h, q, k], causal
             with np.errstate(divide="ignore", invalid="ignore"):
                 h = -np.nansum(np.where(pat > 0, pat * np.log2(pat), 0.0), axis=-1)     # [h, q]
-            np.testing.assert_allclose(rc[f"blocks.{layer}.hook_pattern_entropy"][i].numpy(), h.mean(-1), atol=1e-5)
+            np.testing.assert_allclose(rc[f"attention_entropy.all.{layer}"][i].numpy(), h.mean(-1), atol=1e-5)
 
 
 def test_mean_over_real_rows_ignores_pad_rows_even_when_nan():
@@ -122,8 +122,6 @@ def test_bad_reads_get_clear_errors(tiny):
         FinalRows(0, "q")
     with pytest.raises(bl.InvalidInputError, match="attention_positions must be one of"):
         AttentionEntropy("first")
-    with pytest.raises(bl.InvalidInputError, match="both 'last' and 'all'"):
-        collect(tiny, PROMPTS, reads=[AttentionEntropy("last"), AttentionEntropy("all")])
     with pytest.raises(bl.InvalidInputError, match="tail_positions needs token_ids"):
         TailLogits((), 3)
     with pytest.raises(bl.InvalidInputError, match="token_ids must lie in"):
@@ -187,7 +185,7 @@ def test_reads_run_in_shards_bit_for_bit_and_enter_the_settings(tiny, tmp_path):
     for k in ref:
         torch.testing.assert_close(got[k], ref[k], atol=0, rtol=0)
     folders = sorted(p for p in tmp_path.iterdir() if p.is_dir())
-    assert len(folders) == 2 and "blocks.1.attn.hook_z" in other
+    assert len(folders) == 2 and "final_rows.z.1" in other
     settings = [json.loads((f / "plan.json").read_text())["settings"] for f in folders]
     recorded = [s["reads"] for s in settings]
     assert sorted(map(len, recorded)) == [1, 2]
@@ -196,3 +194,21 @@ def test_reads_run_in_shards_bit_for_bit_and_enter_the_settings(tiny, tmp_path):
     for k in ref:
         torch.testing.assert_close(again[k], ref[k], atol=0, rtol=0)
     assert "reads" not in collect_settings({"value_layers": [0], "batch_size": 2})
+
+
+def test_both_attention_positions_in_one_run_under_their_own_keys(tiny):
+    """Read keys name the read, so the final-row and the all-rows entropies no longer collide in one cache."""
+    both = collect(tiny, PROMPTS, reads=[AttentionEntropy("last"), AttentionEntropy("all")], batch_size=3,
+                   progress=False)
+    n_layers = tiny.cfg.n_layers
+    assert {k for k in both if k.startswith("attention_entropy.")} == {
+        f"attention_entropy.{p}.{layer}" for p in ("last", "all") for layer in range(n_layers)}
+    for positions in ("last", "all"):
+        alone = collect(tiny, PROMPTS, attention=True, attention_positions=positions, batch_size=3, progress=False)
+        assert alone.attention_positions == positions
+        torch.testing.assert_close(both.attention_entropy_bits(positions=positions), alone.attention_entropy_bits(),
+                                   atol=0, rtol=0)
+    assert both.attention_positions == "last"  # both held: the default
+    with pytest.raises(bl.MissingHookError, match="positions='last'.*collect again with attention_positions='last'"):
+        collect(tiny, PROMPTS, attention=True, attention_positions="all", batch_size=3,
+                progress=False).attention_entropy_bits(positions="last")

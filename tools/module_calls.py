@@ -5,10 +5,18 @@ A design measure, not a benchmark: it runs ``bl.geometry((logits, dict(cache.ite
 bayes_lens's own modules, every call whose caller and callee live in different modules
 ("crossings"), the distinct modules the data passes through, and the calls "back up the layers":
 calls from a module into one that imports it (a lower layer calling a higher one), the
-back-and-forth a layered design avoids. The statistics (``bayes_lens.metrics``) are counted apart. Run it before and after a redesign:
+back-and-forth a layered design avoids. The statistics (``bayes_lens.metrics``) are counted apart.
+
+The **route** is narrower: the modules whose functions are *handed the user's data* — a call whose
+arguments hold the user's cache object, its logits or mask, one of its tensors, or the
+``ReducedCache`` made from them. A helper that validates an integer or formats a message is a
+crossing but not on the route. It also counts the **hook-name resolutions** (calls of
+``adapter.hook_name``) per ``bl.geometry`` call, against the distinct names resolved: "resolved once"
+means the two are equal. Run it before and after a redesign:
 
     python tools/module_calls.py            # summary
     python tools/module_calls.py --edges    # and the module -> module edges with their counts
+    python tools/module_calls.py --route    # and the route's modules with what each is handed
 """
 
 from __future__ import annotations
@@ -79,9 +87,25 @@ def _imports(importer: str, imported: str) -> bool:
     return imported in _DEPS.get(importer, ())
 
 
-def trace(fn):
+def _holds_data(frame, data_ids, reduced_type) -> bool:
+    """Whether the arguments of the call in ``frame`` hold the user's data (by identity) or a reduced cache."""
+    code = frame.f_code
+    n_args = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    for name in code.co_varnames[:n_args]:
+        v = frame.f_locals.get(name)
+        vals = v if isinstance(v, (tuple, list)) and len(v) <= 4 else (v,)
+        if isinstance(v, dict):  # dict(cache.items()): a new dict of the cache's own tensors
+            vals = list(v.values())[:3]
+        if any(id(x) in data_ids or isinstance(x, reduced_type) for x in vals):
+            return True
+    return False
+
+
+def trace(fn, data_ids=frozenset(), reduced_type=type(None)):
     calls = collections.Counter()
     modules = set()
+    route = collections.defaultdict(set)  # module -> functions handed the user's data
+    names = collections.Counter()  # hook names resolved by adapter.hook_name
     back = 0
     stack = []  # bayes_lens module of every active bayes_lens frame (None for others)
 
@@ -89,6 +113,10 @@ def trace(fn):
         nonlocal back
         if event == "call":
             callee = _module_of(frame)
+            if callee is not None and _holds_data(frame, data_ids, reduced_type):
+                route[callee].add(frame.f_code.co_name)
+            if callee == "bayes_lens.adapter._hooks" and frame.f_code.co_name == "hook_name":
+                names[(frame.f_locals.get("layer"), frame.f_locals.get("site"))] += 1
             caller = next((m for m in reversed(stack) if m is not None), None)
             if callee is not None:
                 modules.add(callee)
@@ -107,15 +135,17 @@ def trace(fn):
         fn()
     finally:
         sys.setprofile(None)
-    return calls, modules, back
+    return calls, modules, back, route, names
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--edges", action="store_true", help="print every module -> module edge and its count")
+    ap.add_argument("--route", action="store_true", help="print the route's modules and their functions")
     args = ap.parse_args(argv)
     import bayes_lens as bl
     from bayes_lens.models.tiny import tiny_model
+    from bayes_lens.reduced import ReducedCache
 
     model = tiny_model("hooked", n_layers=2)
     prompts = [f"prompt number {i} says" + " x" * (i % 4) for i in range(8)]
@@ -128,12 +158,21 @@ def main(argv=None) -> int:
                                                                         attention_mask=mask, n_boot=2, n_null=2)),
         ("(logits, cache) pair", lambda: bl.geometry((logits, cache), attention_mask=mask, n_boot=2, n_null=2)),
     ):
-        calls, modules, back = trace(fn)
+        data_ids = {id(x) for x in (logits, cache, mask, *cache.values())}
+        calls, modules, back, route, names = trace(fn, data_ids, ReducedCache)
         data = {e: k for e, k in calls.items() if not any(m.startswith("bayes_lens.metrics") for m in e)}
         data_modules = {m for e in data for m in e}
         print(f"{label}: {sum(calls.values())} module-to-module calls over {len(calls)} edges, "
               f"{len(modules)} modules, {back} calls back up the layers; outside bayes_lens.metrics: "
               f"{sum(data.values())} calls over {len(data)} edges, {len(data_modules)} modules")
+        on_route = sorted(m for m in route if not m.startswith("bayes_lens.metrics"))
+        packages = sorted({m.split(".")[1] if m.count(".") >= 1 else m for m in on_route})
+        print(f"  route (modules handed the user's data, outside metrics): {len(on_route)} modules in "
+              f"{len(packages)} top-level modules/packages ({', '.join(packages)}); hook names resolved "
+              f"{sum(names.values())} times for {len(names)} distinct names")
+        if args.route:
+            for m in on_route:
+                print(f"  {m}: {', '.join(sorted(route[m]))}")
         if args.edges:
             for (a, b), k in sorted(calls.items(), key=lambda kv: -kv[1]):
                 print(f"  {k:5d}  {a} -> {b}")

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ..collect import check_prompts, inverse_order
-from ..reduced import ReducedCache, layer_of, row_name, site_of
+from ..reduced import ReducedCache, layer_of, legacy_row_name, row_name, site_of
 from ._errors import ShardCoverageError, ShardIntegrityError, ShardMismatchError
 from ._job import read_plan
 from ._run import read_manifest
@@ -176,7 +176,8 @@ class ShardSet:
 
     def layer_rows(self, layer: int, site: str = "v") -> Tensor:
         """The merged ``[n_prompts, dim]`` rows of one layer and site, read on their own."""
-        name = row_name(layer, site)
+        name = next((n for n in self.tensor_shapes if n in (row_name(layer, site), legacy_row_name(layer, site))),
+                    row_name(layer, site))  # the folder's spelling: today's key or an earlier release's hook name
         if name not in self.tensor_shapes:
             raise ShardMismatchError(f"the shards hold {site} rows at layers {self.layers[site]}, not {layer}.")
         return self._read([name])[name]

@@ -195,8 +195,8 @@ def sharded(model, *, engine="local", shard_dir):
     ...     rc = bl.collect.collect(m, ["a b c", "d e", "f"], value_layers=[-1])
     >>> rc.n_prompts, sorted(p.name.split("-")[0] for p in Path(tmp).iterdir())
     (3, ['collect'])
-    >>> torch.equal(rc["blocks.1.attn.hook_v"], bl.collect.collect(model, ["a b c", "d e", "f"],
-    ...             value_layers=[-1])["blocks.1.attn.hook_v"])
+    >>> torch.equal(rc["final_rows.v.1"], bl.collect.collect(model, ["a b c", "d e", "f"],
+    ...             value_layers=[-1])["final_rows.v.1"])
     True
     """
     if shard_dir is None or isinstance(shard_dir, bool) or not isinstance(shard_dir, (str, os.PathLike)):

@@ -1,7 +1,8 @@
 """Shard files on disk: one ``.safetensors`` of rows plus a JSON manifest, written atomically.
 
 A shard's tensor file holds its :class:`~bayes_lens.reduced.ReducedCache` under the reduced cache's
-own keys (hook names such as ``blocks.12.attn.hook_v``, plus ``n_tokens`` and ``indices``;
+own keys (read keys such as ``final_rows.v.12``, plus ``n_tokens`` and ``indices``; folders written by
+earlier releases, keyed by hook names such as ``blocks.12.attn.hook_v``, merge unchanged;
 :meth:`~bayes_lens.reduced.ReducedCache.file_tensors`); ``attention_positions`` goes in the
 safetensors metadata. safetensors holds no code, so nothing here unpickles (the project rule: no
 pickle on disk). The merged file of ``bayes-lens shard merge`` is written by

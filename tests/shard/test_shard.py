@@ -122,7 +122,7 @@ def test_batch_aligned_shards_equal_one_process(tiny_kind, tmp_path):
     one = sh.merge(tmp_path, PROMPTS, layers=[0])
     assert one.layers("v") == [0] and one.layers("resid_post") == []
     assert torch.equal(one.value_rows(0), ref.value_rows(0))
-    assert torch.equal(one["hook_token_logprobs"], ref["hook_token_logprobs"])  # per-prompt fields always read
+    assert torch.equal(one["token_logprobs"], ref["token_logprobs"])  # per-prompt fields always read
     rows = dict(sh.open_shards(tmp_path).iter_layers("v"))
     assert sorted(rows) == ref.layers("v") == [0, 1]
     assert all(torch.equal(rows[k], ref.value_rows(k)) for k in ref.layers("v"))
@@ -245,17 +245,17 @@ def test_merged_file_verifies_its_bytes(shards):
     assert_equal_collections(bl.ReducedCache.load(out), sh.merge(d, PROMPTS))
     header_len = struct.unpack("<Q", good[:8])[0]
     header = json.loads(good[8:8 + header_len])
-    begin, end = header["blocks.0.attn.hook_v"]["data_offsets"]
+    begin, end = header["final_rows.v.0"]["data_offsets"]
     for pos in (begin, (begin + end) // 2, end - 1):  # first, middle and last byte of one layer's rows
         flipped = bytearray(good)
         flipped[8 + header_len + pos] ^= 0x10
         out.write_bytes(bytes(flipped))
-        with pytest.raises(bl.CheckpointError, match="'blocks.0.attn.hook_v' does not match its SHA-256"):
+        with pytest.raises(bl.CheckpointError, match="'final_rows.v.0' does not match its SHA-256"):
             bl.ReducedCache.load(out)
         with pytest.raises(sh.ShardIntegrityError, match="SHA-256"):  # error= picks the class
-            bl.ReducedCache.load(out, names=["blocks.0.attn.hook_v"], error=sh.ShardIntegrityError)
-        one = bl.ReducedCache.load(out, names=["blocks.1.attn.hook_v"])  # the rows read are intact: they load
-        assert list(one) == ["blocks.1.attn.hook_v"] and one.n_prompts == len(PROMPTS)
+            bl.ReducedCache.load(out, names=["final_rows.v.0"], error=sh.ShardIntegrityError)
+        one = bl.ReducedCache.load(out, names=["final_rows.v.1"])  # the rows read are intact: they load
+        assert list(one) == ["final_rows.v.1"] and one.n_prompts == len(PROMPTS)
     out.write_bytes(good[:-100])  # truncation: still refused
     with pytest.raises(bl.CheckpointError, match="cannot read"):
         bl.ReducedCache.load(out)

@@ -183,7 +183,7 @@ def test_damaged_merged_file_and_damaged_shard_raise_their_errors(model, tmp_pat
     assert (folder / "shard-00000.safetensors").stat().st_mtime_ns == first
     assert shard.read_bytes() != bytes(raw)
     assert_same(vm.to_dict(), bl.value_manifold(ref, **kw).to_dict())
-    assert sh.status(folder)["damaged"] == [] and len(sh.merge(folder, PROMPTS)["blocks.1.attn.hook_v"]) == 14
+    assert sh.status(folder)["damaged"] == [] and len(sh.merge(folder, PROMPTS)["final_rows.v.1"]) == 14
 
 
 def test_hooks_already_on_the_model_are_refused_not_silently_ignored(model, tmp_path):
