@@ -38,13 +38,14 @@ Order follows TransformerLens's registration-order rule: a derived point is comp
 a hook on its source added together with the first hook on the derived point, so it sees every
 edit of hooks on the source added before (a hook that zeroes ``hook_v`` gives a zero coordinate;
 ``run_with_cache`` lists ``hook_v`` before ``hook_v_axis``), and hooks on the source added after
-see what the coordinate's hooks did (a cache of ``hook_v`` inside ``bl.patched(model,
-axis.removal())`` holds the patched values). The axis coordinate *feeds back*: a hook that changes it
+see what the coordinate's hooks did. The axis coordinate *feeds back*: a hook that changes it
 to c′ moves the value vector along u by c′ − c, so **zero-ablating** ``hook_v_axis`` is the
-projection removal v ← v − (v·u)u (``axis.removal()`` is exactly that hook) and adding s·σ is
+projection removal v ← v − (v·u)u (the numbers of ``axis.removal()``) and adding s·σ is
 ``axis.shift(s)``; the gradient a backward hook sees there is ∂L/∂c = (∂L/∂v)·u. That feedback is
-:func:`move_along`, the one implementation of a change along a direction: the patches that act on
-``hook_v`` itself (keep-only, :func:`keep_along`; the random-direction controls) use the same functions.
+:func:`move_along`, the one implementation of a change along a direction, and the library's own
+patches (:mod:`bayes_lens.ablation`: removal, shift, keep-only with :func:`keep_along`, the
+random-direction controls) call the same functions from a hook on ``hook_v`` itself: they need no
+attach, and the coordinate hook point is for reading and for your own hooks.
 The entropy points are read-outs (changing them changes nothing downstream); the pattern entropy is
 :func:`bayes_lens.hooks.row_entropy_bits`.
 
@@ -77,9 +78,8 @@ Example
 (['blocks.1.hook_v_axis'], 1)
 >>> torch.allclose(logits, model(tokens))           # attached and unhooked: the bare model's logits
 True
->>> with bl.patched(model, axis.removal()):         # zero-ablating the coordinate is the removal
-...     removed = model(tokens)
->>> torch.allclose(ablated, removed, atol=1e-5)
+>>> removed = model.run_with_hooks(tokens, fwd_hooks=list(axis.removal()))  # the patch hooks hook_v: no attach
+>>> torch.allclose(ablated, removed, atol=1e-5)     # zero-ablating the coordinate is the removal
 True
 """
 
@@ -558,38 +558,13 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
     return att
 
 
-def _axis_of_hook(fn):
-    """The fitted axis a patch hook acts through (a bound method of a part on an axis coordinate), or None."""
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and getattr(owner, "on_coordinate", False):
-        return getattr(owner, "axis", None)
-    return None
-
-
 @contextlib.contextmanager
 def attached_for(model, pairs: Sequence) -> Iterator[List[Attachment]]:
-    """Attach, for the block, the axis coordinate hook points that ``pairs`` hook but ``model`` lacks.
+    """Attaches nothing (yields ``[]``): kept for callers of the former route.
 
-    Patches made by :meth:`bayes_lens.EntropyAxis.removal` / ``shift`` act on ``hook_v_axis``; inside
-    :func:`bayes_lens.patched` and the runner they work whether or not the user attached the axis.
+    Patches made by :meth:`bayes_lens.EntropyAxis.removal` / ``shift`` used to act on ``hook_v_axis`` and
+    needed its hook point attached for the run; every patch now hooks the site's own hook point
+    (:mod:`bayes_lens.ablation`), so there is nothing to attach. A hook a user puts on a coordinate hook
+    point still needs ``bl.attach`` around the run, as any hook point does.
     """
-    wanted = [(name, _axis_of_hook(fn)) for name, fn in pairs]
-    wanted = [(name, ax) for name, ax in wanted if ax is not None]
-    have = adapter.hook_names(model) if wanted else set()  # a bridge's hook_dict is costly: only when needed
-    axes, owner = [], {}
-    for name, ax in wanted:
-        if owner.setdefault(name, ax) is not ax:
-            raise InvalidInputError(
-                f"the hooks act on {name} for two different axes, but one coordinate hook point measures one "
-                "axis. Patches of several axes combine when the axes sit at different layers (or sites); apply "
-                "patches whose axes share a layer and site in separate runs.")
-        if name not in have and all(a is not ax for a in axes):
-            axes.append(ax)
-    attachments = []
-    try:
-        for ax in axes:
-            attachments.append(attach(model, axis=ax, entropies=False))
-        yield attachments
-    finally:
-        for att in reversed(attachments):
-            att.detach()
+    yield []

@@ -46,7 +46,7 @@ def _read(model, tokens, mask, name, fwd_hooks=()):
     def rd(act, hook=None):
         store["act"] = act.detach().clone()
 
-    # bl.patched attaches the axis coordinate hook points a removal / shift acts on
+    # the read hook is added after the patch's: it sees the patched activation (TL's registration order)
     with torch.inference_mode(), bl.patched(model, fwd_hooks), model.hooks(fwd_hooks=[(name, rd)]):
         logits = model(tokens, attention_mask=mask)
     return logits, store["act"]
@@ -148,15 +148,15 @@ def test_multi_layer_removal_one_pair_per_layer_and_run_with_hooks(tiny):
     toks, mask = tokenize(tiny, TEXTS[:4])
     axis = _random_axis(tiny, layers=(0, 1))
     patch = axis.removal()
-    # removal is zero-ablation of the axis coordinate hook point, one pair per layer
-    assert len(patch) == 2 and [n for n, _ in patch] == [f"blocks.{k}.hook_v_axis" for k in (0, 1)]
+    # one pair per layer, on the site's own hook (hook_v): plain TransformerLens runs it, no bl.attach
+    assert len(patch) == 2 and [n for n, _ in patch] == [hook_name(tiny, k, "v") for k in (0, 1)]
     reads = {}
 
     def rd(act, hook=None):
         reads[hook.name] = _flat(act).detach().double()
 
     hooks = list(patch) + [(hook_name(tiny, k, "v"), rd) for k in (0, 1)]
-    with torch.inference_mode(), bl.attach(tiny, axis=axis, entropies=False):
+    with torch.inference_mode():
         tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=hooks)
     assert len(reads) == 2
     for k, name in zip((0, 1), sorted(reads)):
@@ -259,18 +259,9 @@ def test_exception_inside_patched_leaves_no_hooks(tiny):
         assert torch.equal(tiny(toks, attention_mask=mask), clean)
 
 
-def _direct(part, axis):
-    """The same operation as the coordinate ``part`` of ``axis``, acting on the site itself (``hook_v``)."""
-    import dataclasses
-
-    mean = axis.means_[part.layer].float().clone() if part.offset != 0.0 else None
-    return dataclasses.replace(part, hook_name=axis.hook_names_[part.layer], on_coordinate=False, axis=None,
-                               offset=0.0, mean=mean)
-
-
 def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch):
-    """The removal on the coordinate hook point and its random control on hook_v both change the activation
-    with hookpoints.move_along and the part's one coordinate operation."""
+    """The removal along the axis and its random control hook the same hook point (hook_v) and change the
+    activation with hookpoints.move_along and the part's one coordinate operation."""
     from bayes_lens import hookpoints
 
     toks, mask = tokenize(tiny, TEXTS[:3])
@@ -283,26 +274,30 @@ def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch
         return real_move(act, u, edit, **kw)
 
     def op(self, c):
-        calls.append(("coordinate_op", self.hook_name, self.on_coordinate))
+        calls.append(("coordinate_op", self.hook_name))
         return real_op(self, c)
 
     monkeypatch.setattr(hookpoints, "move_along", move)
     monkeypatch.setattr(_Part, "coordinate_op", op)
-    for patch in (axis.removal(lam=0.5), axis.random_control(seed=0, lam=0.5)):
+    for patch in (axis.removal(lam=0.5), axis.random_control(seed=0, lam=0.5), axis.shift(1.0),
+                  axis.random_control(seed=0, op="shift", sigmas=1.0)):
         calls.clear()
         with bl.patched(tiny, patch), torch.inference_mode():
             tiny(toks, attention_mask=mask)
         (part,) = patch.parts
         assert [c[0] for c in calls] == ["move_along", "coordinate_op"], (patch.label, calls)
-        assert calls[0][2] == (model_info(tiny).kv_dim,) and calls[1][1:] == (part.hook_name, part.on_coordinate)
-    assert axis.removal().parts[0].on_coordinate and not axis.random_control(seed=0).parts[0].on_coordinate
+        assert calls[0][2] == (model_info(tiny).kv_dim,) and calls[1][1:] == (hook_name(tiny, 0, "v"),)
+    names = {p.hook_names for p in (axis.removal(), axis.shift(1.0), axis.keep_only(), axis.random_control(seed=0),
+                                    axis.random_control(seed=0, op="keep_only"))}
+    assert names == {(hook_name(tiny, 0, "v"),)}
 
 
 @pytest.mark.parametrize("op,kw", [("removal", {"lam": 1.0}), ("removal", {"lam": 0.5}),
                                    ("removal", {"lam": 1.0, "center": True}), ("shift", {"sigmas": -1.5})])
-def test_hook_point_route_equals_the_direct_projection(tiny, op, kw):
-    """A removal / shift on the axis coordinate hook point gives the numbers of the same operation applied to
-    hook_v directly (and both equal v − λ((v − μ)·u)u / v + sσu computed here), logits included."""
+def test_patch_equals_the_same_operation_on_the_coordinate_hook_point(tiny, op, kw):
+    """A removal / shift (a hook on hook_v) gives the numbers of the same coordinate operation as a user's hook
+    on the attached axis coordinate hook point (hook_v_axis), and both equal v − λ((v − μ)·u)u / v + sσu
+    computed here, logits included."""
     toks, mask = tokenize(tiny, TEXTS[:5])
     g = torch.Generator().manual_seed(3)
     dim = model_info(tiny).kv_dim
@@ -310,13 +305,13 @@ def test_hook_point_route_equals_the_direct_projection(tiny, op, kw):
                                        sigma=0.4, means={0: torch.randn(dim, generator=g),
                                                          1: torch.randn(dim, generator=g)})
     patch = getattr(axis, op)(**kw)
-    assert all(p.on_coordinate for p in patch.parts)
-    direct = Patch([_direct(p, axis) for p in patch.parts], label="direct", kind=op)
-    assert not any(p.on_coordinate for p in direct.parts)
+    assert patch.hook_names == (hook_name(tiny, 0, "v"), hook_name(tiny, 1, "v"))
+    on_point = [(axis.coord_hook_names_[p.layer], lambda c, hook, p=p: p.coordinate_op(c)) for p in patch.parts]
     name = hook_name(tiny, 0, "v")
     _, clean = _read(tiny, toks, mask, name)
-    via_point, act_point = _read(tiny, toks, mask, name, patch)
-    via_site, act_site = _read(tiny, toks, mask, name, direct)
+    via_site, act_site = _read(tiny, toks, mask, name, patch)
+    with bl.attach(tiny, axis=axis, entropies=False):
+        via_point, act_point = _read(tiny, toks, mask, name, on_point)
     assert torch.allclose(act_point, act_site, atol=1e-6, rtol=0)
     assert torch.allclose(via_point, via_site, atol=1e-6, rtol=0)
     u, mu = axis.axes_[0].double(), axis.means_[0].double()
@@ -326,8 +321,8 @@ def test_hook_point_route_equals_the_direct_projection(tiny, op, kw):
     else:
         c = (v - mu) @ u if kw.get("center") else v @ u
         expected = v - kw["lam"] * c[..., None] * u
-    assert torch.allclose(_flat(act_point).double(), expected, atol=1e-5)
-    assert not torch.allclose(_flat(act_point).double(), v, atol=1e-3)  # the patch does something
+    assert torch.allclose(_flat(act_site).double(), expected, atol=1e-5)
+    assert not torch.allclose(_flat(act_site).double(), v, atol=1e-3)  # the patch does something
 
 
 # --------------------------------------------------------------------------------------------
@@ -957,36 +952,106 @@ def test_compare_patched_reads_a_sum_of_patches_of_two_axes(tiny):
         assert float((_flat(act).double() @ ax.axes_[layer].double()).abs().max()) < 1e-5
 
 
-def test_two_axes_at_one_layer_in_one_patch_are_refused_clearly(tiny):
+def test_two_axes_at_one_layer_in_one_patch_apply_in_order(tiny):
+    """A sum of removals of two axes fitted at one layer hooks hook_v twice: a's removal, then b's (it was
+    refused while removals went through one axis coordinate hook point per layer)."""
     a = _random_axis(tiny, layers=(1,), seed=0)
     b = _random_axis(tiny, layers=(1,), seed=1)
     toks, mask = tokenize(tiny, TEXTS[:2])
-    with pytest.raises(bl.InvalidInputError, match="two different axes"):
-        with bl.patched(tiny, a.removal() + b.removal()):
-            tiny(toks, attention_mask=mask)
+    name = hook_name(tiny, 1, "v")
+    _, clean = _read(tiny, toks, mask, name)
+    _, act = _read(tiny, toks, mask, name, a.removal() + b.removal())
+    ua, ub = a.axes_[1].double(), b.axes_[1].double()
+    v = _flat(clean).double()
+    v = v - (v @ ua)[..., None] * ua
+    v = v - (v @ ub)[..., None] * ub
+    assert torch.allclose(_flat(act).double(), v, atol=1e-5)
     assert _n_hooks(tiny) == 0 and "blocks.1.hook_v_axis" not in tiny.hook_dict
 
 
-def test_patch_pairs_for_transformer_lens_are_used_inside_attach(tiny):
-    """The Patch docstring offered ``model.run_with_hooks(tokens, fwd_hooks=list(patch))``, which raises
-    outside bl.attach (a removal hooks the axis's coordinate hook point). The documented form — inside
-    ``bl.attach(model, axis=patch.axis)`` — equals bl.patched; keep-only hooks hook_v and needs no attach."""
-    doc = " ".join(Patch.__doc__.replace("*", "").split())
-    assert "inside ``with bl.attach(model, axis=patch.axis):``" in doc and "KeyError" in doc
-    axis = _random_axis(tiny, layers=(1,))
-    patch = axis.removal()
+def _by_hand_hook(op, u, *, lam=1.0, amount=0.0, mean=None):
+    """The patch's arithmetic from scratch on TransformerLens's ``hook_v`` ``[batch, pos, head, d_head]``, in
+    float64: x ← x − λ((x − μ)·u)u, x ← x + amount·u or x ← μ + ((x − μ)·u)u on each position's row x.
+    """
+    def hook(act, hook=None):
+        x = act.reshape(*act.shape[:2], -1).double()
+        uu = u.to(x.device).double()
+        mu = torch.zeros_like(uu) if mean is None else mean.to(x.device).double()
+        c = ((x - mu) * uu).sum(-1, keepdim=True)
+        if op == "removal":
+            y = x - lam * c * uu
+        elif op == "shift":
+            y = x + amount * uu
+        else:
+            y = mu + c * uu
+        return y.to(act.dtype).reshape(act.shape)
+    return hook
+
+
+@pytest.mark.parametrize("make", ["removal", "removal_half_centred", "shift", "keep_only", "random", "random_shift"])
+def test_patch_pairs_work_in_plain_transformer_lens_without_attach(tiny, make):
+    """Every patch's pairs hook the site itself: ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` on a
+    model nobody attached to equals ``bl.patched`` (HookedTransformer and TransformerBridge alike) and a plain TL
+    hook that does the arithmetic from scratch here."""
+    g = torch.Generator().manual_seed(5)
+    dim = model_info(tiny).kv_dim
+    axis = EntropyAxis.from_directions(tiny, {1: torch.randn(dim, generator=g)}, sigma=0.7,
+                                       means={1: torch.randn(dim, generator=g)})
+    patch = {"removal": lambda: axis.removal(), "removal_half_centred": lambda: axis.removal(0.5, center=True),
+             "shift": lambda: axis.shift(-2.0), "keep_only": lambda: axis.keep_only(),
+             "random": lambda: axis.random_control(seed=3),
+             "random_shift": lambda: axis.random_control(seed=3, op="shift", sigmas=-2.0)}[make]()
+    (part,) = patch.parts
+    assert patch.hook_names == (hook_name(tiny, 1, "v"),) and not any("axis" in n for n, _ in patch)
+    u = part.direction
+    by_hand = {"removal": _by_hand_hook("removal", u), "shift": _by_hand_hook("shift", u, amount=-2.0 * 0.7),
+               "removal_half_centred": _by_hand_hook("removal", u, lam=0.5, mean=axis.means_[1]),
+               "keep_only": _by_hand_hook("keep_only", u), "random": _by_hand_hook("removal", u),
+               "random_shift": _by_hand_hook("shift", u, amount=-2.0 * 0.7)}[make]
     toks, mask = tokenize(tiny, TEXTS[:4])
     with torch.inference_mode():
+        clean = tiny(toks, attention_mask=mask)
         with bl.patched(tiny, patch):
             want = tiny(toks, attention_mask=mask)
-        with bl.attach(tiny, axis=patch.axis):
-            got = tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=list(patch))
-        if not bl.adapter.is_bridge(tiny):  # (a TL 3.9 bridge ignores the unknown name, as the docstring says)
-            with pytest.raises(KeyError):
-                tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=list(patch))
-        keep = axis.keep_only()
-        with bl.patched(tiny, keep):
-            want_keep = tiny(toks, attention_mask=mask)
-        got_keep = tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=list(keep))
+        assert not any("axis" in n for n in tiny.hook_dict)  # nothing attached, before or after
+        got = tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=list(patch))
+        with tiny.hooks(fwd_hooks=list(patch)):
+            got_ctx = tiny(toks, attention_mask=mask)
+        ref = tiny.run_with_hooks(toks, attention_mask=mask, fwd_hooks=[(hook_name(tiny, 1, "v"), by_hand)])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
-    torch.testing.assert_close(got_keep, want_keep, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_ctx, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=0)
+    assert (got - clean).abs().max() > 1e-3  # the patch does something (the test can fail)
+    assert _n_hooks(tiny) == 0
+
+
+def test_treatment_and_control_take_the_same_route_and_hook_order(tiny):
+    """The axis removal and its random control hook the same hook point with the same function, and sit in the
+    same place relative to a user's own hooks on it (TransformerLens's registration order): the patch sees the
+    edit of a user hook added before it, and a user hook added after sees the patched value — for both."""
+    axis = _random_axis(tiny, layers=(1,))
+    name = hook_name(tiny, 1, "v")
+    toks, mask = tokenize(tiny, TEXTS[:3])
+    treat, control = axis.removal(), axis.random_control(seed=0)
+    assert treat.hook_names == control.hook_names == (name,)
+    assert treat[0][1].__func__ is control[0][1].__func__  # PatchPart.hook_fn: one function for both
+    _, clean = _read(tiny, toks, mask, name)
+    v = _flat(clean).double()
+    for patch in (treat, control):
+        u = patch.parts[0].direction.double()
+        seen = {}
+
+        def before(act, hook):  # a user's edit, added before the patch
+            seen["before"] = _flat(act).detach().double().clone()
+            return act * 2.0
+
+        def after(act, hook):  # a user's read, added after the patch
+            seen["after"] = _flat(act).detach().double().clone()
+
+        with torch.inference_mode(), tiny.hooks(fwd_hooks=[(name, before)]), bl.patched(tiny, patch), \
+                tiny.hooks(fwd_hooks=[(name, after)]):
+            tiny(toks, attention_mask=mask)
+        assert torch.allclose(seen["before"], v, atol=1e-6), patch.label
+        w = 2.0 * v  # the patch acted on the user's edit, and the later hook saw the patch's result
+        assert torch.allclose(seen["after"], w - (w @ u)[..., None] * u, atol=1e-5), patch.label
+    assert _n_hooks(tiny) == 0

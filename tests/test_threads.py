@@ -47,4 +47,6 @@ def test_two_threads_running_analyses_on_one_model(tiny):
         t.join()
     assert not errors, errors
     assert len(results) == 18 and all(ok for _, ok in results), [n for n, ok in results if not ok]
-    assert "blocks.1.hook_v_axis" not in tiny.hook_dict  # every attachment was detached
+    # the patch hooks hook_v itself (nothing attached), and every hook was removed after each run
+    assert axis.removal().hook_names == (axis.hook_name_,) and "blocks.1.hook_v_axis" not in tiny.hook_dict
+    assert bl.adapter.hooked_points(tiny) == []

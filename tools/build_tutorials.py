@@ -247,8 +247,8 @@ downstream, and it survives the removal too).""") + "\n" + OUTPUTS_NOTE),
     md("""## The flagship workflow: patched vs clean, from caches you make
 
 Fit the entropy axis, make ordinary TransformerLens caches — clean, inside
-`bl.patched(model, axis.removal())` (which zero-ablates the axis coordinate hook point
-`blocks.{l}.hook_v_axis`), and inside a random direction's removal (the control) — and compare
+`bl.patched(model, axis.removal())` (a hook on `hook_v` that removes the axis component), and
+inside a random direction's removal (the control: the same hook, another direction) — and compare
 them against the exact Bayesian posterior. At the ablated layer the removed coordinate is 0 by
 construction; `flag.effect()` reads the correlation at the *later* layers and the calibration at the
 output. At full size this is the README's flagship (60 prompts, seed 0); quick draws 20 prompts."""),

@@ -37,9 +37,11 @@ entropy-ordered direction of its value space. This module answers with three pub
   fails loudly instead of silently matching nothing.
 
 * ``with patched(model, patches): ...`` runs the model with the patches; every hook is removed on
-  exit, also when the body raises. A removal or shift of the fitted axis is an operation on the
-  axis's coordinate hook point ``blocks.{l}.hook_v_axis`` (:mod:`bayes_lens.hookpoints`):
-  zero-ablating that hook point *is* the removal; ``patched`` attaches it for the block.
+  exit, also when the body raises. Every patch — the axis's removal and shift, keep-only, the random
+  controls — hooks the site's own hook point (``blocks.{l}.attn.hook_v``) and changes the activation
+  with the same function (:func:`bayes_lens.hookpoints.move_along` / ``keep_along``), so a treatment
+  and its control take one route, and a patch needs no ``bl.attach``. (On an attached model,
+  zero-ablating the coordinate hook point ``blocks.{l}.hook_v_axis`` is the same removal.)
 
 * :func:`compare_patched` — clean vs each patch (random controls summarized over seeds): the
   correlation of the *clean-fitted* axis coordinate with the model's entropy (and with the Bayes

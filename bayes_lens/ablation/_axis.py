@@ -524,22 +524,17 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
                     raise InvalidInputError(f"shift needs the coordinate's σ at layer {layer}; fit the axis on "
                                             "prompts or pass sigma= to EntropyAxis.from_directions.")
                 amount = amount_sigmas * sig
-            on_coord = directions is None and op in ("removal", "shift")
-            offset, mean = 0.0, None
+            mean = None
             if center and op != "shift":
                 mu = self.means_[layer].float()
                 if not bool(mu.ne(0).any()):
                     raise InvalidInputError(
                         f"center=True needs the mean activation at layer {layer}, which this axis does not have "
                         "(made by from_directions without means=); fit the axis on prompts or pass means=.")
-                if on_coord:
-                    offset = float(mu.double() @ u.double())
-                else:
-                    mean = mu.clone()
-            parts.append(PatchPart(layer=layer, hook_name=self.coord_hook_names_[layer] if on_coord else
-                                   self.hook_names_[layer], site=self.site_, op=op, direction=u.float().clone(),
-                                   lam=float(lam), amount=float(amount), on_coordinate=on_coord,
-                                   axis=self if on_coord else None, offset=offset, mean=mean))
+                mean = mu.clone()
+            # one route for the axis and its controls: every part hooks the site itself (hook_v)
+            parts.append(PatchPart(layer=layer, hook_name=self.hook_names_[layer], site=self.site_, op=op,
+                                   direction=u.float().clone(), lam=float(lam), amount=float(amount), mean=mean))
         return parts
 
     @property
@@ -590,10 +585,13 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
     def removal(self, lam: float = 1.0, *, layers=None, center: bool = False) -> Patch:
         """v ← v − λ (v·u) u at every position (λ = 1: full removal; λ = 0: no change).
 
-        It is the hook ``c ↦ (1 − λ)·c`` on the coordinate hook point ``blocks.{l}.hook_v_axis``
-        (for λ = 1, zero-ablation), attached by ``bl.patched`` or ``bl.attach(model, axis=axis)``.
+        One hook per layer on the site's own hook point (``blocks.{l}.attn.hook_v``): v moves along u so
+        that its coordinate c = v·u becomes (1 − λ)·c (:func:`bayes_lens.hookpoints.move_along`, the same
+        function and hook as :meth:`random_control`'s). The pairs work in plain TransformerLens
+        (``model.run_with_hooks(tokens, fwd_hooks=list(axis.removal()))``), no ``bl.attach`` needed. For
+        λ = 1 it equals zero-ablating the coordinate hook point ``blocks.{l}.hook_v_axis`` of an attached model.
 
-        ``center=True``: v ← v − λ ((v − μ)·u) u with μ the fitted mean (the hook
+        ``center=True``: v ← v − λ ((v − μ)·u) u with μ the fitted mean (the coordinate operation
         ``c ↦ c − λ (c − μ·u)``): the coordinate is set to its mean instead of 0. It is invariant
         to a constant shift of v, so a processed model (``fold_value_biases`` moves b_V out of
         ``hook_v``) and its raw twin get the same intervention; the uncentred removal warns on such
@@ -616,8 +614,9 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
                      params={"center": bool(center)}, model_meta=self.model_meta_)
 
     def shift(self, sigmas: float, *, layers=None) -> Patch:
-        """v ← v + s·σ·u at every position (σ: std of the clean coordinate at that layer): the hook
-        ``c ↦ c + s·σ`` on the coordinate hook point."""
+        """v ← v + s·σ·u at every position (σ: std of the clean coordinate at that layer): one hook per
+        layer on the site's own hook point (``hook_v``) moving the coordinate c ↦ c + s·σ, as in
+        :meth:`removal`; no ``bl.attach`` needed."""
         sigmas = finite_float(sigmas, "sigmas")
         parts = self._parts("shift", layers, amount_sigmas=sigmas)
         self._warn_basis("shift", False, "shift")

@@ -631,8 +631,8 @@ def compare_patched(source, prompts=None, patches=None, *, clean=None, patched=N
         readouts = adapter.resolve_layers(model, readout_layers)
 
     def collect_condition(p, label):
-        # one way for every condition: the patch's hooks go to the runner (which attaches the axis points they
-        # hook), so a sharded run names each condition's shard folder by its patch's digest
+        # one way for every condition: the patch's hooks (on the site's own hook point) go to the runner, so a
+        # sharded run names each condition's shard folder by its patch's digest
         rc, _ = axis_cache(model, prompts, layers=readouts, site=site, batch_size=batch_size, progress=progress,
                            desc=f"compare_patched: {label}", fwd_hooks=[] if p is None else flatten_pairs(p))
         return _run_arrays(rc, prompts, readouts, site)

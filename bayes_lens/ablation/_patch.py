@@ -2,14 +2,15 @@
 
 Paper A §4.5–4.6 (METHODS.md §7): v ← v − λ(v·u)u (removal; λ = 1 full removal, λ = 0 no change —
 the paper's public code had λ reversed), keep-only v ← (v·u)u, and shift v ← v + s·σ·u, applied at
-every position. A removal or shift along a fitted axis is an operation on the axis coordinate hook
-point of :mod:`bayes_lens.hookpoints` (zero-ablation of ``hook_v_axis`` *is* the removal); keep-only
-and the random-direction controls act on ``hook_v`` directly. Both routes compute the change with the
-same two functions (:func:`bayes_lens.hookpoints.move_along`, :func:`~bayes_lens.hookpoints.keep_along`)
-and the same coordinate operation (:meth:`PatchPart.coordinate_op`), and every patch reaches a model
-one way: :func:`patched` and the runner (``fwd_hooks``) both attach the coordinate points
-(:func:`bayes_lens.hookpoints.attached_for`) and add the hooks with :func:`bayes_lens.adapter.added_hooks`.
-See :mod:`bayes_lens.ablation`.
+every position. Every part of every patch — a removal or shift along a fitted axis, keep-only, the
+random-direction controls, a subspace removal — takes one route: a hook on the site's own
+TransformerLens hook point (``blocks.{l}.attn.hook_v``, ``blocks.{l}.hook_resid_post``) that changes
+the activation with :func:`bayes_lens.hookpoints.move_along` and the part's coordinate operation
+(:meth:`PatchPart.coordinate_op`), or projects it with :func:`~bayes_lens.hookpoints.keep_along`. So a
+treatment and its control differ only in the direction, and a patch's pairs work in plain
+TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``.
+:func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
+(:func:`bayes_lens.adapter.added_hooks`). See :mod:`bayes_lens.ablation`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import torch
 from torch import Tensor
 
 from .. import adapter, hookpoints
@@ -40,11 +40,12 @@ __all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "c
 class PatchPart:
     """One layer of a patch: the hook, the direction and the operation.
 
-    ``on_coordinate=True``: the hook is the axis's coordinate hook point (``blocks.{l}.hook_v_axis``,
-    :mod:`bayes_lens.hookpoints`) and the operation acts on the coordinate c = v·u — removal is
-    c ↦ (1 − λ)c (λ = 1: zero-ablation), shift is c ↦ c + s·σ; the hook point moves v along u by the
-    change. Otherwise the hook is the site itself (``hook_v``) and the vector is changed directly
-    (keep-only, and every random-direction control).
+    The hook is the site's own TransformerLens hook point (``hook_name``: ``blocks.{l}.attn.hook_v`` for
+    ``site="v"``, ``blocks.{l}.hook_resid_post``), for every operation and for an axis's direction and a
+    random control's alike. The operation changes the coordinate c = x·u of each position's row x
+    (``hook_v`` flattened over heads): removal c ↦ (1 − λ)c, shift c ↦ c + s·σ (:meth:`coordinate_op`,
+    applied by :func:`bayes_lens.hookpoints.move_along`), or keep-only x ↦ (x·u)u
+    (:func:`bayes_lens.hookpoints.keep_along`).
     """
 
     layer: int
@@ -54,40 +55,33 @@ class PatchPart:
     direction: Tensor  # float32 unit vector [dim]
     lam: float = 1.0  # removal strength
     amount: float = 0.0  # shift distance (s·σ), in activation units
-    on_coordinate: bool = False
-    axis: object = None  # the fitted EntropyAxis whose coordinate hook point an on_coordinate part uses
     # centred operations (``center=True``): the fitted mean of the site, so that the change does not
-    # depend on a constant shift of the activations (a folded value bias). ``offset`` = mean·u for a
-    # coordinate part; ``mean`` the mean vector for a part on the site itself, or ``[batch, dim]`` one
-    # row per prompt of the batch it runs on (resample-ablation: each prompt's donor row).
-    offset: float = 0.0
+    # depend on a constant shift of the activations (a folded value bias): the mean vector ``[dim]``, or
+    # ``[batch, dim]`` one row per prompt of the batch it runs on (resample-ablation: each prompt's donor row).
     mean: Optional[Tensor] = None
 
     def coordinate_op(self, c: Tensor) -> Tensor:
-        """What the part does to the coordinate c = v·u: removal c ↦ (1 − λ)c (centred: c ↦ c − λ(c − μ·u)),
-        shift c ↦ c + s·σ. The one definition of both, on the axis coordinate hook point and off it. A
+        """What the part does to the coordinate c = x·u: removal c ↦ (1 − λ)c (centred:
+        c ↦ c − λ(c − μ·u)), shift c ↦ c + s·σ. The one definition of both, for an axis and for its random controls. A
         ``[batch, dim]`` mean sets each row's coordinate toward its own μ_b·u (``c`` is ``[batch, ..., 1]``)."""
         if self.op == "shift":
             return c + self.amount
-        offset = self.offset
-        if not self.on_coordinate and self.mean is not None:
-            if self.mean.ndim == 2:  # one reference row per prompt of the batch
-                if self.mean.shape[0] != c.shape[0]:
-                    raise InvalidInputError(
-                        f"the patch at {self.hook_name} holds {self.mean.shape[0]} per-prompt rows but the batch has "
-                        f"{c.shape[0]} prompts; build the patch for this batch's prompts.")
-                o = (self.mean.double() @ self.direction.double()).to(device=c.device, dtype=c.dtype)
-                return c - self.lam * (c - o.reshape(-1, *([1] * (c.ndim - 1))))
-            offset = float(self.mean.double() @ self.direction.double())
+        if self.mean is None:
+            return c * (1.0 - self.lam)
+        if self.mean.ndim == 2:  # one reference row per prompt of the batch
+            if self.mean.shape[0] != c.shape[0]:
+                raise InvalidInputError(
+                    f"the patch at {self.hook_name} holds {self.mean.shape[0]} per-prompt rows but the batch has "
+                    f"{c.shape[0]} prompts; build the patch for this batch's prompts.")
+            o = (self.mean.double() @ self.direction.double()).to(device=c.device, dtype=c.dtype)
+            return c - self.lam * (c - o.reshape(-1, *([1] * (c.ndim - 1))))
+        offset = float(self.mean.double() @ self.direction.double())
         return c * (1.0 - self.lam) if offset == 0.0 else c - self.lam * (c - offset)
 
     def apply(self, act: Tensor) -> Tensor:
-        """The part's operation on its hook's activation: the coordinate ``[..., 1]`` (``on_coordinate``;
-        the hook point moves v along u), or the site's activation itself, moved along the direction by
-        the same coordinate operation (:func:`bayes_lens.hookpoints.move_along`) or, for keep-only,
-        projected onto it (:func:`bayes_lens.hookpoints.keep_along`)."""
-        if self.on_coordinate:
-            return self.coordinate_op(act)
+        """The part's operation on the site's activation: moved along the direction by :meth:`coordinate_op`
+        (:func:`bayes_lens.hookpoints.move_along`) or, for keep-only, projected onto it
+        (:func:`bayes_lens.hookpoints.keep_along`)."""
         what = f"the patch at {self.hook_name}"
         if self.op == "keep_only":
             return hookpoints.keep_along(act, self.direction, self.mean, what=what)
@@ -99,9 +93,11 @@ class PatchPart:
 
     def digest(self) -> str:
         """SHA-256 (hex) of what this part does: layer, hook, site, operation, λ, shift, direction bytes."""
-        fields = [self.layer, self.hook_name, self.site, self.op, self.lam, self.amount, self.on_coordinate]
-        if self.offset != 0.0 or self.mean is not None:  # centred: part of what it does (uncentred digests unchanged)
-            fields.append(["centred", self.offset])
+        # the literal False and 0.0 stand where a former field (the coordinate route) and a scalar offset
+        # were, so that the digests of parts whose hook and operation did not change stay what they were
+        fields = [self.layer, self.hook_name, self.site, self.op, self.lam, self.amount, False]
+        if self.mean is not None:  # centred: part of what it does (uncentred digests unchanged)
+            fields.append(["centred", 0.0])
         h = hashlib.sha256(json.dumps(fields).encode())
         h.update(self.direction.detach().cpu().float().contiguous().numpy().tobytes())
         if self.mean is not None:
@@ -113,15 +109,13 @@ class Patch:
     """An intervention (possibly at several layers): an iterable of ``(hook_name, fn)`` pairs.
 
     Made by :class:`EntropyAxis` (``removal``, ``keep_only``, ``shift``, ``random_control``). Use it
-    as ``with bl.patched(model, patch):`` (which attaches the hook points the patch needs), or hand its
-    pairs to TransformerLens — ``model.hooks(fwd_hooks=list(patch))``,
-    ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` — *inside* ``with bl.attach(model,
-    axis=patch.axis):``: a removal or shift hooks the axis's coordinate hook point
-    (``blocks.{l}.hook_v_axis``), which the model has only while it is attached (outside, a
-    HookedTransformer raises ``KeyError`` and a TransformerBridge ignores the unknown name: the run is
-    silently unpatched). Keep-only and the random controls hook ``hook_v`` itself and need no attach.
-    ``patch_a + patch_b`` applies both (also patches of different axes: ``bl.patched`` and
-    ``bl.compare_patched`` attach every axis they need).
+    as ``with bl.patched(model, patch):``, or hand its pairs to TransformerLens as they are —
+    ``model.hooks(fwd_hooks=list(patch))``, ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` —
+    with no ``bl.attach``: every part hooks its site's own hook point (``blocks.{l}.attn.hook_v``,
+    ``blocks.{l}.hook_resid_post``), the removal and shift of the axis exactly as their random controls
+    and keep-only, so a treatment and its control reach the activation the same way and in the same
+    order relative to other hooks on that site (TransformerLens runs a hook point's hooks in the order
+    they were added). ``patch_a + patch_b`` applies both (also patches of different axes).
 
     Attributes: ``label``, ``kind`` (``"removal"``, ``"keep_only"``, ``"shift"``, ``"combined"``),
     ``layers``, ``hook_names``, ``site``, ``random_seed`` (None unless a random control),
@@ -132,10 +126,9 @@ class Patch:
     >>> tokens = model.to_tokens(prompts)
     >>> with bl.patched(model, axis.removal()):
     ...     removed = model(tokens)
-    >>> with bl.attach(model, axis=axis):            # the coordinate hook point exists while attached
-    ...     by_pairs = model.run_with_hooks(tokens, fwd_hooks=list(axis.removal()))
-    >>> torch.allclose(removed, by_pairs, atol=1e-5)
-    True
+    >>> by_pairs = model.run_with_hooks(tokens, fwd_hooks=list(axis.removal()))   # plain TransformerLens
+    >>> torch.allclose(removed, by_pairs, atol=1e-5), axis.removal().hook_names == (axis.hook_name_,)
+    (True, True)
     """
 
     def __init__(self, parts: Sequence[PatchPart], *, label: str, kind: str, axis: Optional["EntropyAxis"] = None,
@@ -296,7 +289,7 @@ def _warn_site_processing(model, patch: Patch, meta: dict) -> None:
     keep-only only; a shift and ``center=True`` do not depend on them), centred writing weights at
     ``hook_resid_post`` (every operation)."""
     sites = {p.site for p in patch.parts
-             if p.site == "resid_post" or (p.op != "shift" and p.offset == 0.0 and p.mean is None)}
+             if p.site == "resid_post" or (p.op != "shift" and p.mean is None)}
     for site, key in (("v", "value_bias_folded"), ("resid_post", "writing_weights_centred")):
         fitted = meta.get(key)
         if site not in sites or fitted is None:
@@ -314,25 +307,11 @@ def _warn_site_processing(model, patch: Patch, meta: dict) -> None:
             UserWarning, stacklevel=4)
 
 
-def _check_attached_axis(model, part: PatchPart) -> None:
-    hp = adapter.hook_point(model, part.hook_name)
-    u = getattr(hp, "axis_direction", None)
-    if u is not None and not torch.equal(u.cpu(), part.direction.cpu()):
-        raise InvalidInputError(
-            f"{part.hook_name} is attached for a different axis than the one this patch came from; detach it "
-            "(or attach this patch's axis) before patching.")
-
-
-def _coordinate_parts(patches) -> List[PatchPart]:
-    return [part for p in patch_objects(patches) for part in p.parts if part.on_coordinate]
-
-
 def check_patches(model, patches) -> List[Tuple[str, Callable]]:
     """Every check :func:`patched` makes, before any compute; returns the ``[(hook_name, fn)]`` pairs.
 
-    The pairs' shape, each patch's fit to the model (layers, width, weight basis) and the hook names:
-    a hook on an axis coordinate point that is not attached is fine (:func:`patched` and the runner
-    attach it), one attached for another axis is refused, any other missing hook is an error.
+    The pairs' shape, each patch's fit to the model (layers, width, weight basis) and the hook names
+    (a missing hook is an error, never a silent no-op).
     """
     adapter.check_model(model)
     pairs = flatten_pairs(patches)
@@ -341,19 +320,7 @@ def check_patches(model, patches) -> List[Tuple[str, Callable]]:
             raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got ({name!r}, {fn!r}).")
     for p in patch_objects(patches):
         check_against_model(model, p)
-    names = sorted({n for n, _ in pairs})
-    coords = _coordinate_parts(patches)
-    if not coords:
-        adapter.check_hooks(model, names)
-        return pairs
-    have = adapter.hook_names(model)  # a bridge's hook_dict is costly: read once
-    attachable = {part.hook_name for part in coords}
-    missing = [n for n in names if n not in have and n not in attachable]
-    if missing:
-        adapter.check_hooks(model, missing)  # raises, naming them
-    for part in coords:
-        if part.hook_name in have:
-            _check_attached_axis(model, part)
+    adapter.check_hooks(model, sorted({n for n, _ in pairs}))
     return pairs
 
 
@@ -362,22 +329,20 @@ def patched(model, patches):
     """Run ``model`` with ``patches`` inside the block; all their hooks are removed on exit, also on error.
 
     ``patches`` is a :class:`Patch`, a list of patches, or any ``[(hook_name, fn)]`` list; an empty
-    list runs the clean model. A removal or shift of a fitted axis acts on the axis's coordinate hook
-    point (zero-ablation of ``blocks.{l}.hook_v_axis`` is the removal): the hook points are
-    attached for the block when they are not attached already, and detached on exit. Hook points
-    are checked first (:func:`check_patches`: a misspelt or out-of-range hook is an error, never a
-    silent no-op), and a patch whose axis has the wrong dimension for the model is refused. The
-    hooks are added as the runner adds a run's ``fwd_hooks`` (:func:`bayes_lens.adapter.added_hooks`).
-    The model's lock is held for the whole block (another thread's forward pass waits instead of
-    running with these hooks).
+    list runs the clean model. Every patch hooks its site's own hook point (``hook_v``), as
+    ``model.hooks(fwd_hooks=list(patch))`` would; nothing is attached. Hook points are checked first
+    (:func:`check_patches`: a misspelt or out-of-range hook is an error, never a silent no-op), and a
+    patch whose axis has the wrong dimension for the model is refused. The hooks are added as the
+    runner adds a run's ``fwd_hooks`` (:func:`bayes_lens.adapter.added_hooks`). The model's lock is
+    held for the whole block (another thread's forward pass waits instead of running with these hooks).
 
     >>> axis = bl.EntropyAxis(layer=-1).fit(model, bl.sula.make_prompts(model, ks=(0, 2), n_per_k=4))
     >>> tokens = model.to_tokens(prompts)
     >>> with bl.patched(model, axis.removal()):
     ...     logits = model(tokens)
-    >>> torch.equal(logits, model(tokens)), axis.coord_hook_name_ in model.hook_dict   # restored on exit
-    (False, False)
+    >>> torch.equal(logits, model(tokens))   # restored on exit
+    False
     """
     pairs = check_patches(model, patches)
-    with adapter.model_lock(model), hookpoints.attached_for(model, pairs), adapter.added_hooks(model, pairs):
+    with adapter.model_lock(model), adapter.added_hooks(model, pairs):
         yield model
