@@ -62,8 +62,9 @@ class PatchPart:
 
     def coordinate_op(self, c: Tensor) -> Tensor:
         """What the part does to the coordinate c = x·u: removal c ↦ (1 − λ)c (centred:
-        c ↦ c − λ(c − μ·u)), shift c ↦ c + s·σ. The one definition of both, for an axis and for its random controls. A
-        ``[batch, dim]`` mean sets each row's coordinate toward its own μ_b·u (``c`` is ``[batch, ..., 1]``)."""
+        c ↦ c − λ(c − μ·u)), shift c ↦ c + s·σ. The one definition of both, for an axis and for its
+        random controls. A ``[batch, dim]`` mean sets each row's coordinate toward its own μ_b·u (``c``
+        is ``[batch, ..., 1]``)."""
         if self.op == "shift":
             return c + self.amount
         if self.mean is None:
