@@ -67,7 +67,7 @@ from ._validate import check_prompts as validate_prompts
 from ._validate import check_choice, check_count
 from .errors import InvalidInputError, MissingHookError
 from .hooks import check_finite, last_index
-from .hookpoints import HOOK_POINTS, attached_for
+from .hookpoints import HOOK_POINTS
 from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, read_from_spec, reads_for, unique
 from .reduced import ReducedCache
 
@@ -181,7 +181,7 @@ def forward_batches(model, prompts: Sequence[str], *, batch_size: int = 16, padd
         hooks = static if static is not None else list(fwd_hooks(batch))
         with adapter.model_lock(model), torch.inference_mode():
             final = adapter.final_token_unembedding(model, batch.last_index) if logits == "final" else nullcontext()
-            with final, attached_for(model, hooks), adapter.added_hooks(model, hooks, resolver):
+            with final, adapter.added_hooks(model, hooks, resolver):
                 out = model(tokens, attention_mask=mask, return_type="logits")
         yield dataclasses.replace(batch, logits=out[:, 0] if logits == "final" else out)
 

@@ -85,8 +85,7 @@ True
 
 from __future__ import annotations
 
-import contextlib
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -96,8 +95,7 @@ from .errors import InvalidInputError, MissingHookError
 from .hooks import HOOK_POINTS, row_entropy_bits
 from .metrics.stats import chunked_entropy_bits
 
-__all__ = ["HOOK_POINTS", "RENAMED", "attach", "detach", "Attachment", "axis_hook_name", "attached_axis_layers",
-           "attached_for"]
+__all__ = ["HOOK_POINTS", "RENAMED", "attach", "detach", "Attachment", "axis_hook_name", "attached_axis_layers"]
 
 #: names of bayes_lens 0.x before the TransformerLens-resolvable names (old template → new template).
 #: Not kept as aliases: the shapes changed with them, so old code fails loudly instead of misreading.
@@ -556,15 +554,3 @@ def attach(model, axis=None, *, entropies: bool = True) -> Attachment:
         raise
     att.attached = True
     return att
-
-
-@contextlib.contextmanager
-def attached_for(model, pairs: Sequence) -> Iterator[List[Attachment]]:
-    """Attaches nothing (yields ``[]``): kept for callers of the former route.
-
-    Patches made by :meth:`bayes_lens.EntropyAxis.removal` / ``shift`` used to act on ``hook_v_axis`` and
-    needed its hook point attached for the run; every patch now hooks the site's own hook point
-    (:mod:`bayes_lens.ablation`), so there is nothing to attach. A hook a user puts on a coordinate hook
-    point still needs ``bl.attach`` around the run, as any hook point does.
-    """
-    yield []
