@@ -97,8 +97,8 @@ def test_reduced_cache_repr_shows_shapes(tiny_module):
                              attention=True)
     text = repr(col)
     assert "3 prompts" in text and "tensor(" not in text and len(text.splitlines()) == 1 + len(col)
-    assert f"blocks.0.attn.hook_v: (3, {col.value_rows(0).shape[1]}) float32" in text
-    assert "hook_next_token_entropy: (3,) float64" in text
+    assert f"final_rows.v.0: (3, {col.value_rows(0).shape[1]}) float32" in text
+    assert "next_token_entropy: (3,) float64" in text and "attention_entropy.last.1: (3, " in text
 
 
 def test_sula_and_ablation_reprs(tiny_module):
