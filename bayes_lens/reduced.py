@@ -76,6 +76,7 @@ _KEY = re.compile(r"^(final_rows\.(v|resid_post|z)|attention_entropy\.(last|all)
 #: the keys of earlier releases (TL hook names reused for reduced rows), read with a DeprecationWarning
 _LEGACY_ROWS = re.compile(r"^blocks\.(\d+)\.(attn\.hook_v|hook_resid_post|attn\.hook_z|hook_pattern_entropy)$")
 _LEGACY_SITE = {"attn.hook_v": "v", "hook_resid_post": "resid_post", "attn.hook_z": "z"}
+_SITE_LEGACY = {site: hook for hook, site in _LEGACY_SITE.items()}
 _LEGACY_MODEL = {"hook_next_token_entropy": NEXT_TOKEN_ENTROPY, "hook_token_logprobs": TOKEN_LOGPROBS,
                  "hook_tail_logits": TAIL_LOGITS, "hook_tail_logsumexp": TAIL_LOGSUMEXP}
 #: the ``format`` entry of a saved reduced cache (1: the legacy hook-name keys; 2: read keys)
@@ -97,7 +98,7 @@ def entropy_name(layer: int, positions: str = "last") -> str:
 def legacy_row_name(layer: int, site: str = "v") -> str:
     """An earlier release's key of :func:`row_name`'s rows (the TL hook name), as shard folders of then hold it."""
     check_choice(site, "site", sorted(_ROW_SITES))
-    return f"blocks.{int(layer)}." + {v: k for k, v in _LEGACY_SITE.items()}[site]
+    return f"blocks.{int(layer)}.{_SITE_LEGACY[site]}"
 
 
 def canonical_key(name: str, attention_positions: str = "last") -> str:
