@@ -268,17 +268,19 @@ def memory_child(variant: str, kind: str) -> dict:
                 wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
 
 
-def timing(kind: str, repeats: int) -> dict:
+def timing(kind: str, repeats: int, floor_only: bool = False) -> dict:
     model = _load(kind)
     prompts = bench_prompts(model)
     run_bare(model, prompts)  # warm-up
-    walls = {v: [] for v in VARIANTS}
-    cpus = {v: [] for v in VARIANTS}
+    phases = [["floor", "geometry"]] if floor_only else [["bare", "bare_grouped", "floor", "geometry"], ["naive"]]
+    walls = {v: [] for ph in phases for v in ph}
+    cpus = {v: [] for ph in phases for v in ph}
     # the compared variants in a new random order every round (a variant that always ran first, right
     # after naive freed its caches, paid the page faults: 3-6% in the rounds of 2026-12-01 17:06); naive,
-    # which allocates gigabytes, in rounds of its own afterwards
+    # which allocates gigabytes, in rounds of its own afterwards (--floor-only: floor and geometry only, so
+    # more rounds fit in the same time and narrow the interval of the one ratio its target is on)
     rng = random.Random(0)
-    for phase in (["bare", "bare_grouped", "floor", "geometry"], ["naive"]):
+    for phase in phases:
         for _ in range(repeats):
             rng.shuffle(phase)
             for v in phase:
@@ -288,12 +290,14 @@ def timing(kind: str, repeats: int) -> dict:
                 cpus[v].append(time.process_time() - c0)
     import importlib.metadata
 
+    import torch
+
     import bayes_lens as bl
 
     n_tok = [int(m.sum()) for m in (bl.adapter.tokenize(model, [p])[1] for p in prompts)]
     return dict(kind=bl.adapter.model_info(model).kind, tl=importlib.metadata.version("transformer-lens"),
                 settings=dict(SETTINGS, n_prompts=len(prompts)), mean_tokens=sum(n_tok) / len(n_tok),
-                load_avg=os.getloadavg(), wall_s={v: statistics.median(w) for v, w in walls.items()},
+                load_avg=os.getloadavg(), threads=torch.get_num_threads(), wall_s={v: statistics.median(w) for v, w in walls.items()},
                 cpu_s={v: statistics.median(c) for v, c in cpus.items()},
                 wall_all=walls, cpu_all=cpus)
 
@@ -433,13 +437,40 @@ def run_all(args) -> None:
                 out = Path(tmp) / f"{len(rows)}.json"
                 print(f"\n### {kind}, transformer-lens {tl} ({py})\n", flush=True)
                 cmd = [py, __file__, "--kind", kind, "--repeats", str(args.repeats), "--threads", str(args.threads),
-                       "--json", str(out)] + _settings_argv(args)
+                       "--json", str(out)] + _settings_argv(args) + (["--floor-only"] if args.floor_only else [])
                 if subprocess.run(cmd, env=_child_env()).returncode != 0:
                     rows.append(dict(kind=kind, tl=tl, python=py, failed=True))
                     continue
                 d = json.loads(out.read_text())
                 rows.append(dict(kind=kind, tl=tl, python=py, **d))
     print("\n### summary\n")
+    if args.floor_only:
+        _floor_summary(rows)
+    else:
+        _full_summary(rows)
+    print(f"\nload average at the end: {os.getloadavg()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def _floor_summary(rows: list) -> None:
+    print("| kind | transformer-lens | prompts × tokens (mean), batch | rounds | threads | best floor (s) | best geometry (s) | "
+          "geometry / floor, median of round ratios [95% CI] | verdict (≤ 1.05×) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        if r.get("failed"):
+            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | |")
+            continue
+        t, st = r["timing"], r["timing"]["settings"]
+        ci = ratio_ci(t, "floor")
+        print(f"| {t['kind']} | {r['tl']} | {st['n_prompts']} × {t['mean_tokens']:.0f}, {st['batch']} | "
+              f"{len(t['wall_all']['floor'])} | {t.get('threads', '?')} | {min(t['wall_all']['floor']):.2f} | "
+              f"{min(t['wall_all']['geometry']):.2f} | {round_ratio(t, 'floor'):.3f}× [{ci[0]:.3f}, {ci[1]:.3f}] | "
+              f"{verdict(ci, FLOOR_TARGET)} |")
+
+
+def _full_summary(rows: list) -> None:
     print("| kind | transformer-lens | prompts × tokens (mean), batch | geometry / bare, best wall | best CPU | "
           "median of round ratios | geometry / bare batched alike (run order), best wall | median of round ratios | "
           "target | floor / bare batched alike, median | geometry / floor, median [95% CI] verdict | extra peak above bare, % of naive's |")
@@ -460,10 +491,6 @@ def run_all(args) -> None:
               f"{round_ratio(t, 'bare'):.3f}× | {best['geometry'] / best['bare_grouped']:.3f}× | "
               f"{round_ratio(t, 'bare_grouped'):.3f}× | ≤ {target(st)}× | {round_ratio(t, 'bare_grouped', 'floor'):.3f}× | "
               f"{round_ratio(t, 'floor'):.3f}× [{ci[0]:.3f}, {ci[1]:.3f}] {verdict(ci, FLOOR_TARGET)} | {share:.1f}% |")
-    print(f"\nload average at the end: {os.getloadavg()}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
 
 
 def main(argv=None):
@@ -484,6 +511,9 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--from-json", default=None, help="re-print the table of an earlier --json file")
     ap.add_argument("--timing-only", action="store_true", help="time again; memory from --from-json")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="time only floor and geometry (no other variant, no memory): more rounds for the same "
+                         "time, for the geometry / floor interval")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--_long_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -531,9 +561,9 @@ def main(argv=None):
     if args.timing_only:  # reuse the memory measurements of an earlier run
         with open(args.from_json) as f:
             mem = json.load(f)["memory"]
-    for v in ([] if args.timing_only else MEMORY_VARIANTS):
+    for v in ([] if args.timing_only or args.floor_only else MEMORY_VARIANTS):
         mem[v] = _child(args, ["--_child", v])
-    t = timing(args.kind, args.repeats)
+    t = timing(args.kind, args.repeats, floor_only=args.floor_only)
     report(t, mem, args.repeats)
     if args.json:
         with open(args.json, "w") as f:
@@ -551,14 +581,15 @@ def report(t: dict, mem: dict, repeats: int) -> None:
     best = {v: min(w) for v, w in t["wall_all"].items()}
     best_cpu = {v: min(c) for v, c in t["cpu_all"].items()}
     med = {v: statistics.median(w) for v, w in t["wall_all"].items()}
-    over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in MEMORY_VARIANTS}
+    over = {v: mem[v]["extra_peak_mib"] - mem["bare"]["extra_peak_mib"] for v in MEMORY_VARIANTS if mem}
     st = t.get("settings", {"n_prompts": N_PROMPTS, "batch": BATCH, "seq_len": None})
     size = f"{st['n_prompts']} prompts" + (f" of {st['seq_len']} random tokens" if st.get("seq_len") else "")
     print(f"SmolLM2-135M ({t['kind']}, transformer-lens {t.get('tl', '?')}), {size}, batch {st['batch']}, "
-          f"{len(t['wall_all']['bare'])} interleaved rounds, load average {t.get('load_avg', '?')}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{len(t['wall_all']['floor'])} interleaved rounds, load average {t.get('load_avg', '?')}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{platform.machine()}")
     print()
-    print("| variant | best wall (s) | × bare | median wall (s) | best CPU (s) | × bare | peak RSS above load (MiB) "
+    ref = "bare" if "bare" in best else "floor"  # --floor-only: ratios to the floor
+    print(f"| variant | best wall (s) | × {ref} | median wall (s) | best CPU (s) | × {ref} | peak RSS above load (MiB) "
           "| above bare (MiB) | % of naive's |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v in t["wall_all"]:
@@ -567,8 +598,8 @@ def report(t: dict, mem: dict, repeats: int) -> None:
             m = f"{mem[v]['extra_peak_mib']:.0f} | {over[v]:.0f} | {share:.1f}%"
         else:
             m = "— | — | —"
-        print(f"| {v} | {best[v]:.2f} | {best[v] / best['bare']:.2f} | {med[v]:.2f} | {best_cpu[v]:.2f} | "
-              f"{best_cpu[v] / best_cpu['bare']:.2f} | {m} |")
+        print(f"| {v} | {best[v]:.2f} | {best[v] / best[ref]:.2f} | {med[v]:.2f} | {best_cpu[v]:.2f} | "
+              f"{best_cpu[v] / best_cpu[ref]:.2f} | {m} |")
     limit = target(st)
     print()
     for base in [b for b in ("bare_grouped", "bare") if b in best]:
@@ -580,10 +611,13 @@ def report(t: dict, mem: dict, repeats: int) -> None:
         print(f"the floor (bare batched alike, logits at the final token only) / bare_grouped: {fl:.3f}× (median of "
               f"the per-round ratios){' — below the target' if fl <= limit else ' — ABOVE the target: no geometry pass can meet it'}; "
               f"geometry / floor: {round_ratio(t, 'floor'):.3f}× (what bayes_lens adds: metric hooks, statistics)")
+    if "floor" in best:
         ci = ratio_ci(t, "floor")
         print(f"target geometry / floor ≤ {FLOOR_TARGET}×: median of the per-round ratios {round_ratio(t, 'floor'):.3f}×, "
               f"95% bootstrap CI over the rounds [{ci[0]:.3f}, {ci[1]:.3f}]: {verdict(ci, FLOOR_TARGET).upper()} "
               f"(met: upper end ≤ target; not met: lower end > target; else undecided)")
+    if not over:
+        return
     gm = over["geometry"] / over["naive"]
     print(f"extra peak ≤ 10% of naive's: {'PASS' if gm <= 0.10 else 'FAIL'} ({100 * gm:.1f}%)")
 
