@@ -32,6 +32,13 @@ bootstrap interval over the rounds and a verdict on it (:func:`ratio_ci`), on wa
 and on CPU time (the work, less moved by other processes). ``--floor-only`` times floor and geometry alone
 (no other variant, no memory), so more rounds fit and that interval narrows.
 
+Page faults: each pass's minor page faults are recorded (``minor_faults_all``). On this machine a
+TransformerBridge pass of 64 × 64 tokens took 0.1–0.45 million of them, differing up to 30-fold between
+identical passes, while a HookedTransformer pass took almost none: glibc's malloc returning memory to
+the system and faulting it back. That moves a bridge's times by several per cent either way. Fixed
+thresholds (``MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432`` in the environment,
+inherited by the children) removed the faults (under 100 a pass); the settings in force are printed.
+
 Kinds: ``--kind all`` (the default) runs every kind available, each in a subprocess: the
 TL 3 ``HookedTransformer`` and ``TransformerBridge`` of the TL 3 venv and the TL 4 bridge of the TL 4
 venv (``.venv`` / ``.venv-tl4`` of the repository or next to this interpreter's venv, or the
@@ -62,6 +69,7 @@ import json
 import os
 import random
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -278,6 +286,7 @@ def timing(kind: str, repeats: int, floor_only: bool = False) -> dict:
     phases = [["floor", "geometry"]] if floor_only else [["bare", "bare_grouped", "floor", "geometry"], ["naive"]]
     walls = {v: [] for ph in phases for v in ph}
     cpus = {v: [] for ph in phases for v in ph}
+    faults = {v: [] for ph in phases for v in ph}  # minor page faults per pass (glibc handing memory back and forth)
     # the compared variants in a new random order every round (a variant that always ran first, right
     # after naive freed its caches, paid the page faults: 3-6% in the rounds of 2026-12-01 17:06); naive,
     # which allocates gigabytes, in rounds of its own afterwards (--floor-only: floor and geometry only, so
@@ -287,10 +296,12 @@ def timing(kind: str, repeats: int, floor_only: bool = False) -> dict:
         for _ in range(repeats):
             rng.shuffle(phase)
             for v in phase:
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 t0, c0 = time.perf_counter(), time.process_time()
                 VARIANTS[v](model, prompts)
                 walls[v].append(time.perf_counter() - t0)
                 cpus[v].append(time.process_time() - c0)
+                faults[v].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     import importlib.metadata
 
     import torch
@@ -302,7 +313,8 @@ def timing(kind: str, repeats: int, floor_only: bool = False) -> dict:
                 settings=dict(SETTINGS, n_prompts=len(prompts)), mean_tokens=sum(n_tok) / len(n_tok),
                 load_avg=os.getloadavg(), threads=torch.get_num_threads(), wall_s={v: statistics.median(w) for v, w in walls.items()},
                 cpu_s={v: statistics.median(c) for v, c in cpus.items()},
-                wall_all=walls, cpu_all=cpus)
+                wall_all=walls, cpu_all=cpus, minor_faults_all=faults,
+                malloc_env={k: v for k, v in os.environ.items() if k.startswith("MALLOC_")})
 
 
 def long_memory_child(variant: str, kind: str, seq_len: int) -> dict:
@@ -459,11 +471,12 @@ def run_all(args) -> None:
 
 def _floor_summary(rows: list) -> None:
     print("| kind | transformer-lens | prompts × tokens (mean), batch | rounds | threads | best floor (s) | best geometry (s) | "
-          "geometry / floor, median of round ratios [95% CI] | verdict (≤ 1.05×) | the same on CPU time | verdict |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---|")
+          "geometry / floor, median of round ratios [95% CI] | verdict (≤ 1.05×) | the same on CPU time | verdict | "
+          "minor page faults per pass, floor / geometry (median) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|")
     for r in rows:
         if r.get("failed"):
-            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | | | |")
+            print(f"| {r['kind']} | {r['tl']} | FAILED | | | | | | | | | |")
             continue
         t, st = r["timing"], r["timing"]["settings"]
         ci, cpu = ratio_ci(t, "floor"), ratio_ci(t, "floor", clock="cpu")
@@ -471,7 +484,12 @@ def _floor_summary(rows: list) -> None:
               f"{len(t['wall_all']['floor'])} | {t.get('threads', '?')} | {min(t['wall_all']['floor']):.2f} | "
               f"{min(t['wall_all']['geometry']):.2f} | {round_ratio(t, 'floor'):.3f}× [{ci[0]:.3f}, {ci[1]:.3f}] | "
               f"{verdict(ci, FLOOR_TARGET)} | {round_ratio(t, 'floor', clock='cpu'):.3f}× [{cpu[0]:.3f}, {cpu[1]:.3f}] | "
-              f"{verdict(cpu, FLOOR_TARGET)} |")
+              f"{verdict(cpu, FLOOR_TARGET)} | {_median_faults(t, 'floor')} / {_median_faults(t, 'geometry')} |")
+
+
+def _median_faults(t: dict, variant: str) -> str:
+    f = t.get("minor_faults_all", {}).get(variant)
+    return f"{statistics.median(f):,.0f}" if f else "—"
 
 
 def _full_summary(rows: list) -> None:
@@ -623,6 +641,10 @@ def report(t: dict, mem: dict, repeats: int) -> None:
         cpu = ratio_ci(t, "floor", clock="cpu")
         print(f"the same on CPU (process) time: {round_ratio(t, 'floor', clock='cpu'):.3f}× [{cpu[0]:.3f}, {cpu[1]:.3f}]: "
               f"{verdict(cpu, FLOOR_TARGET).upper()}")
+    if t.get("minor_faults_all"):
+        fl = {v: statistics.median(f) for v, f in t["minor_faults_all"].items()}
+        print("minor page faults per pass, median of the rounds: " + ", ".join(f"{v} {n:,.0f}" for v, n in fl.items())
+              + f" (malloc settings from the environment: {t.get('malloc_env') or 'none'})")
     if not over:
         return
     gm = over["geometry"] / over["naive"]
