@@ -56,6 +56,8 @@ _LAZY = {
     "metrics": ("bayes_lens.metrics", None),
     "models": ("bayes_lens.models", None),
     "collect": ("bayes_lens.collect", None),
+    "interventions": ("bayes_lens.interventions", None),
+    "estimators": ("bayes_lens.estimators", None),
     "hooks": ("bayes_lens.hooks", None),
     "hook_filter": ("bayes_lens.hooks", "hook_filter"),
     "hookpoints": ("bayes_lens.hookpoints", None),

@@ -40,6 +40,18 @@ a run split into pieces equals one run.
 Scaling is the runner's too: inside ``with bl.shard.sharded(...)`` every :func:`collect` call - so
 every analysis - runs in checked shards on that engine (:func:`use_runner` is the hook it sets).
 
+Interventions are the runner's input too: ``collect(..., interventions=[...])`` applies a list of
+:class:`~bayes_lens.interventions.Intervention` in the pass (each by its TransformerLens pairs, per
+batch), and a sharded run names its folders by their digests. **Resumed runs** (METHODS.md §13): an
+intervention at ``resid_post`` of layer L changes nothing below it, so the clean pass can keep the
+stream after L (:class:`StreamKeeper`, read-only hooks of that pass) and ``collect(...,
+resume=kept)`` applies the interventions to the kept stream and runs only the later blocks
+(TransformerLens's ``start_at_layer``: the HookedTransformer skips the earlier blocks; the TL 4.3
+bridge accepts it but still runs them; the TL 3 bridge has none, :meth:`KeptStream.check` says so and
+the caller runs whole passes). So k interventions at layer L cost about 1 + k·(1 − (L + 1)/n_layers)
+passes. No other module of bayes_lens calls the model's forward (the wind tunnel's training and the
+CLI's generation aside).
+
 Example
 -------
 >>> rc = bl.collect.collect(model, ["The cat sat on the", "2 + 2 ="], value_layers=[-1], attention=True)
@@ -72,7 +84,7 @@ from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, r
 from .reduced import ReducedCache
 
 __all__ = ["Batch", "forward_batches", "collect", "run_order", "reduce_cache", "check_prompts", "use_runner",
-           "check_runnable"]
+           "check_runnable", "StreamKeeper", "KeptStream", "RunOptions"]
 
 #: the runner of ``bl.shard.sharded(...)`` (an object with ``collect(model, prompts, **kw)``), or None
 _RUNNER: ContextVar = ContextVar("bayes_lens_runner", default=None)
@@ -594,7 +606,8 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
             attention_positions: str = "last", token_ids=None, batch_size: int = 16,
             padding_side: str = "right", fwd_hooks=(), progress: Optional[bool] = None,
             desc: str = "collect", start_index: int = 0, tail_positions: int = 0,
-            reads: Optional[Sequence[Read]] = None) -> ReducedCache:
+            reads: Optional[Sequence[Read]] = None, interventions: Sequence = (),
+            resume: Optional["KeptStream"] = None) -> ReducedCache:
     """Run ``prompts`` once and keep the final-token statistics the metrics need, as a reduced cache.
 
     The result is a :class:`~bayes_lens.reduced.ReducedCache` (key → ``[n, ...]``; its module doc
@@ -632,6 +645,13 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     fwd_hooks:
         Extra ``[(hook_name, fn)]`` run before the metric hooks (e.g. patches: metrics then read the
         patched activations), or a per-batch factory (see :func:`forward_batches`).
+    interventions:
+        :class:`~bayes_lens.interventions.Intervention` objects applied in the pass, in order, before
+        ``fwd_hooks`` and the metric hooks (one cross-fitted condition: one per fold, each on its prompts).
+    resume:
+        A :class:`KeptStream` (the clean stream after layer L, kept by this prompt list's clean pass with a
+        :class:`StreamKeeper`): the interventions at ``resid_post`` of L are applied to it and only the later
+        blocks run. Reads then must be at later layers (or of the logits).
     desc, progress:
         The progress bar's label (name what runs: ``"geometry: collect 75 prompts"``) and switch.
 
@@ -644,13 +664,26 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     adapter.model_info(model)
     bound = _bind(model, value_layers, resid_layers, attention, attention_positions, token_ids, tail_positions, reads)
     positions = _attention_positions(bound, attention_positions)
+    ivs = _check_interventions(model, interventions)
     runner = _RUNNER.get()
-    if runner is not None:  # bl.shard.sharded(...): the same call, in shards (the context resets inside them)
+    if runner is not None and resume is None:  # bl.shard.sharded(...): the same call, in shards
         extra = {"reads": [r.spec() for r in _extra_reads(reads)]} if reads else {}  # recorded in the settings
+        if ivs:
+            extra["interventions"] = ivs
         return runner.collect(model, prompts, value_layers=value_layers, resid_layers=resid_layers,
                               attention=attention, attention_positions=attention_positions, token_ids=token_ids,
                               batch_size=batch_size, padding_side=padding_side, fwd_hooks=fwd_hooks,
                               progress=progress, desc=desc, tail_positions=tail_positions, **extra)
+    here = ()
+    if resume is not None:  # the interventions at the kept layer act on the kept stream; the rest hook as usual
+        here = tuple(iv for iv in ivs if iv.layer == resume.layer and iv.site == "resid_post")
+        early = [iv for iv in ivs if iv not in here and iv.layer <= resume.layer]
+        if early or resume.n_prompts != len(prompts):
+            raise InvalidInputError(
+                f"a run resumed after layer {resume.layer} changes nothing at or below it and needs the stream kept "
+                f"for these {len(prompts)} prompts (kept: {resume.n_prompts}); "
+                + (f"{early[0]!r} acts below it; " if early else "") + "run it as a whole pass (resume=None).")
+        ivs = tuple(iv for iv in ivs if iv not in here)
 
     # the hook names are checked once here; per batch, forward_batches's HookResolver refuses a missing one
     # (a bridge's hook_dict rebuilds its aliases on every read: checking per batch cost ~0.07 s a batch)
@@ -660,7 +693,8 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     user = fwd_hooks
 
     def hooks_for(batch: Batch):
-        hooks = list(user(batch)) if callable(user) else list(user)
+        hooks = [pair for iv in ivs for pair in iv.pairs(model, batch)]
+        hooks += list(user(batch)) if callable(user) else list(user)
         for r in bound:
             hooks += r.hooks(batch)
         return hooks
@@ -668,9 +702,16 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
     ntoks = []
     order = run_order(prompts)
     every = any(r.read.logits == "all" for r in bound)
-    for batch in forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
+    if resume is not None:
+        if every:
+            raise InvalidInputError("a resumed run computes the logits at the final token only; collect logits at "
+                                    "every position (tail_positions) in a whole pass.")
+        passes = resume.run_batches(here, hooks_for, progress=progress, desc=desc)
+    else:
+        passes = forward_batches(model, prompts, batch_size=batch_size, padding_side=padding_side,
                                  fwd_hooks=hooks_for, progress=progress, desc=desc, start_index=start_index,
-                                 logits="all" if every else "final", order=order):
+                                 logits="all" if every else "final", order=order)
+    for batch in passes:
         fl = batch.final_logits()
         check_finite(fl, "the final-token logits", batch.indices)
         for r in bound:
@@ -687,3 +728,133 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
         n_tokens = n_tokens[back]
     return ReducedCache(out, n_tokens=n_tokens, indices=torch.arange(start_index, start_index + len(prompts)),
                         attention_positions=positions)
+
+
+def _check_interventions(model, interventions) -> tuple:
+    """``interventions`` as a tuple of :class:`~bayes_lens.interventions.Intervention`, each fitting ``model``
+    (layer in range, the site's width)."""
+    from .interventions import Intervention
+
+    if interventions is None:
+        return ()
+    if isinstance(interventions, Intervention):
+        interventions = (interventions,)
+    ivs = tuple(interventions)
+    bad = [type(iv).__name__ for iv in ivs if not isinstance(iv, Intervention)]
+    if bad:
+        raise InvalidInputError(f"interventions= takes bl.interventions.Intervention objects, got {bad[:3]}; pass "
+                                "hook functions as fwd_hooks=.")
+    info = adapter.model_info(model)
+    for iv in ivs:
+        if iv.layer >= info.n_layers:
+            raise InvalidInputError(f"{iv!r} acts on layer {iv.layer} but the model has {info.n_layers} layers.")
+        width = {"v": info.kv_dim, "z": info.n_heads * info.d_head}.get(iv.site, info.d_model)
+        if iv.dim != width:
+            raise InvalidInputError(f"{iv!r} has dimension {iv.dim} but this model's {iv.site!r} site has {width}; "
+                                    "build it for this model.")
+    if ivs:
+        adapter.check_hooks(model, sorted({iv.hook_name(model) for iv in ivs}))
+    return ivs
+
+
+class StreamKeeper:
+    """A per-batch ``fwd_hooks`` factory for an analysis's clean :func:`collect`: it keeps each batch's clean
+    ``hook_resid_post`` after every layer of ``layers`` (read-only hooks), so interventions there resume from it
+    without a pass of their own (:meth:`stream`)."""
+
+    def __init__(self, model, layers: Sequence[int]):
+        self.model = model
+        self.names = {int(layer): adapter.hook_name(model, int(layer), "resid_post") for layer in layers}
+        self.kept: Dict[int, list] = {layer: [] for layer in self.names}
+
+    def __call__(self, batch) -> List[tuple]:
+        hooks = []
+        for layer, name in self.names.items():
+            def grab(act, hook=None, layer=layer):
+                self.kept[layer].append((batch, act.detach().clone()))
+            hooks.append((name, grab))
+        return hooks
+
+    def stream(self, layer: int, n: int) -> Optional["KeptStream"]:
+        """The :class:`KeptStream` after ``layer``, or None when the kept batches do not hold each of the ``n``
+        prompts once (a runner that ran the clean pass elsewhere, e.g. from shards on disk)."""
+        batches = self.kept.get(int(layer), [])
+        seen = torch.cat([b.indices for b, _ in batches]).numpy() if batches else []
+        if len(seen) != n or sorted(int(i) for i in seen) != list(range(n)):
+            return None
+        return KeptStream(self.model, layer, batches)
+
+
+class KeptStream:
+    """The clean residual stream after ``layer``, kept per batch (``(Batch, resid [b, pos, d])`` pairs, as
+    :class:`StreamKeeper` keeps them): what :func:`collect` resumes from (``resume=``)."""
+
+    def __init__(self, model, layer: int, batches):
+        self.model, self.layer, self.batches = model, int(layer), list(batches)
+
+    @property
+    def n_prompts(self) -> int:
+        return int(sum(len(b.indices) for b, _ in self.batches))
+
+    def run_batches(self, interventions=(), hooks_for=None, *, progress=None, desc: str = "resumed"
+                    ) -> Iterator[Batch]:
+        """One :class:`Batch` (with its final-token logits) per kept batch: ``interventions`` applied to the kept
+        stream, ``hooks_for(batch)`` hooked, and the blocks after the layer run (``start_at_layer``)."""
+        model = self.model
+        n_layers = int(adapter.model_info(model).n_layers)
+        for batch, resid in progress_bar(self.batches, desc=desc, total=len(self.batches), enabled=progress,
+                                         unit="batch"):
+            x = resid
+            for iv in interventions:
+                x = iv.apply(x, indices=batch.indices, last_index=batch.last_index)
+            hooks = [] if hooks_for is None else list(hooks_for(batch))
+            with adapter.model_lock(model), torch.inference_mode(), \
+                    adapter.final_token_unembedding(model, batch.last_index), adapter.added_hooks(model, hooks):
+                logits = model(x, start_at_layer=self.layer + 1, attention_mask=batch.attention_mask,
+                               return_type="logits") if self.layer + 1 < n_layers else model.unembed(model.ln_final(x))
+            yield dataclasses.replace(batch, logits=logits[:, -1])
+
+    def check(self, token_ids, clean_logprobs, tol: float = 1e-3) -> Optional[str]:
+        """None when the unpatched resume of the first batch reproduces the clean pass's log-probabilities of
+        ``token_ids`` (``clean_logprobs`` ``[n, K]``), else why not (in words); one batch decides, so a kind that
+        cannot resume costs one batch's later blocks, not a pass."""
+        import numpy as np
+
+        first = KeptStream(self.model, self.layer, self.batches[:1])
+        try:
+            got = [torch.log_softmax(b.final_logits().double(), -1)[:, list(token_ids)].cpu()
+                   for b in first.run_batches()][0]
+        except Exception as err:  # noqa: BLE001 - a kind that cannot resume: whole passes instead
+            return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        idx = self.batches[0][0].indices.numpy()
+        worst = float(np.max(np.abs(got.numpy() - np.asarray(clean_logprobs, dtype=np.float64)[idx])))
+        return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How an analysis runs the model (not what it measures): ``batch_size`` prompts per forward pass,
+    ``progress`` bars (None: automatic), ``resume`` from kept clean streams where an analysis can (METHODS.md
+    §13), ``seed`` of every draw (folds, donors, null draws). One object that analyses share.
+
+    >>> RunOptions(batch_size=8).replace(seed=3)
+    RunOptions(batch_size=8, progress=None, resume=True, seed=3)
+    """
+
+    batch_size: int = 16
+    progress: Optional[bool] = None
+    resume: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        from ._validate import check_bool, check_seed
+
+        object.__setattr__(self, "batch_size", check_count(self.batch_size, "batch_size"))
+        object.__setattr__(self, "resume", check_bool(self.resume, "resume"))
+        object.__setattr__(self, "seed", check_seed(self.seed))
+        if self.progress is not None:
+            object.__setattr__(self, "progress", check_bool(self.progress, "progress"))
+
+    def replace(self, **changes) -> "RunOptions":
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)

@@ -93,6 +93,7 @@ from torch import Tensor
 from . import adapter
 from .errors import InvalidInputError, MissingHookError
 from .hooks import HOOK_POINTS, row_entropy_bits
+from .interventions import keep_along, move_along  # noqa: F401 - re-exported: the one implementation
 from .metrics.stats import chunked_entropy_bits
 
 __all__ = ["HOOK_POINTS", "RENAMED", "attach", "detach", "Attachment", "axis_hook_name", "attached_axis_layers"]
@@ -112,61 +113,9 @@ def axis_hook_name(site: str, layer: int) -> str:
     return HOOK_POINTS[f"{adapter.check_site(site)}_axis"].format(layer=int(layer))
 
 
-# --------------------------------------------------------------------------------------------
-# The projection: every intervention along a direction (the axis coordinate's feedback, the
-# patches' removal / shift / keep-only, their random controls) is computed by these two functions
-# --------------------------------------------------------------------------------------------
-
-
-def _site_rows(act: Tensor, dim: int, what: str) -> Tensor:
-    """``act`` as ``[..., dim]`` rows in float32/float64 (``hook_v``'s ``[batch, pos, head, d_head]``
-    flattened over heads), or InvalidInputError naming ``what`` when its width is not ``dim``."""
-    flat = act.flatten(-2) if act.ndim == 4 else act
-    if flat.shape[-1] != dim:
-        raise InvalidInputError(
-            f"{what} has dimension {dim} but the activation there is {list(act.shape)} ({flat.shape[-1]} per "
-            "position); the axis was fitted on another model or site.")
-    return flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-
-
-def _on_device(u: Tensor, like: Tensor, cache: Optional[dict]) -> Tensor:
-    key = (like.device, like.dtype)
-    out = None if cache is None else cache.get(key)
-    if out is None:
-        out = u.to(device=like.device, dtype=like.dtype)
-        if cache is not None:
-            cache[key] = out
-    return out
-
-
-def move_along(act: Tensor, u: Tensor, edit, *, what: str, cache: Optional[dict] = None) -> Optional[Tensor]:
-    """``act`` with its coordinate c = x·u (x: each position's row, u a unit vector) changed to ``edit(c)``.
-
-    x ← x + (edit(c) − c)·u at every position; ``c`` is ``[..., 1]``. Zeroing it is the projection
-    removal x − (x·u)u, c ↦ (1 − λ)c the partial removal, c ↦ c + s the shift by s·u. Returns None
-    when ``edit`` changed nothing (and no gradient flows through it): the activation runs on as it
-    was. The result has ``act``'s shape and dtype (the arithmetic is float32 for bf16/fp16).
-    """
-    work = _site_rows(act, u.shape[0], what)
-    u = _on_device(u, work, cache)
-    c = (work @ u).unsqueeze(-1)  # [..., 1]
-    c_new = edit(c)
-    if not (torch.is_grad_enabled() and c_new.requires_grad) and torch.equal(c_new, c):
-        return None  # read-only edits (caching hooks): the model runs exactly as without them
-    moved = work + (c_new.to(work.dtype) - c) * u  # identity edits give ∂moved/∂x = I
-    return moved.to(act.dtype).reshape(act.shape)
-
-
-def keep_along(act: Tensor, u: Tensor, mean: Optional[Tensor] = None, *, what: str) -> Tensor:
-    """``act`` with only its component along ``u`` kept: x ← (x·u)u, or μ + ((x − μ)·u)u with ``mean`` μ."""
-    work = _site_rows(act, u.shape[0], what)
-    u = _on_device(u, work, None)
-    if mean is None:
-        out = (work @ u).unsqueeze(-1) * u
-    else:
-        mu = _on_device(mean, work, None)
-        out = mu + ((work - mu) @ u).unsqueeze(-1) * u
-    return out.to(act.dtype).reshape(act.shape)
+# The projection: every move along a direction (the axis coordinate's feedback here, every patch and
+# intervention elsewhere) is computed by the operation table of bayes_lens.interventions (move_along,
+# keep_along), the only code that writes an activation; re-exported here for old imports.
 
 
 # --------------------------------------------------------------------------------------------

@@ -261,32 +261,34 @@ def test_exception_inside_patched_leaves_no_hooks(tiny):
 
 def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch):
     """The removal along the axis and its random control hook the same hook point (hook_v) and change the
-    activation with hookpoints.move_along and the part's one coordinate operation."""
-    from bayes_lens import hookpoints
+    activation with the operation table's one coordinate map and move_along (bayes_lens.interventions._ops, the
+    only code that writes an activation)."""
+    from bayes_lens.interventions import _ops
 
     toks, mask = tokenize(tiny, TEXTS[:3])
     axis = _random_axis(tiny, layers=(0,))
     calls = []
-    real_move, real_op = hookpoints.move_along, _Part.coordinate_op
+    real_move, real_map = _ops.move_along, _ops.coordinate_map
 
     def move(act, u, edit, **kw):
         calls.append(("move_along", kw["what"], tuple(u.shape)))
         return real_move(act, u, edit, **kw)
 
-    def op(self, c):
-        calls.append(("coordinate_op", self.hook_name))
-        return real_op(self, c)
+    def cmap(op, u, strength, ref, **kw):
+        calls.append(("coordinate_map", op))
+        return real_map(op, u, strength, ref, **kw)
 
-    monkeypatch.setattr(hookpoints, "move_along", move)
-    monkeypatch.setattr(_Part, "coordinate_op", op)
-    for patch in (axis.removal(lam=0.5), axis.random_control(seed=0, lam=0.5), axis.shift(1.0),
-                  axis.random_control(seed=0, op="shift", sigmas=1.0)):
+    monkeypatch.setattr(_ops, "move_along", move)
+    monkeypatch.setattr(_ops, "coordinate_map", cmap)
+    for patch, op in ((axis.removal(lam=0.5), "remove"), (axis.random_control(seed=0, lam=0.5), "remove"),
+                      (axis.shift(1.0), "shift"), (axis.random_control(seed=0, op="shift", sigmas=1.0), "shift")):
         calls.clear()
         with bl.patched(tiny, patch), torch.inference_mode():
             tiny(toks, attention_mask=mask)
         (part,) = patch.parts
-        assert [c[0] for c in calls] == ["move_along", "coordinate_op"], (patch.label, calls)
-        assert calls[0][2] == (model_info(tiny).kv_dim,) and calls[1][1:] == (hook_name(tiny, 0, "v"),)
+        assert [c[0] for c in calls] == ["coordinate_map", "move_along"], (patch.label, calls)
+        assert calls[0][1] == op and calls[1][2] == (model_info(tiny).kv_dim,)
+        assert calls[1][1] == "the intervention at layer 0 (v)" and patch.hook_names == (hook_name(tiny, 0, "v"),)
     names = {p.hook_names for p in (axis.removal(), axis.shift(1.0), axis.keep_only(), axis.random_control(seed=0),
                                     axis.random_control(seed=0, op="keep_only"))}
     assert names == {(hook_name(tiny, 0, "v"),)}

@@ -74,7 +74,7 @@ def test_a_wider_basis_reads_by_ridge_on_its_coordinates():
     from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
 
-    from bayes_lens.ablation._readout import ALPHAS
+    from bayes_lens.estimators import ALPHAS
 
     rng = np.random.default_rng(8)
     X = rng.normal(size=(60, 9))
@@ -90,7 +90,7 @@ def test_ridge_readout_equals_sklearn_pipeline_on_the_same_folds():
     from sklearn.model_selection import cross_val_predict
     from sklearn.pipeline import make_pipeline
 
-    from bayes_lens.ablation._readout import ALPHAS  # the one grid both use
+    from bayes_lens.estimators import ALPHAS  # the one grid both use
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(50, 20)) * rng.uniform(0.5, 3, size=20)
@@ -120,7 +120,7 @@ def _ridge_all_rows(X, y):
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import make_pipeline
 
-    from bayes_lens.ablation._readout import ALPHAS
+    from bayes_lens.estimators import ALPHAS
 
     return make_pipeline(_Scaler(), RidgeCV(alphas=ALPHAS)).fit(X, y)
 
@@ -229,7 +229,7 @@ def test_resample_patch_is_the_donor_component_under_transformer_lens_hooks(kind
 
 
 def test_resample_donors_come_from_the_other_folds():
-    from bayes_lens.ablation._readout import fold_ids
+    from bayes_lens.estimators import fold_ids
 
     f = fold_ids(40, 4, seed=2, strata=np.repeat(np.arange(5), 8))
     d = bl.ablation.resample_donors(f, seed=2)
@@ -453,7 +453,7 @@ def test_resample_ablation_of_the_planted_directions(kind):
     no random direction is a mediator. The table's Δ MAE of the mediator equals a by-hand computation: each prompt
     run alone through TL's run_with_hooks with v − uuᵀv + uuᵀr_donor at every position, r_donor the donor's clean
     final-token row, and the donors redrawn here from the folds."""
-    from bayes_lens.ablation._readout import fold_ids
+    from bayes_lens.estimators import fold_ids
     from bayes_lens.models.tiny import planted_model
 
     if kind == "hooked":
@@ -795,11 +795,55 @@ def test_clean_pass_from_a_sharded_collection_and_inside_sharded(kind, site, tmp
         rc = bl.collect.collect(m, items.texts, token_ids=ids, **rows)
     got = bl.localize(model, items, site=site, clean=rc, **_form_kw()).to_dataframe()
     np.testing.assert_array_equal(got[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
-    with pytest.warns(UserWarning, match="clean pass in shards"):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "interventions run in this process" any more: they run in shards
         with shard.sharded(model, engine="local", shard_dir=tmp_path / "study") as m:
             inside = bl.localize(m, items, site=site, **_form_kw()).to_dataframe()
     np.testing.assert_array_equal(inside[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
-    assert any(p.name.startswith("localize-") for p in (tmp_path / "study").iterdir())  # the clean pass's shards
+    folders = [p.name for p in (tmp_path / "study").iterdir()]
+    # the clean pass's shards and one folder per intervention (removal and swap of each subspace)
+    assert sum(f.startswith("localize-") for f in folders) == 1 + 2 * len(ref), folders
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_sharded_localize_resumes_to_the_same_table(kind, tmp_path):
+    """bl.localize inside bl.shard.sharded, killed part-way (a forward hook raises after some passes): the rerun
+    reads the finished interventions' folders (fewer forward passes than a fresh run) and the merged table equals
+    the one-process table (whole passes) bit for bit."""
+    import bayes_lens.shard as shard
+
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
+    kw = _form_kw()
+    ref = bl.localize(model, items, resume=False, **kw).to_dataframe()
+    calls = []
+
+    def count(mod, args, kwargs):
+        calls.append(1)
+        if limit is not None and len(calls) > limit:
+            raise KeyboardInterrupt("killed")
+
+    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        limit = None
+        with shard.sharded(model, engine="local", shard_dir=tmp_path / "fresh") as m:
+            bl.localize(m, items, **kw)
+        fresh = len(calls)
+        calls.clear()
+        limit = fresh // 2
+        with pytest.raises(KeyboardInterrupt):
+            with shard.sharded(model, engine="local", shard_dir=tmp_path / "study") as m:
+                bl.localize(m, items, **kw)
+        calls.clear()
+        limit = None
+        with shard.sharded(model, engine="local", shard_dir=tmp_path / "study") as m:
+            again = bl.localize(m, items, **kw).to_dataframe()
+    finally:
+        handle.remove()
+    assert len(calls) <= fresh - fresh // 2 + 2, (len(calls), fresh)  # the finished half is read, not rerun
+    np.testing.assert_array_equal(again[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
 
 
 def test_clean_pass_input_errors():

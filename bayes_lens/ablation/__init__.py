@@ -72,14 +72,14 @@ True
 from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
 from ._jacobian import jacobian_basis
-from ._localize import (Localization, default_layers, head_blocks, localize, resample_donors, subspace_patch,
-                        swap_donors)
+from ._localize import (Design, Localization, default_layers, head_blocks, localize, resample_donors,
+                        subspace_patch, swap_donors)
 from ._patch import Patch, PatchPart, patched
 from ._readout import Readout, cross_fitted_readout
 from ._statistic import StatisticPatch, patch_statistic, sufficient_statistic
 
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
-           "PatchComparison", "AblationEffect", "localize", "Localization", "subspace_patch",
+           "PatchComparison", "AblationEffect", "localize", "Localization", "Design", "subspace_patch",
            "cross_fitted_readout", "Readout", "patch_statistic", "StatisticPatch", "sufficient_statistic",
            "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis"]
 

@@ -34,7 +34,7 @@ from .._validate import check_choice, check_seed
 from ..errors import CheckpointError, InvalidInputError, LayerIndexError, NonFiniteError
 from ..hookpoints import axis_hook_name
 from ..metrics.calibration import binary_entropy_bits
-from ..metrics.pca import pca
+from ..estimators import pc1_axis
 from ..metrics.stats import entropy_bits, pearson
 from ..reduced import ReducedCache
 from ._common import (
@@ -129,7 +129,7 @@ def axis_cache(source, prompts, *, layers: Sequence[int], site: str = "v", model
 def signing_entropy(rc: ReducedCache, prompts) -> np.ndarray:
     """The model's entropy (bits) per prompt: over the two SULA labels (renormalized) for SULA items, else the
     full next-token entropy."""
-    from ..sula import answer_posterior, label_posterior
+    from ..tasks import answer_posterior, label_posterior
 
     bayes = prompt_data(prompts)[1] if prompts is not None else None
     if bayes is not None:
@@ -146,25 +146,8 @@ def value_arrays(rc: ReducedCache, layers: Sequence[int], site: str) -> Dict[int
     return {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
 
 
-def axis_from_pca(x: np.ndarray, standardize: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """(u raw-space unit vector, mean, per-coordinate scale, explained-variance ratio of PC1).
-
-    ``x`` is [n, d] float64. "raw": PC1 of centred x. "std": PC1 w of z-scored x (zero-variance
-    coordinates dropped, :func:`bayes_lens.metrics.pca.pca`), mapped back u ∝ w / σ. The
-    explained-variance ratio is in the space where the PCA was run.
-    """
-    fit = pca(x, 1, standardized=(standardize == "std"))
-    w = fit.components[0]
-    if standardize == "std":
-        u = np.zeros(x.shape[1])
-        u[fit.kept] = w / fit.scale[fit.kept]
-        scale = fit.scale
-    else:
-        u = w
-        scale = np.ones(x.shape[1])
-    return u / np.linalg.norm(u), fit.mean, scale, float(fit.explained_variance_ratio[0])
-
-
+#: the package's one PC1 (bayes_lens.estimators.pc1_axis), under the name this module used
+axis_from_pca = pc1_axis
 
 
 class EntropyAxis(TransformerMixin, BaseEstimator):

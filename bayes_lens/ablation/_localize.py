@@ -36,12 +36,15 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   ρ of the target with the coordinate of L′'s best rank-one readout (fitted on every clean prompt), patched
   minus clean, with its paired bootstrap interval and random band; the correlation and its degenerate rule
   are :func:`bayes_lens.compare_patched`'s downstream geometry (:func:`coordinate_corr_rows`).
-* **Runs**: every intervention is one edit of the site's activation, run by
-  :func:`bayes_lens.ablation._intervene.run_edit`: at ``resid_post`` on the clean stream that the clean pass kept
-  after the layer (``start_at_layer``), elsewhere (or where a kind cannot resume) by a hook in a whole pass.
+* **Runs**: every intervention is an :class:`~bayes_lens.interventions.Intervention` (a cross-fitted
+  subspace: one per fold, each on its fold's prompts) run by the one runner,
+  :func:`bayes_lens.collect.collect` (``interventions=``): at ``resid_post`` resumed from the clean stream
+  the clean pass kept after the layer (``resume=``, ``start_at_layer``), elsewhere (or where a kind
+  cannot resume, or inside ``bl.shard.sharded``) in a whole pass. Inside ``bl.shard.sharded(...)`` every
+  intervention runs in shards, its folder named by the interventions' digests, so a killed run resumes.
 * **Random band**: ``n_random`` Haar-random subspaces of the same rank at the same layer (QR of a
   Gaussian matrix, one keyed seed per draw); the band is the 2.5–97.5th percentiles of their Δ MAE.
-* **Verdict** (the rule): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
+* **Verdict** (the rule, :mod:`bayes_lens.ablation._rules`): a subspace is a *mediator* when the lower end of its Δ MAE interval, or of
   its swap move, lies above both that quantity's random band's upper end and ``min_effect_bits``;
   each subspace, and each layer (any non-random subspace readable; any a mediator), is then
   "readout and mediator", "readout only", "mediator only" or "neither".
@@ -63,9 +66,8 @@ Example
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -73,29 +75,81 @@ import torch
 
 from .. import adapter
 from .._inputs import classify
-from ..collect import collect, reduce_cache, runner_active, use_runner
+from ..collect import RunOptions, StreamKeeper, collect, reduce_cache, runner_active
+from ..estimators import FixedBasis, PC1Axis, RidgeAxis, SubspaceEstimator, TopKFrame, fold_ids, standardized_pc_basis
+from ..interventions import (Intervention, crossfitted, haar_draw, head_blocks, orthonormal, resample_donors,
+                             swap_donors)
 from ..reads import FinalRows
-from ..tasks import answer_token_ids
+from ..tasks import answer_posterior, answer_token_ids
 from .._progress import progress as progress_bar
-from .._results import Estimate, Result, fmt, fmt_ci, plotly
-from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int, check_seed
+from .._results import Result, fmt, plotly
+from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int
 from ..errors import InvalidInputError
 from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
-from ..metrics.stats import bootstrap_indices, entropy_bits, keyed_rng, percentile_interval
+from ..metrics.stats import bootstrap_indices, entropy_bits, percentile_interval
+from ._rules import VERDICTS, band_columns, layer_rows, mediator_columns, rule_text
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
-from ._intervene import ResumedStream, StreamKeeper, run_edit
 from ._patch import Patch, PatchPart
-from ._readout import Readout, cross_fitted_readout, fold_ids, standardized_pc_basis
+from ._readout import Readout, cross_fitted_readout
 
-__all__ = ["localize", "Localization", "subspace_patch", "swap_donors", "resample_donors", "head_blocks", "default_layers", "TARGETS", "OPERATIONS"]
+__all__ = ["localize", "Localization", "Design", "subspace_patch", "swap_donors", "resample_donors", "head_blocks",
+           "default_layers", "TARGETS", "OPERATIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 SITES = ("resid_post", "v", "z")
 OPERATIONS = ("removal", "mean", "resample")
-VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
+_OP = {"removal": "remove", "mean": "mean", "resample": "resample"}
+
+
+@dataclass(frozen=True)
+class Design:
+    """The statistics of the readout-or-mediator test (METHODS.md §13): ``folds`` K of the cross-fitting, ``n_boot``
+    bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` Haar subspaces per layer and rank (≥ 20
+    for a band worth the name), ``swap`` also run the interchange, and the verdict's practical thresholds
+    ``min_effect_bits`` and ``min_r2``.
+
+    >>> Design(n_random=40).n_random
+    40
+    """
+
+    n_random: int = 20
+    folds: int = 5
+    n_boot: int = 1000
+    n_null: int = 100
+    swap: bool = True
+    min_effect_bits: float = 0.01
+    min_r2: float = 0.1
+
+    def __post_init__(self):
+        for name in ("n_random", "folds", "n_boot"):
+            object.__setattr__(self, name, check_count(getattr(self, name), name))
+        object.__setattr__(self, "n_null", check_count(self.n_null, "n_null", allow_zero=True))
+        object.__setattr__(self, "swap", check_bool(self.swap, "swap"))
+        object.__setattr__(self, "min_effect_bits", check_float(self.min_effect_bits, "min_effect_bits", min=0.0))
+        object.__setattr__(self, "min_r2", check_float(self.min_r2, "min_r2"))
+
+
+def _settings(design, options, kw) -> tuple:
+    """(:class:`Design`, :class:`~bayes_lens.collect.RunOptions`) with any of their fields passed by name in ``kw``
+    (``n_random=40``, ``batch_size=8``: the spellings of earlier releases, still accepted)."""
+    design = Design() if design is None else design
+    options = RunOptions() if options is None else options
+    if not isinstance(design, Design) or not isinstance(options, RunOptions):
+        raise InvalidInputError("design= takes a bl.ablation.Design(...) and options= a bl.collect.RunOptions(...); "
+                                f"got {type(design).__name__} and {type(options).__name__}.")
+    fields = {f: "design" for f in Design.__dataclass_fields__}
+    fields.update({f: "options" for f in RunOptions.__dataclass_fields__})
+    unknown = sorted(set(kw) - set(fields))
+    if unknown:
+        raise InvalidInputError(f"localize() got unknown keyword(s) {unknown}; it takes layers, site, ranks, "
+                                f"estimators, bases, target, operation, clean, design, options, and by name any field "
+                                f"of Design or RunOptions: {sorted(fields)}.")
+    design = replace(design, **{k: v for k, v in kw.items() if fields[k] == "design"})
+    options = replace(options, **{k: v for k, v in kw.items() if fields[k] == "options"})
+    return design, options
 
 
 def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operation: str = "removal",
@@ -103,24 +157,19 @@ def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operat
     """The patch that removes (``"removal"``), mean-ablates (``"mean"``, needs ``mean`` ``[d]``) or
     resample-ablates (``"resample"``, needs ``donor_rows`` ``[m, d]``) the span of ``basis`` ``[d, k]``
     (orthonormalized here) at ``layer``'s ``site``, at every position: k rank-one parts
-    (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook) with the
-    flagship removal's operations, so a candidate subspace and its random control reach the activation
-    by the same route and hook order. Removal v ← v − BBᵀv; mean v ← v − BBᵀ(v − μ); resample
+    (:class:`PatchPart`, one per orthonormal direction, applied in turn at the site's hook), the operation
+    table's moves (:mod:`bayes_lens.interventions`), so a candidate subspace and its random control reach the
+    activation by the same route and hook order. Removal v ← v − BBᵀv; mean v ← v − BBᵀ(v − μ); resample
     v ← v − BBᵀ(v − r_b) with r_b the donor row of prompt b of the batch (row b of ``donor_rows``: a
-    resample patch is built for one batch's prompts, in their order).
+    resample patch is built for one batch's prompts, in their order). ``bl.interventions.Intervention`` is the
+    same change as one object (``op="remove"``, ``"mean"``, ``"resample"``).
 
     >>> p = subspace_patch(model, 0, np.eye(model.cfg.d_model)[:, :2])
     >>> len(p.parts)
     2
     """
     check_choice(operation, "operation", OPERATIONS)
-    b = np.asarray(basis, dtype=np.float64)
-    b = b[:, None] if b.ndim == 1 else b
-    if b.ndim != 2 or not np.all(np.isfinite(b)):
-        raise InvalidInputError(f"a basis must be a finite [d, k] array, got shape {list(np.shape(basis))}.")
-    q, r = np.linalg.qr(b)
-    if np.min(np.abs(np.diag(r))) < 1e-8 * max(1.0, float(np.abs(b).max())):
-        raise InvalidInputError("the basis has dependent columns (rank < k); pass linearly independent vectors.")
+    q = orthonormal(basis)
     if operation == "mean" and mean is None:
         raise InvalidInputError("operation='mean' needs the mean activation (mean=[d]) the component is set to.")
     if operation == "resample":
@@ -142,29 +191,6 @@ def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operat
     tag = {"removal": "removal", "mean": "mean-ablation", "resample": "resample-ablation"}[operation]
     return Patch(parts, label=label or f"{tag} of a rank-{q.shape[1]} subspace at layer {layer}", kind="removal",
                  params={"operation": operation, "rank": int(q.shape[1])}, model_meta=model_meta(model, site))
-
-
-def resample_donors(fold_of, *, seed: int = 0) -> np.ndarray:
-    """``[n]`` the resample donor of each prompt: a seeded uniform draw among the prompts of the *other* folds
-    (``fold_of`` ``[n]``, :func:`bayes_lens.ablation.cross_fitted_readout`'s folds), the prompts a cross-fitted
-    subspace applied to that prompt was fitted on; never the prompt itself. One draw per prompt, shared by
-    every subspace and every layer, so a candidate and its random band differ only in the subspace.
-
-    >>> d = resample_donors(np.array([0, 0, 1, 1, 2, 2]), seed=0)
-    >>> bool(np.all(np.array([0, 0, 1, 1, 2, 2])[d] != np.array([0, 0, 1, 1, 2, 2])))
-    True
-    """
-    f = np.asarray(fold_of, dtype=np.int64).ravel()
-    seed = check_seed(seed)
-    if len(np.unique(f)) < 2:
-        raise InvalidInputError("resample donors come from the other folds: pass fold numbers of at least two folds.")
-    rng = keyed_rng(seed, 76)
-    return np.array([rng.choice(np.flatnonzero(f != f[i])) for i in range(len(f))], dtype=np.int64)
-
-
-def _haar(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    q, r = np.linalg.qr(rng.standard_normal((d, k)))
-    return q * np.sign(np.diag(r))
 
 
 @dataclass
@@ -254,35 +280,32 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
 
 
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
-             estimators: Sequence[str] = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
-             operation: str = "removal", n_random: int = 20, folds: int = 5, n_boot: int = 1000, n_null: int = 100,
-             swap: bool = True, resume: bool = True, min_effect_bits: float = 0.01, min_r2: float = 0.1, seed: int = 0, batch_size: int = 16,
-             clean=None, attention_mask=None, tokens=None, progress: Optional[bool] = None) -> Localization:
+             estimators: Sequence = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
+             operation: str = "removal", clean=None, design: Optional[Design] = None,
+             options: Optional[RunOptions] = None, **settings) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
-    ``model`` a TransformerLens model; ``items`` SULA items (:func:`bayes_lens.sula.make_prompts`) or any
-    task's items (:mod:`bayes_lens.tasks`): their exact posteriors are the reference; ``layers`` (default: three evenly spaced layers); ``site``
-    ``"resid_post"`` or ``"v"`` (flattened over KV heads); ``ranks`` of the frame (top-k standardized
-    PCs) and of the random bands; ``estimators`` rank-one readout axes (``"ridge"``, ``"pca"``);
-    ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces; ``target``
-    (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"``, ``"mean"`` or ``"resample"``; ``swap`` also run the interchange (each prompt's component taken from a donor
-    with another exact posterior, at the final position; scored by how many bits closer the output came to
-    the donor's clean output, in KL); ``resume`` at ``site="resid_post"``, run each intervention from the
-    clean stream kept after its layer (TL's ``start_at_layer``; checked against the whole pass, with a
-    fallback); ``n_random`` Haar subspaces per layer and rank (≥ 20 for a band worth
-    the name); ``folds`` K of the cross-fitting; ``n_boot``, ``n_null``; ``min_effect_bits`` and
-    ``min_r2`` the verdict's practical thresholds. Each intervention is one forward pass over the
-    prompts (a cross-fitted one: K passes over 1/K of them).
+    ``model`` a TransformerLens model; ``items`` SULA items (:func:`bayes_lens.sula.make_prompts`) or any task's
+    items (:mod:`bayes_lens.tasks`): their exact posteriors are the reference; ``layers`` (default: three evenly
+    spaced layers); ``site`` ``"resid_post"``, ``"v"`` (flattened over KV heads) or ``"z"``; ``ranks`` of the frame
+    (top-k standardized PCs) and of the random bands; ``estimators`` the fitted candidates: ``"ridge"``,
+    ``"pca"`` (rank-one axes) or any :mod:`bayes_lens.estimators` estimator (``PLSSubspace(rank=4)``: a new
+    estimator is one class); ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces;
+    ``target`` (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
+    ``"removal"``, ``"mean"`` or ``"resample"``; ``design`` the test's statistics (:class:`Design`: ``n_random``,
+    ``folds``, ``n_boot``, ``n_null``, ``swap``, ``min_effect_bits``, ``min_r2``); ``options`` how the model runs
+    (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). Any field of the
+    two may also be passed by name (``n_random=40, batch_size=8``). Each intervention is one forward pass over the
+    prompts (a cross-fitted one: K interventions over 1/K of them each, in one pass); at ``resid_post`` it resumes
+    from the clean stream kept after its layer (checked against the whole pass, with a fallback).
 
-    The clean pass can come from elsewhere: ``clean=`` what ``model.run_with_cache`` returned on the
-    items' texts (the ``(logits, cache)`` pair, or the ``ActivationCache`` / ``dict(cache.items())``; pass
-    ``attention_mask=`` or ``tokens=`` when the batch was padded) holding the site at ``layers``, or a
-    :class:`~bayes_lens.ReducedCache` (from ``bl.collect.collect`` or ``bl.shard.merge`` of a sharded
-    collection, with the site's rows at ``layers`` and ``token_ids=`` the answers' ids). The
-    interventions, which need the model, then run as whole passes (no kept stream to resume from).
-    Inside ``bl.shard.sharded(...)`` the clean pass runs in the block's shards and the interventions in
-    this process (their edits differ per prompt, which no shard folder can name; a warning says so).
+    The clean pass can come from elsewhere: ``clean=`` what ``model.run_with_cache`` returned on the items' texts
+    (the ``(logits, cache)`` pair, or the ``ActivationCache`` / ``dict(cache.items())``; pass ``attention_mask=``
+    or ``tokens=`` by name when the batch was padded) holding the site at ``layers``, or a
+    :class:`~bayes_lens.ReducedCache` (``bl.collect.collect`` / ``bl.shard.merge``, with the site's rows at
+    ``layers`` and ``token_ids=`` the answers' ids); the interventions then run as whole passes. Inside
+    ``bl.shard.sharded(...)`` the clean pass and every intervention run in shards (named by the interventions'
+    digests), so the merged table equals the one-process one and a killed run resumes.
 
     >>> items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
     >>> loc = bl.localize(model, items, layers=[0], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5)
@@ -291,23 +314,144 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     """
     import pandas as pd
 
-    from ..sula import answer_posterior
+    cache_kw = {k: settings.pop(k) for k in ("attention_mask", "tokens") if k in settings}
+    design, options = _settings(design, options, settings)
+    run = _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options)
+    candidates = _candidates(run, estimators, bases, ranks)
+    readers = {}  # the downstream readout at each layer: its best rank-one readout (fitted on every prompt)
+    for layer in run.layers:
+        ones = [c for c in candidates if c.layer == layer and c.kind == "estimator" and c.rank == 1 and c.readout]
+        if ones:
+            best = max(ones, key=lambda c: c.readout.r2.value if np.isfinite(c.readout.r2.value) else -np.inf)
+            readers[layer] = (best.name, best.basis[:, 0])
+    clean_rho = {k: coordinate_corr_rows(run.X[k] @ u, run.h_clean if target == "model" else run.y, run.idx,
+                                         "spearman")[0] for k, (_, u) in readers.items()}
+    records, down_records = [], []
+    for c in progress_bar(candidates, desc="localize: interventions", enabled=options.progress):
+        later = [k for k in readers if k > c.layer]
+        p, rows = run.posterior(c, _removal(run, c), later, f"localize: {c.name}")
+        h = entropy_bits(p)
+        m = run.metrics(h, p)
+        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+        for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
+            name, u = readers[k]
+            r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else run.y, run.idx, "spearman",
+                                                 clean=run.X[k] @ u)
+            diff = r - clean_rho[k]
+            lo, hi = percentile_interval(diff[1:])
+            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
+                                 "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
+                                 "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
+                                 "delta_rho_ci_high": hi, "degenerate": degenerate})
+        if design.swap:
+            ps, _ = run.posterior(c, _swap(run, c), [], f"localize: swap {c.name}")
+            # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
+            move = (kl_categorical_bits(run.p_clean[run.donors], run.p_clean, eps=1e-9)
+                    - kl_categorical_bits(run.p_clean[run.donors], ps, eps=1e-9))
+            mv = move[run.idx].mean(-1)
+            lo_, hi_ = percentile_interval(mv[1:])
+            rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
+        ro = c.readout
+        rec.update(r2=ro.r2.value if ro else np.nan, r2_ci_low=ro.r2.ci_low if ro else np.nan,
+                   r2_ci_high=ro.r2.ci_high if ro else np.nan, r2_null_q95=ro.null_r2_q95 if ro else np.nan,
+                   r2_p=ro.p_value if ro else np.nan, rho=ro.rho if ro else np.nan, readable=ro.readable if ro else False)
+        for key in ("mae", "ece", "brier"):
+            diff = m[key] - run.clean_m[key]
+            lo, hi = percentile_interval(diff[1:])
+            rec.update({f"delta_{key}{'_bits' if key == 'mae' else ''}": float(diff[0]),
+                        f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
+        records.append(rec)
+    table = pd.DataFrame.from_records(records)
+    mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits)
+    down = _downstream(pd.DataFrame.from_records(down_records, columns=list(_DOWN_COLUMNS)), table)
+    bases_of = {(c.layer, c.name): c.basis for c in candidates}
+    rows_of_layers = layer_rows(table, run.layers, bases_of, swap=design.swap, clean_mae=float(run.clean_m["mae"][0]))
+    rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=operation, swap=design.swap,
+                           n_random=design.n_random, min_effect=design.min_effect_bits)
+    return Localization(table=table, layers_table=pd.DataFrame.from_records(rows_of_layers), n_prompts=run.n, site=site,
+                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
 
+
+_DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "readout_layer", "readout", "rho_clean", "rho_patched",
+                 "delta_rho", "delta_rho_ci_low", "delta_rho_ci_high", "degenerate")
+
+
+def _downstream(down, table):
+    """The Δρ table with its random band (the same rank's random subspaces at the same layer, read at the same
+    layer); the main table gets the next downstream layer's columns."""
+    import pandas as pd
+
+    if len(down):
+        band_columns(down, "delta_rho", ("layer", "rank", "readout_layer"), "rho_band_low", "rho_band_high")
+    else:
+        down["rho_band_low"] = down["rho_band_high"] = pd.Series(dtype=float)
+    nxt = down.sort_values("readout_layer").drop_duplicates(["layer", "subspace"]).set_index(["layer", "subspace"])
+    for col, src in (("downstream_layer", "readout_layer"), ("rho_clean", "rho_clean"), ("delta_rho", "delta_rho"),
+                     ("delta_rho_ci_low", "delta_rho_ci_low"), ("delta_rho_ci_high", "delta_rho_ci_high"),
+                     ("rho_band_low", "rho_band_low"), ("rho_band_high", "rho_band_high")):
+        table[col] = [nxt[src].get((r.layer, r.subspace), np.nan) for r in table.itertuples()]
+    return down
+
+
+class _Run:
+    """What one localize call measures on: the clean pass, the targets, folds, bootstrap indices and donors, and
+    the runner calls of its interventions (resumed from the kept stream where it can)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+        self.streams: Dict[int, object] = {}
+
+    def metrics(self, h, p) -> dict:
+        idx, bayes, outcome = self.idx, self.bayes, self.outcome
+        out = {"mae": np.abs(h[idx] - bayes[idx]).mean(-1)}
+        if outcome is None:  # no drawn outcome: no ECE or Brier
+            out["ece"] = out["brier"] = np.full(idx.shape[0], np.nan)
+        elif p.shape[1] == 2:  # P(first answer) against "the first answer was drawn", as bl.sula.evaluate
+            first = (outcome == 0).astype(np.float64)
+            out["ece"] = expected_calibration_error(p[:, 0][idx], first[idx])
+            out["brier"] = brier_score(p[:, 0][idx], first[idx])
+        else:  # top-answer ECE and the multi-class Brier score
+            conf, correct = top_label(p, outcome)
+            out["ece"] = expected_calibration_error(conf[idx], correct[idx])
+            out["brier"] = multiclass_brier_score(p[idx], outcome[idx])
+        return out
+
+    def stream(self, layer: int):
+        """The kept clean stream after ``layer`` (site resid_post, resume on), None for whole passes."""
+        if self.keeper is None:
+            return None
+        if layer not in self.streams:
+            r = self.keeper.stream(layer, self.n)
+            why = "the clean pass ran elsewhere (its stream was not kept here)" if r is None else \
+                r.check(self.answer_ids, self.clean_lp)
+            if why is not None:
+                warnings.warn(f"{type(self.model).__name__} does not resume after layer {layer} (start_at_layer: "
+                              f"{why}); localize runs a whole pass per intervention there instead (same numbers, "
+                              "slower).", UserWarning, stacklevel=4)
+                r = None
+            self.streams[layer] = r
+        return self.streams[layer]
+
+    def posterior(self, c, interventions, read_layers, desc):
+        """(the answer posterior ``[n, K]``, ``{layer: [n, d]}`` final-token rows of the site at ``read_layers``)
+        with ``interventions`` applied, through the runner."""
+        rc = collect(self.model, self.texts, token_ids=self.answer_ids, reads=[FinalRows(k, self.site)
+                                                                                for k in read_layers],
+                     interventions=interventions, resume=self.stream(c.layer), batch_size=self.batch_size,
+                     progress=False, desc=desc)
+        return (answer_posterior(rc.token_logprobs())[0],
+                {k: rc.value_rows(k, self.site).double().numpy() for k in read_layers})
+
+
+def _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options):
+    """Validate, run (or read) the clean pass, and set up the targets, folds, bootstrap and donors."""
     adapter.check_model(model)
     check_choice(site, "site", SITES)
     check_choice(target, "target", TARGETS)
     check_choice(operation, "operation", OPERATIONS)
-    swap = check_bool(swap, "swap")
-    resume = check_bool(resume, "resume")
     for e in estimators:
-        check_choice(e, "estimators", ("ridge", "pca"))
-    n_random = check_count(n_random, "n_random")
-    folds = check_count(folds, "folds")
-    n_boot = check_count(n_boot, "n_boot")
-    n_null = check_count(n_null, "n_null", allow_zero=True)
-    seed = check_seed(seed)
-    min_effect = check_float(min_effect_bits, "min_effect_bits", min=0.0)
-    min_r2 = check_float(min_r2, "min_r2")
+        if not isinstance(e, SubspaceEstimator):
+            check_choice(e, "estimators", ("ridge", "pca"))
     ranks = [check_positive_int(k, "each rank") for k in ranks]
     if not ranks:
         raise InvalidInputError("ranks must hold at least one positive integer, such as (1, 4, 16).")
@@ -325,245 +469,115 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     strata = np.array([it.k for it in items])
     outcomes = [getattr(it, "outcome", None) for it in items]
     outcome = None if any(o is None for o in outcomes) else np.array(outcomes, dtype=np.int64)
-
     answer_ids = list(answer_token_ids(model, items[0].answers))
-    in_shards = runner_active()
     keeper = None
     if clean is not None:
-        rc = _clean_rows(clean, model, n, layers, site, answer_ids, attention_mask, tokens)
-    elif attention_mask is not None or tokens is not None:
+        rc = _clean_rows(clean, model, n, layers, site, answer_ids, cache_kw.get("attention_mask"),
+                         cache_kw.get("tokens"))
+    elif cache_kw:
         raise InvalidInputError("attention_mask= and tokens= describe a cache passed as clean=; without one, drop them.")
     else:
         # the clean pass; at resid_post it also keeps the stream after each layer, which the interventions resume
-        # from (not inside bl.shard.sharded: the pass runs in the block's shards, so the interventions run whole)
-        keeper = StreamKeeper(model, layers) if resume and site == "resid_post" and not in_shards else None
+        # from (not inside bl.shard.sharded: there the interventions run in shards, as whole passes)
+        keeper = StreamKeeper(model, layers) if options.resume and site == "resid_post" and not runner_active() \
+            else None
         rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
-                     fwd_hooks=keeper if keeper is not None else (), batch_size=batch_size, progress=progress,
-                     desc="localize: clean")
-        if in_shards:
-            warnings.warn("inside bl.shard.sharded, localize runs its clean pass in shards and its interventions in "
-                          "this process: each intervention edits every prompt differently (its fold's subspace, its "
-                          "donor), which no shard folder can name.", UserWarning, stacklevel=2)
+                     fwd_hooks=keeper if keeper is not None else (), batch_size=options.batch_size,
+                     progress=options.progress, desc="localize: clean")
     p_clean = answer_posterior(rc.token_logprobs())[0]
     h_clean = entropy_bits(p_clean)
-    y = _target(target, items, h_clean, p_clean)
     X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
     for layer, x in X.items():
         if np.ptp(x, axis=0).max() <= 1e-9 * max(1.0, float(np.abs(x).max())):
             raise InvalidInputError(f"the {site!r} site's final-token rows at layer {layer} are the same for every prompt "
                                     "(nothing there depends on the context: e.g. hook_v at layer 0 when every prompt ends "
                                     "in the same token), so nothing can be read or removed there; choose other layers.")
-    fid = fold_ids(n, folds, seed=seed, strata=strata)
-    idx = np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, n_boot, seed=seed, strata=strata)])
+    seed = options.seed
+    fid = fold_ids(n, design.folds, seed=seed, strata=strata)
+    run = _Run(model=model, items=items, texts=texts, bayes=bayes, n=n, d=d, site=site, layers=layers,
+                strata=strata, outcome=outcome, answer_ids=answer_ids, keeper=keeper, p_clean=p_clean,
+                h_clean=h_clean, y=_target(target, items, h_clean, p_clean), X=X, fid=fid, design=design,
+                operation=operation, seed=seed, batch_size=options.batch_size,
+                idx=np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, design.n_boot, seed=seed,
+                                                                             strata=strata)]),
+                donors=swap_donors(items, seed=seed) if design.swap else None,
+                rdonors=resample_donors(fid, seed=seed) if operation == "resample" else None,
+                clean_lp=rc.token_logprobs().double().numpy())
+    run.clean_m = run.metrics(h_clean, p_clean)
+    return run
 
-    def metrics(h, p):
-        out = {"mae": np.abs(h[idx] - bayes[idx]).mean(-1)}
-        if outcome is None:  # no drawn outcome: no ECE or Brier
-            out["ece"] = out["brier"] = np.full(idx.shape[0], np.nan)
-        elif p.shape[1] == 2:  # P(first answer) against "the first answer was drawn", as bl.sula.evaluate
-            first = (outcome == 0).astype(np.float64)
-            out["ece"] = expected_calibration_error(p[:, 0][idx], first[idx])
-            out["brier"] = brier_score(p[:, 0][idx], first[idx])
-        else:  # top-answer ECE and the multi-class Brier score
-            conf, correct = top_label(p, outcome)
-            out["ece"] = expected_calibration_error(conf[idx], correct[idx])
-            out["brier"] = multiclass_brier_score(p[idx], outcome[idx])
-        return out
 
-    clean_m = metrics(h_clean, p_clean)
-    donors = swap_donors(items, seed=seed) if swap else None
-    rdonors = resample_donors(fid, seed=seed) if operation == "resample" else None
+def _candidates(run, estimators, bases, ranks) -> List[_Candidate]:
+    """Every candidate subspace, one route: fitted estimators (cross-fitted: fold → basis fitted without the fold),
+    the top-k frames, user bases, and the Haar band of each rank, per layer."""
+    design, out = run.design, []
+    kw = dict(folds=design.folds, strata=run.strata, n_boot=design.n_boot, n_null=design.n_null,
+              min_r2=design.min_r2, seed=run.seed)
+    names = [e if isinstance(e, str) else None for e in estimators]
     user = bases or {}
-    candidates: List[_Candidate] = []
-    kw = dict(folds=folds, strata=strata, n_boot=n_boot, n_null=n_null, min_r2=min_r2, seed=seed)
-    for layer in layers:
-        x = X[layer]
+    for layer in run.layers:
+        x = run.X[layer]
         for e in estimators:
-            ro = cross_fitted_readout(x, y, estimator=e, **kw)
-            candidates.append(_Candidate(f"{e} axis", "estimator", layer, 1,
-                                         {f: u[:, None] for f, u in ro.fold_directions.items()},
-                                         ro.direction[:, None], ro))
+            est = {"ridge": RidgeAxis, "pca": PC1Axis}[e]() if isinstance(e, str) else e
+            ro = cross_fitted_readout(x, run.y, estimator=e if isinstance(e, str) else est, **kw)
+            if isinstance(e, str):  # a rank-one axis: its fold directions are the cross-fitted subspaces
+                fb = {f: u[:, None] for f, u in ro.fold_directions.items()}
+                full = ro.direction[:, None]
+            else:
+                fb = {int(f): est.fit_basis(x[run.fid != f], run.y[run.fid != f]) for f in np.unique(run.fid)}
+                full = est.fit_basis(x, run.y)
+            out.append(_Candidate(f"{e} axis" if isinstance(e, str) else est.name, "estimator", layer,
+                                  full.shape[1], fb, full, ro))
         for k in ranks:
-            if k == 1 and "pca" in estimators:
+            if k == 1 and "pca" in names:
                 continue  # the frame of rank one is the PCA axis
             full = standardized_pc_basis(x, k)
-            ro = cross_fitted_readout(x, y, estimator="basis", basis=full, **kw)
-            fb = {int(f): standardized_pc_basis(x[fid != f], k) for f in np.unique(fid)}
-            candidates.append(_Candidate(f"frame k={k}", "frame", layer, k, fb, full, ro))
+            ro = cross_fitted_readout(x, run.y, estimator="basis", basis=full, **kw)
+            fb = {int(f): TopKFrame(rank=k).fit(x[run.fid != f]).basis_ for f in np.unique(run.fid)}
+            out.append(_Candidate(f"frame k={k}", "frame", layer, k, fb, full, ro))
         for name, b in user.items():
             b = b.get(layer) if isinstance(b, dict) else b
             if b is None:
                 continue
             b = np.asarray(b, dtype=np.float64)
             b = b[:, None] if b.ndim == 1 else b
-            if b.shape[0] != d:
-                raise InvalidInputError(f"basis {name!r} has {b.shape[0]} rows; the {site!r} site has dimension {d}.")
+            if b.shape[0] != run.d:
+                raise InvalidInputError(f"basis {name!r} has {b.shape[0]} rows; the {run.site!r} site has dimension "
+                                        f"{run.d}.")
             q = np.linalg.qr(b)[0]
-            ro = cross_fitted_readout(x, y, estimator="basis", basis=q, **kw)
-            candidates.append(_Candidate(str(name), "user", layer, q.shape[1], None, q, ro))
-        for k in sorted({c.rank for c in candidates if c.layer == layer} | set(ranks)):
-            for i in range(n_random):
-                b = _haar(d, k, keyed_rng(seed, 73, layer, k, i))
-                candidates.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None, b))
+            ro = cross_fitted_readout(x, run.y, estimator=FixedBasis(q), **kw)
+            out.append(_Candidate(str(name), "user", layer, q.shape[1], None, q, ro))
+        for k in sorted({c.rank for c in out if c.layer == layer} | set(ranks)):
+            for i in range(design.n_random):
+                out.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None,
+                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i)))
+    return out
 
-    resumers: Dict[int, Optional[ResumedStream]] = {}
-    clean_lp = rc.token_logprobs().double().numpy()
 
-    def resumer(layer: int) -> Optional[ResumedStream]:
-        """The kept clean stream after ``layer`` (site resid_post, ``resume=True``), None for whole passes."""
-        if keeper is None:
-            return None
-        if layer not in resumers:
-            r = keeper.stream(layer, answer_ids, clean_lp, n)
-            why = "the clean pass ran elsewhere (its stream was not kept here)" if r is None else r.check()
-            if why is not None:
-                warnings.warn(f"{type(model).__name__} does not resume after layer {layer} (start_at_layer: {why}); "
-                              "localize runs a whole pass per intervention there instead (same numbers, slower).",
-                              UserWarning, stacklevel=3)
-                r = None
-            resumers[layer] = r
-        return resumers[layer]
+def _bases(c: _Candidate) -> Dict[int, np.ndarray]:
+    return {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
 
-    # the downstream readout at each layer: the best rank-one readout direction there (fitted on every prompt)
-    readers = {}
-    for layer in layers:
-        ones = [c for c in candidates if c.layer == layer and c.kind == "estimator" and c.readout is not None]
-        if ones:
-            best = max(ones, key=lambda c: c.readout.r2.value if np.isfinite(c.readout.r2.value) else -np.inf)
-            readers[layer] = (best.name, best.basis[:, 0])
-    clean_rho = {k: coordinate_corr_rows(X[k] @ u, h_clean if target == "model" else y, idx, "spearman")[0]
-                 for k, (_, u) in readers.items()}
-    down_records = []
 
-    records = []
-    bar = progress_bar(candidates, desc="localize: interventions", enabled=progress)
-    here = use_runner(None) if in_shards else contextlib.nullcontext()
-    with here:
-        for c in bar:
-            x = X[c.layer]
-            res = resumer(c.layer)
-            fold_of = np.zeros(n, dtype=np.int64) if c.fold_bases is None else fid
-            bases_of = {0: c.basis} if c.fold_bases is None else {int(f): b for f, b in c.fold_bases.items()}
-            means_of = {f: (x.mean(0) if c.fold_bases is None else x[fid != f].mean(0)) for f in bases_of}
-            donor_x = None if rdonors is None else x[rdonors]  # resample: each prompt's donor row at this layer
-            fixed = {} if donor_x is not None else \
-                {f: subspace_patch(model, c.layer, bases_of[f], site=site, operation=operation, mean=means_of[f]).parts
-                 for f in bases_of}
-
-            def parts_of(f, rows, fixed=fixed, donor_x=donor_x, layer=c.layer):
-                """The candidate's parts for fold ``f``'s prompts ``rows`` (only resample's depend on the prompts)."""
-                if fixed:
-                    return fixed[f]
-                return subspace_patch(model, layer, bases_of[f], site=site, operation=operation, mean=means_of[f],
-                                      donor_rows=donor_x[rows]).parts
-
-            later = [k for k in readers if k > c.layer]
-            p, rows = run_edit(model, texts, answer_ids, _rows_edit(parts_of, fold_of), layer=c.layer, site=site,
-                               stream=res, read_layers=later, batch_size=batch_size, desc=f"localize: {c.name}")
-            h = entropy_bits(p)
-            m = metrics(h, p)
-            rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
-            for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
-                name, u = readers[k]
-                r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else y, idx, "spearman",
-                                                     clean=X[k] @ u)
-                diff = r - clean_rho[k]
-                lo, hi = percentile_interval(diff[1:])
-                down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
-                                     "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
-                                     "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
-                                     "delta_rho_ci_high": hi, "degenerate": degenerate})
-            if swap:
-                ps, _ = run_edit(model, texts, answer_ids, _swap_edit(bases_of, fold_of, x[donors]), layer=c.layer,
-                                 site=site, stream=res, batch_size=batch_size, desc=f"localize: swap {c.name}")
-                # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
-                move = (kl_categorical_bits(p_clean[donors], p_clean, eps=1e-9)
-                        - kl_categorical_bits(p_clean[donors], ps, eps=1e-9))
-                mv = move[idx].mean(-1)
-                lo_, hi_ = percentile_interval(mv[1:])
-                rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
-            if c.readout is not None:
-                rec.update(r2=c.readout.r2.value, r2_ci_low=c.readout.r2.ci_low, r2_ci_high=c.readout.r2.ci_high,
-                           r2_null_q95=c.readout.null_r2_q95, r2_p=c.readout.p_value, rho=c.readout.rho,
-                           readable=c.readout.readable)
-            else:
-                rec.update(r2=np.nan, r2_ci_low=np.nan, r2_ci_high=np.nan, r2_null_q95=np.nan, r2_p=np.nan,
-                           rho=np.nan, readable=False)
-            for key in ("mae", "ece", "brier"):
-                diff = m[key] - clean_m[key]
-                lo, hi = percentile_interval(diff[1:])
-                rec.update({f"delta_{key}{'_bits' if key == 'mae' else ''}": float(diff[0]),
-                            f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
-            records.append(rec)
-    table = pd.DataFrame.from_records(records)
-    band = (table[table["kind"] == "random"].groupby(["layer", "rank"])["delta_mae_bits"]
-            .quantile([0.025, 0.975]).unstack())
-    table["band_low"] = [band.loc[(r.layer, r.rank), 0.025] for r in table.itertuples()]
-    table["band_high"] = [band.loc[(r.layer, r.rank), 0.975] for r in table.itertuples()]
-    table["removal_matters"] = table["delta_mae_ci_low"] > np.maximum(table["band_high"], min_effect)
-    if swap:
-        sband = (table[table["kind"] == "random"].groupby(["layer", "rank"])["swap_bits"]
-                 .quantile([0.025, 0.975]).unstack())
-        table["swap_band_low"] = [sband.loc[(r.layer, r.rank), 0.025] for r in table.itertuples()]
-        table["swap_band_high"] = [sband.loc[(r.layer, r.rank), 0.975] for r in table.itertuples()]
-        table["swap_redirects"] = table["swap_ci_low"] > np.maximum(table["swap_band_high"], min_effect)
-        table["mediator"] = table["removal_matters"] | table["swap_redirects"]
+def _removal(run, c: _Candidate):
+    """The candidate's removal / mean- / resample-ablation: one intervention per fold, at every position."""
+    bases = _bases(c)
+    fold_of = np.zeros(run.n, dtype=np.int64) if c.fold_bases is None else run.fid
+    x = run.X[c.layer]
+    if run.operation == "resample":  # each prompt's donor row at this layer
+        src = {f: x[run.rdonors] for f in bases}
+    elif run.operation == "mean":
+        src = {f: (x.mean(0) if c.fold_bases is None else x[run.fid != f].mean(0)) for f in bases}
     else:
-        table["mediator"] = table["removal_matters"]
-    table["verdict"] = [_verdict(bool(r.readable), bool(r.mediator)) for r in table.itertuples()]
-    down = pd.DataFrame.from_records(down_records, columns=[
-        "layer", "subspace", "kind", "rank", "readout_layer", "readout", "rho_clean", "rho_patched", "delta_rho",
-        "delta_rho_ci_low", "delta_rho_ci_high", "degenerate"])
-    if len(down):  # the random band of Δρ: the same rank's random subspaces at the same layer, read at the same layer
-        dband = (down[down["kind"] == "random"].groupby(["layer", "rank", "readout_layer"])["delta_rho"]
-                 .quantile([0.025, 0.975]).unstack())
-        down["rho_band_low"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.025] for r in down.itertuples()]
-        down["rho_band_high"] = [dband.loc[(r.layer, r.rank, r.readout_layer), 0.975] for r in down.itertuples()]
-    else:
-        down["rho_band_low"] = down["rho_band_high"] = pd.Series(dtype=float)
-    # the main table carries the next downstream layer's row (all of them: .downstream)
-    nxt = down.sort_values("readout_layer").drop_duplicates(["layer", "subspace"]).set_index(["layer", "subspace"])
-    for col, src in (("downstream_layer", "readout_layer"), ("rho_clean", "rho_clean"), ("delta_rho", "delta_rho"),
-                     ("delta_rho_ci_low", "delta_rho_ci_low"), ("delta_rho_ci_high", "delta_rho_ci_high"),
-                     ("rho_band_low", "rho_band_low"), ("rho_band_high", "rho_band_high")):
-        table[col] = [nxt[src].get((r.layer, r.subspace), np.nan) for r in table.itertuples()]
+        src = None
+    return crossfitted(c.layer, run.site, bases, fold_of, op=_OP[run.operation], source_of_fold=src, label=c.name)
 
-    layer_rows = []
-    by_name = {(c.layer, c.name): c for c in candidates}
-    for layer in layers:
-        t = table[table["layer"] == layer]
-        est = t[t["kind"] == "estimator"]
-        real = t[t["kind"] != "random"]
-        readable = bool(real["readable"].any()) if len(real) else False
-        mediator = bool(real["mediator"].any()) if len(real) else False
-        row = {"layer": layer, "verdict": _verdict(readable, mediator), "clean_mae_bits": float(clean_m["mae"][0])}
-        ones = real[real["rank"] == 1] if len(est) == 0 else est
-        meds = real[real["mediator"]]
-        if len(ones) and len(meds) and ones["r2"].notna().any():
-            # the most causal: the mediator furthest above its band (removal or swap, whichever is further)
-            excess = meds["delta_mae_ci_low"] - meds["band_high"]
-            if swap:
-                excess = np.maximum(excess, meds["swap_ci_low"] - meds["swap_band_high"])
-            best_r = by_name[(layer, ones.loc[ones["r2"].idxmax(), "subspace"])]
-            best_c = by_name[(layer, meds.loc[excess.idxmax(), "subspace"])]
-            u = best_r.basis[:, 0]
-            cos2 = float(np.clip(np.sum((best_c.basis.T @ u) ** 2) / float(u @ u), 0.0, 1.0))
-            from scipy.stats import beta
 
-            k = best_c.rank
-            row.update(best_readout=best_r.name, most_causal=best_c.name, angle_deg=float(np.degrees(np.arccos(np.sqrt(cos2)))),
-                       cos2=cos2, cos2_null_mean=k / d, angle_p=float(beta.sf(cos2, k / 2, (d - k) / 2)))
-        else:
-            row.update(best_readout=None, most_causal=None, angle_deg=np.nan, cos2=np.nan, cos2_null_mean=np.nan,
-                       angle_p=np.nan)
-        layer_rows.append(row)
-    rule = (f"readable: the held-out R² interval (cross-fitted, {folds} folds) lies above the shuffled-target null's "
-            f"95th percentile and {min_r2}; mediator: the Δ MAE interval (paired bootstrap, 95%) of the {operation}"
-            + (" or the swap's move toward the donor (bits of KL)" if swap else "") +
-            f" lies above its random band's 97.5th percentile ({n_random} Haar subspaces of the same rank) and "
-            f"{min_effect} bits")
-    return Localization(table=table, layers_table=pd.DataFrame.from_records(layer_rows), n_prompts=n, site=site,
-                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
+def _swap(run, c: _Candidate):
+    """The candidate's swap: at the final position, its component replaced by the donor's (one per fold)."""
+    fold_of = np.zeros(run.n, dtype=np.int64) if c.fold_bases is None else run.fid
+    donor_rows = run.X[c.layer][run.donors]
+    return crossfitted(c.layer, run.site, _bases(c), fold_of, op="swap", positions="final",
+                       source_of_fold={f: donor_rows for f in _bases(c)}, label=f"swap {c.name}")
 
 
 def _clean_rows(clean, model, n: int, layers: Sequence[int], site: str, answer_ids, attention_mask, tokens):
@@ -595,83 +609,3 @@ def _clean_rows(clean, model, n: int, layers: Sequence[int], site: str, answer_i
     return rc
 
 
-def _rows_edit(parts_of, fold_of: np.ndarray):
-    """``edit(batch, resid)`` applying to each row its fold's patch parts (every position), in the parts' order:
-    ``parts_of(fold, prompts)`` gives the parts for those prompts (global indices, in the batch's row order)."""
-    def edit(batch, x):
-        idx = batch.indices.numpy()
-        folds = fold_of[idx]
-        for f in np.unique(folds):
-            sel = np.flatnonzero(folds == f)
-            rows = torch.as_tensor(sel)
-            y = x[rows]
-            for part in parts_of(int(f), idx[sel]):
-                y = part.apply(y)
-            x[rows] = y
-        return x
-    return edit
-
-
-def _swapped(a: torch.Tensor, donor: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The swap, the one definition both routes use: ``a`` with its component in span(b) (``b`` orthonormal
-    ``[d, k]``) replaced by ``donor``'s, a − (a b) bᵀ + (donor b) bᵀ (rows or single vectors)."""
-    return a - (a @ b) @ b.T + (donor @ b) @ b.T
-
-
-def _swap_edit(basis_of_fold: dict, fold_of: np.ndarray, donor_rows: np.ndarray):
-    """``edit(batch, resid)``: at each row's final position, its fold's subspace component replaced by its donor's."""
-    bases = {f: torch.as_tensor(np.linalg.qr(b)[0], dtype=torch.float32) for f, b in basis_of_fold.items()}
-    donor = torch.as_tensor(np.asarray(donor_rows), dtype=torch.float32)
-
-    def edit(batch, x):
-        folds = fold_of[batch.indices.numpy()]
-        for r in range(x.shape[0]):
-            b = bases[int(folds[r])]
-            a = x[r, batch.last_index[r]].float()
-            d = donor[int(batch.indices[r])]
-            x[r, batch.last_index[r]] = _swapped(a, d, b).to(x.dtype)
-        return x
-    return edit
-
-
-def head_blocks(model, *, site: str = "z") -> dict:
-    """``{"head h": [n·d_head, d_head] basis}``: the coordinate block of each attention head in the flattened
-    ``z`` site (query heads) or ``v`` site (key/value heads), for :func:`localize`'s ``bases=``. With
-    ``site="z"`` the localisation table becomes the layer × head grid: each head's readout (ridge on its
-    d_head coordinates) and the calibration change when its output is removed (zero-ablation, or
-    mean-ablation with ``operation="mean"``), against random subspaces of rank d_head of the same site.
-
-    >>> sorted(head_blocks(model))[:2], head_blocks(model)["head 0"].shape
-    (['head 0', 'head 1'], (64, 16))
-    """
-    check_choice(site, "site", ("z", "v"))
-    info = adapter.model_info(model)
-    n = info.n_heads if site == "z" else info.n_kv_heads
-    eye = np.eye(n * info.d_head)
-    return {f"head {h}": eye[:, h * info.d_head:(h + 1) * info.d_head] for h in range(n)}
-
-
-def swap_donors(items, *, seed: int = 0) -> np.ndarray:
-    """``[n]`` the donor of each item for a swap: a seeded draw among the items whose exact posterior has another
-    most probable answer (for SULA: the other side of ½), else, where there is none, among those whose posterior
-    differs at all (total variation > 10⁻⁹)."""
-    post = np.array([it.posterior for it in items], dtype=np.float64)
-    rng = keyed_rng(seed, 74)
-    out = np.empty(len(items), dtype=np.int64)
-    mode = post.argmax(1)
-    ties = np.isclose(post.max(1), np.sort(post, 1)[:, -2]) if post.shape[1] > 1 else np.zeros(len(items), bool)
-    for i in range(len(items)):
-        tv = 0.5 * np.abs(post - post[i]).sum(1)
-        differ = tv > 1e-9
-        other = np.flatnonzero(differ & (mode != mode[i]) & ~ties) if not ties[i] else np.flatnonzero(differ & ~ties)
-        pool = other if len(other) else np.flatnonzero(differ)
-        if not len(pool):
-            raise InvalidInputError("a swap needs items with different posteriors (several k, both labels); "
-                                    "make prompts with ks=(0, 1, 2, 4) or pass swap=False.")
-        out[i] = rng.choice(pool)
-    return out
-
-
-def _verdict(readable: bool, mediator: bool) -> str:
-    return VERDICTS[0] if readable and mediator else VERDICTS[1] if readable else \
-        VERDICTS[2] if mediator else VERDICTS[3]

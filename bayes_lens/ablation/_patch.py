@@ -5,8 +5,8 @@ the paper's public code had λ reversed), keep-only v ← (v·u)u, and shift v �
 every position. Every part of every patch — a removal or shift along a fitted axis, keep-only, the
 random-direction controls, a subspace removal — takes one route: a hook on the site's own
 TransformerLens hook point (``blocks.{l}.attn.hook_v``, ``blocks.{l}.hook_resid_post``) that changes
-the activation with :func:`bayes_lens.hookpoints.move_along` and the part's coordinate operation
-(:meth:`PatchPart.coordinate_op`), or projects it with :func:`~bayes_lens.hookpoints.keep_along`. So a
+the activation with :func:`bayes_lens.interventions.move_along` and the part's coordinate operation
+(:meth:`PatchPart.coordinate_op`), or projects it with :func:`~bayes_lens.interventions.keep_along`. So a
 treatment and its control differ only in the direction, and a patch's pairs work in plain
 TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``.
 :func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
@@ -24,8 +24,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
-from .. import adapter, hookpoints
+from .. import adapter
 from ..errors import InvalidInputError, LayerIndexError
+from ..interventions import Intervention
+from ..interventions import coordinate_map
 from ._common import site_dim
 
 __all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "check_patches"]
@@ -44,8 +46,8 @@ class PatchPart:
     ``site="v"``, ``blocks.{l}.hook_resid_post``), for every operation and for an axis's direction and a
     random control's alike. The operation changes the coordinate c = x·u of each position's row x
     (``hook_v`` flattened over heads): removal c ↦ (1 − λ)c, shift c ↦ c + s·σ (:meth:`coordinate_op`,
-    applied by :func:`bayes_lens.hookpoints.move_along`), or keep-only x ↦ (x·u)u
-    (:func:`bayes_lens.hookpoints.keep_along`).
+    applied by :func:`bayes_lens.interventions.move_along`), or keep-only x ↦ (x·u)u
+    (:func:`bayes_lens.interventions.keep_along`).
     """
 
     layer: int
@@ -62,32 +64,33 @@ class PatchPart:
 
     def coordinate_op(self, c: Tensor) -> Tensor:
         """What the part does to the coordinate c = x·u: removal c ↦ (1 − λ)c (centred:
-        c ↦ c − λ(c − μ·u)), shift c ↦ c + s·σ. The one definition of both, for an axis and for its
-        random controls. A ``[batch, dim]`` mean sets each row's coordinate toward its own μ_b·u (``c``
-        is ``[batch, ..., 1]``)."""
-        if self.op == "shift":
-            return c + self.amount
-        if self.mean is None:
-            return c * (1.0 - self.lam)
-        if self.mean.ndim == 2:  # one reference row per prompt of the batch
-            if self.mean.shape[0] != c.shape[0]:
-                raise InvalidInputError(
-                    f"the patch at {self.hook_name} holds {self.mean.shape[0]} per-prompt rows but the batch has "
-                    f"{c.shape[0]} prompts; build the patch for this batch's prompts.")
-            o = (self.mean.double() @ self.direction.double()).to(device=c.device, dtype=c.dtype)
-            return c - self.lam * (c - o.reshape(-1, *([1] * (c.ndim - 1))))
-        offset = float(self.mean.double() @ self.direction.double())
-        return c * (1.0 - self.lam) if offset == 0.0 else c - self.lam * (c - offset)
+        c ↦ c − λ(c − μ·u)), shift c ↦ c + s·σ - the operation table's coordinate map
+        (:func:`bayes_lens.interventions.apply_op`), for an axis and for its random controls alike."""
+        op = "shift" if self.op == "shift" else "remove" if self.mean is None else "mean"
+        return coordinate_map(op, self.direction, self.amount if op == "shift" else self.lam, self.mean,
+                              what=f"the patch at {self.hook_name}")(c)
+
+    @property
+    def intervention(self) -> Intervention:
+        """The part as an :class:`~bayes_lens.interventions.Intervention` (what :meth:`apply` runs): removal →
+        ``"remove"`` (centred on a mean row: ``"mean"``; on one row per prompt: ``"resample"``), shift →
+        ``"shift"`` by s·σ, keep-only → ``"keep_only"``; at every position, strength λ (or s·σ)."""
+        got = self.__dict__.get("_intervention")
+        if got is None:
+            if self.op == "removal":
+                op = "remove" if self.mean is None else "resample" if self.mean.ndim == 2 else "mean"
+            else:
+                op = self.op
+            got = Intervention(layer=self.layer, site=self.site, basis=self.direction.detach().cpu().float()[:, None],
+                               op=op, strength=self.amount if op == "shift" else self.lam,
+                               source=None if op == "shift" else self.mean, label=self.hook_name)
+            self.__dict__["_intervention"] = got
+        return got
 
     def apply(self, act: Tensor) -> Tensor:
-        """The part's operation on the site's activation: moved along the direction by :meth:`coordinate_op`
-        (:func:`bayes_lens.hookpoints.move_along`) or, for keep-only, projected onto it
-        (:func:`bayes_lens.hookpoints.keep_along`)."""
-        what = f"the patch at {self.hook_name}"
-        if self.op == "keep_only":
-            return hookpoints.keep_along(act, self.direction, self.mean, what=what)
-        moved = hookpoints.move_along(act, self.direction, self.coordinate_op, what=what)
-        return act if moved is None else moved
+        """The part's operation on the site's activation, by its :attr:`intervention` (the operation table of
+        :mod:`bayes_lens.interventions`, the one code that writes an activation)."""
+        return self.intervention.apply(act)
 
     def hook_fn(self, act: Tensor, hook=None) -> Tensor:
         return self.apply(act)

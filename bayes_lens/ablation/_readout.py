@@ -36,89 +36,34 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
+
+from sklearn.base import clone
 
 import numpy as np
 
 from .._results import Estimate
 from .._validate import check_choice, check_count, check_seed
 from ..errors import InvalidInputError, NonFiniteError
-from ..metrics.pca import pca
+from ..estimators import FixedBasis, SubspaceEstimator, cross_fit, estimator_for, fold_ids, standardized_pc_basis
 from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval, spearman
+from ._rules import readable as readable_rule
 
 __all__ = ["Readout", "cross_fitted_readout", "fold_ids", "standardized_pc_basis", "ESTIMATORS"]
 
 ESTIMATORS = ("ridge", "pca", "basis")
-ALPHAS = np.logspace(-3, 4, 15)
 
 
-def fold_ids(n: int, folds: int, *, seed=0, strata=None) -> np.ndarray:
-    """``[n]`` fold number of each row: a seeded shuffle dealt round-robin, within each stratum when given
-    (so each fold holds every stratum in proportion)."""
-    rng = keyed_rng(seed, 71)
-    out = np.empty(n, dtype=np.int64)
-    groups = [np.arange(n)] if strata is None else [np.flatnonzero(np.asarray(strata) == s)
-                                                     for s in np.unique(np.asarray(strata))]
-    start = 0
-    for g in groups:
-        perm = rng.permutation(g)
-        out[perm] = (np.arange(len(perm)) + start) % folds
-        start += len(perm)
-    return out
+def _crossfit(x, y, folds_of, estimator):
+    """(held-out predictions, {fold: raw-space unit direction or None}) of one cross-fit."""
+    pred, fitted = cross_fit(estimator, x, y, folds_of)
+    return pred, {f: _direction(est) for f, est in fitted.items()}
 
 
-def _scales(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    mean = x.mean(0)
-    sd = x.std(0, ddof=1)
-    return mean, np.where(sd > 1e-12 * max(1.0, float(np.abs(x).max())), sd, np.inf)
-
-
-def standardized_pc_basis(x: np.ndarray, k: int) -> np.ndarray:
-    """``[d, k]`` orthonormal basis of the span of the top-k standardized PCs of ``x`` mapped back to
-    activation space (w / σ for each PC w; QR-orthonormalized, so projecting onto it removes exactly
-    that span). PC signs are arbitrary."""
-    fit = pca(x, k, standardized=True)
-    b = np.zeros((x.shape[1], fit.components.shape[0]))
-    b[fit.kept] = fit.components.T / fit.scale[fit.kept, None]
-    q, _ = np.linalg.qr(b)
-    return q
-
-
-def _fit_predict(xtr, ytr, xte, estimator: str, basis: Optional[np.ndarray]):
-    """(predictions on xte, raw-space unit direction or None) of one fold's fit."""
-    if estimator == "ridge":
-        from sklearn.linear_model import RidgeCV
-
-        mean, sd = _scales(xtr)
-        ztr, zte = (xtr - mean) / sd, (xte - mean) / sd
-        model = RidgeCV(alphas=ALPHAS).fit(ztr, ytr)
-        u = model.coef_ / sd
-        norm = np.linalg.norm(u)
-        return model.predict(zte), (u / norm if norm > 0 else None)
-    if estimator == "basis" and basis.shape[1] > 1:  # ridge on the subspace's coordinates (a head: d_head of them)
-        return _fit_predict(xtr @ basis, ytr, xte @ basis, "ridge", None)[0], None
-    if estimator == "pca":
-        b = standardized_pc_basis(xtr, 1)
-    else:
-        b = basis
-    mean = xtr.mean(0)
-    ctr, cte = (xtr - mean) @ b, (xte - mean) @ b
-    design = np.column_stack([np.ones(len(ctr)), ctr])
-    coef, *_ = np.linalg.lstsq(design, ytr, rcond=None)
-    pred = np.column_stack([np.ones(len(cte)), cte]) @ coef
-    if estimator == "pca":
-        u = b[:, 0] * (1.0 if coef[1] >= 0 else -1.0)  # signed to read y positively
-        return pred, u
-    return pred, None
-
-
-def _crossfit(x, y, folds_of, estimator, basis):
-    pred = np.empty_like(y)
-    dirs = {}
-    for f in np.unique(folds_of):
-        te = folds_of == f
-        pred[te], dirs[int(f)] = _fit_predict(x[~te], y[~te], x[te], estimator, basis)
-    return pred, dirs
+def _direction(est) -> Optional[np.ndarray]:
+    """A rank-one estimator's unit direction (None for a multi-dimensional subspace, or no direction)."""
+    b = getattr(est, "basis_", None)
+    return None if b is None or b.shape[1] != 1 or isinstance(est, FixedBasis) else b[:, 0]
 
 
 def _r2(y, pred) -> float:
@@ -149,7 +94,7 @@ class Readout:
 
     @property
     def readable(self) -> bool:
-        return bool(self.r2.ci_low > max(self.null_r2_q95, self.min_r2))
+        return readable_rule(self.r2.ci_low, self.null_r2_q95, self.min_r2)
 
 
 def cross_fitted_readout(X, y, *, estimator: str = "ridge", basis=None, folds: int = 5, strata=None,
@@ -166,7 +111,8 @@ def cross_fitted_readout(X, y, *, estimator: str = "ridge", basis=None, folds: i
     >>> cross_fitted_readout(X, X @ [1.0, 0, 0], estimator="basis", basis=np.eye(3)[:, :1], n_null=0).r2.value
     1.0
     """
-    check_choice(estimator, "estimator", ESTIMATORS)
+    if not isinstance(estimator, SubspaceEstimator):
+        check_choice(estimator, "estimator (or a bl.estimators estimator such as PLSSubspace(rank=k))", ESTIMATORS)
     folds = check_count(folds, "folds")
     n_boot = check_count(n_boot, "n_boot", allow_zero=True)
     n_null = check_count(n_null, "n_null", allow_zero=True)
@@ -181,7 +127,6 @@ def cross_fitted_readout(X, y, *, estimator: str = "ridge", basis=None, folds: i
                                 "pass more prompts or fewer folds.")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(yy))):
         raise NonFiniteError("X and y must be finite (NaN or infinity found).")
-    b = None
     if estimator == "basis":
         if basis is None:
             raise InvalidInputError("estimator='basis' needs basis= ([d, k]).")
@@ -189,10 +134,12 @@ def cross_fitted_readout(X, y, *, estimator: str = "ridge", basis=None, folds: i
         b = b[:, None] if b.ndim == 1 else b
         if b.ndim != 2 or b.shape[0] != x.shape[1]:
             raise InvalidInputError(f"basis must be [d, k] with d = {x.shape[1]}, got {list(np.shape(basis))}.")
+        basis = b
+    est = estimator_for(estimator, basis=basis)
     fid = fold_ids(x.shape[0], folds, seed=seed, strata=strata)
-    pred, dirs = _crossfit(x, yy, fid, estimator, b)
+    pred, dirs = _crossfit(x, yy, fid, est)
     r2 = _r2(yy, pred)
-    nulls = np.array([_r2(yp, _crossfit(x, yp, fid, estimator, b)[0])
+    nulls = np.array([_r2(yp, cross_fit(est, x, yp, fid)[0])
                       for yp in (keyed_rng(seed, 72, i).permutation(yy) for i in range(n_null))])
     if n_null:
         q95 = float(np.quantile(nulls, 0.95))
@@ -208,9 +155,9 @@ def cross_fitted_readout(X, y, *, estimator: str = "ridge", basis=None, folds: i
         sst = ((yb - yb.mean(1, keepdims=True)) ** 2).sum(1)
         reps = np.where(sst > 0, 1.0 - ((yb - pb) ** 2).sum(1) / np.where(sst > 0, sst, 1.0), np.nan)
         ci = percentile_interval(reps)
-    direction = _fit_predict(x, yy, x[:1], estimator, b)[1]
-    est = Estimate(r2, ci, "percentile bootstrap over prompts (95%) of the held-out R²",
+    direction = _direction(clone(est).fit(x, yy))
+    r2_est = Estimate(r2, ci, "percentile bootstrap over prompts (95%) of the held-out R²",
                    null=float(np.median(nulls)) if n_null else None,
                    null_interval=null_iv if n_null else None, n=int(len(yy)))
-    return Readout(estimator=estimator, r2=est, rho=spearman(pred, yy), null_r2_q95=q95, p_value=p,
+    return Readout(estimator=estimator if isinstance(estimator, str) else est.name, r2=r2_est, rho=spearman(pred, yy), null_r2_q95=q95, p_value=p,
                    min_r2=float(min_r2), predictions=pred, folds=fid, fold_directions=dirs, direction=direction)

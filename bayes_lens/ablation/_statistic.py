@@ -38,21 +38,21 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-import torch
 
 from .. import adapter
 from .._results import Estimate, Result, fmt, fmt_ci, plotly
 from .._validate import check_bool, check_choice, check_count, check_float, check_seed
-from ..collect import collect
+from ..collect import StreamKeeper, collect
+from ..estimators import ALPHAS, fold_ids
+
+from ..interventions import Intervention, swap_donors
 from ..errors import InvalidInputError
 from ..metrics.calibration import kl_categorical_bits
 from ..metrics.stats import bootstrap_indices, keyed_rng, percentile_interval
 from ..reads import FinalRows
-from ..tasks import answer_token_ids
+from ..tasks import answer_posterior, answer_token_ids
 from ._common import prompt_data
-from ._intervene import StreamKeeper, run_edit
-from ._localize import swap_donors
-from ._readout import ALPHAS, cross_fitted_readout, fold_ids
+from ._readout import cross_fitted_readout
 
 __all__ = ["patch_statistic", "StatisticPatch", "sufficient_statistic"]
 
@@ -142,8 +142,6 @@ def patch_statistic(model, items, *, layer: int, statistic=None, site: str = "re
     """
     import pandas as pd
 
-    from ..sula import answer_posterior
-
     adapter.check_model(model)
     check_choice(site, "site", ("resid_post", "v", "z"))
     folds = check_count(folds, "folds")
@@ -192,17 +190,14 @@ def patch_statistic(model, items, *, layer: int, statistic=None, site: str = "re
 
     def run(delta: np.ndarray) -> np.ndarray:
         """The posterior with ``delta`` [n, d] added to each prompt's final-position row of the site."""
-        shift = torch.as_tensor(delta, dtype=torch.float32)
+        iv = Intervention(layer=layer, site=site, basis=None, op="shift", positions="final", source=delta,
+                          label="statistic move")
+        rc_ = collect(model, texts, token_ids=answer_ids, interventions=[iv], resume=res, batch_size=batch_size,
+                      progress=False, desc="patch_statistic: patched")
+        return answer_posterior(rc_.token_logprobs())[0]
 
-        def edit(batch, xs):
-            rows = torch.arange(xs.shape[0])
-            xs[rows, batch.last_index] += shift[batch.indices].to(xs.dtype)
-            return xs
-        return run_edit(model, texts, answer_ids, edit, layer=layer, site=site, stream=res, batch_size=batch_size,
-                        desc="patch_statistic: patched")[0]
-
-    res = None if keeper is None else keeper.stream(layer, answer_ids, rc.token_logprobs().double().numpy(), n)
-    if res is not None and res.check() is not None:
+    res = None if keeper is None else keeper.stream(layer, n)
+    if res is not None and res.check(answer_ids, rc.token_logprobs().double().numpy()) is not None:
         res = None
     p_patched = run(move)
     target = q[donor]

@@ -232,6 +232,11 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     eng = resolve_engine(engine)
     if not isinstance(model, ModelSpec):  # bad layers are refused before plan.json is written
         check_layers(model, collect_kwargs)
+    if collect_kwargs.get("interventions") and not getattr(eng, "runs_here", False):
+        raise ShardEngineError(
+            f"interventions run in this process's engines only (engine='local' or 'torchrun', where every rank builds "
+            f"the same ones); the {getattr(eng, 'name', type(eng).__name__)!r} engine's workers get the ModelSpec and "
+            "JSON settings only.")
     if collect_kwargs.get("fwd_hooks") and not getattr(eng, "runs_here", False):
         raise ShardEngineError(
             f"fwd_hooks (patches) are Python callables, which the {getattr(eng, 'name', type(eng).__name__)!r} "
@@ -250,7 +255,11 @@ def collect_sharded(model, prompts: Sequence[str], out_dir: Union[str, Path], *,
     def prepare():  # the job file, written once (by rank 0 under torchrun)
         write_plan(out_dir, spec, prompts, shards, collect_kwargs, task, overwrite=overwrite)
 
+    run_kwargs = collect_kwargs
+    if collect_kwargs.get("interventions"):  # per-prompt sources follow their prompts into the run order
+        run_kwargs = dict(collect_kwargs, interventions=tuple(iv.renumbered(order)
+                                                              for iv in collect_kwargs["interventions"]))
     rc = eng.run(model, run, shards, out_dir, task=task, overwrite=overwrite, merge_layers=merge_layers,
-                 collect_kwargs=collect_kwargs, prepare=prepare)
+                 collect_kwargs=run_kwargs, prepare=prepare)
     return None if rc is None else in_prompt_order(rc, order)
 

@@ -53,7 +53,7 @@ __all__ = ["collect_settings", "settings_hash", "run_shard", "run_shards", "comm
 
 _SETTINGS = {"value_layers": (), "resid_layers": (), "attention": False, "attention_positions": "last",
              "token_ids": None, "batch_size": 16, "padding_side": "right", "tail_positions": 0}
-_UNHASHED = ("progress", "desc", "fwd_hooks")
+_UNHASHED = ("progress", "desc", "fwd_hooks", "interventions")
 _MANIFEST_KEYS = ("shard", "n_prompts", "prompt_sha256", "settings", "settings_sha256", "model_fingerprint",
                   "tensors_file", "tensors_bytes", "tensors_sha256", "tensors")
 
@@ -77,6 +77,10 @@ def collect_settings(collect_kwargs: Dict[str, Any], task: Optional[str] = None)
     if unknown:
         raise InvalidInputError(f"unknown collect argument(s) {sorted(unknown)}; a sharded run accepts "
                                 f"{sorted(_SETTINGS) + list(_UNHASHED) + ['reads']}.")
+    if collect_kwargs.get("interventions") and not task:
+        raise InvalidInputError("interventions are named in the shard settings by their digests: pass task="
+                                "'interventions <digest>' (bl.shard.sharded does) so shards of different "
+                                "interventions are told apart.")
     if collect_kwargs.get("fwd_hooks") and not task:
         raise InvalidInputError("fwd_hooks cannot be hashed into the shard settings: pass task='<a name for these "
                                 "hooks>' so shards made with different hooks are told apart (or put the patch "

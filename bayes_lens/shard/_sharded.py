@@ -16,7 +16,9 @@ the analysis reads exactly as one from ``collect``. No analysis imports this mod
 
 Each collection gets its own subfolder ``shard_dir/<analysis>-<12 hex>``, named by a hash of its
 prompts, its collect settings and, for a patched run, its patch's
-:meth:`~bayes_lens.ablation.Patch.digest`: the same call resumes, another call gets another folder
+:meth:`~bayes_lens.ablation.Patch.digest` or its interventions' :meth:`~bayes_lens.interventions.Intervention.digest`
+(``interventions=``: per-prompt sources are renumbered into the shards' run order, so each prompt gets its own
+donor row and fold): the same call resumes, another call gets another folder
 (the same collection asked for by another analysis is read from the folder that holds it), and one
 ``shard_dir`` holds a whole study. A collection that was started keeps its plan (its number of
 shards), whichever engine resumes it.
@@ -55,7 +57,7 @@ from ._run import collect_settings, settings_hash
 from ._spec import ModelSpec
 from ._store import prompt_hashes, sha256_text
 
-__all__ = ["sharded", "hooks_digest"]
+__all__ = ["sharded", "hooks_digest", "interventions_digest"]
 
 
 def hooks_digest(hooks) -> str:
@@ -74,6 +76,16 @@ def hooks_digest(hooks) -> str:
         else:
             what = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         h.update(f"{name}\0{what}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def interventions_digest(interventions) -> str:
+    """16 hex digits of SHA-256 naming a list of :class:`~bayes_lens.interventions.Intervention` (their digests, in
+    order: layer, site, operation, positions, strength and the bytes of basis, source and prompt set), for a task
+    label: another intervention, another shard folder."""
+    h = hashlib.sha256()
+    for iv in interventions:
+        h.update(f"{iv.digest()}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -161,7 +173,10 @@ class ShardedRunner:
                 f"{analysis} was given another model than the one bl.shard.sharded loaded from its ModelSpec; the "
                 f"{getattr(self.engine, 'name', type(self.engine).__name__)!r} engine's workers build only that spec. "
                 "Use the model the with-block gives you.")
-        task = f"fwd_hooks {hooks_digest(hooks)}" if hooks else None
+        ivs = tuple(collect_kwargs.get("interventions") or ())
+        named = ([f"fwd_hooks {hooks_digest(hooks)}"] if hooks else []) + \
+            ([f"interventions {interventions_digest(ivs)}"] if ivs else [])
+        task = "; ".join(named) or None
         kw = dict(collect_kwargs, desc=desc)
         if hooks:
             kw["fwd_hooks"] = hooks

@@ -45,6 +45,7 @@ True
 
 from ._categorical import CATEGORICAL_VERSION, categorical_prompts, dirichlet_predictive
 from ._export import CARD_FORMAT, card_path, export, from_records, load, read_card
+from ._posterior import answer_posterior, label_posterior
 from ._gaussian import GAUSSIAN_VERSION, PRIORS, gaussian_predictive, gaussian_prompts, leading_digit_probs
 from ._protocol import (
     STANDARD_FIELDS,
@@ -62,6 +63,8 @@ from ._protocol import (
 )
 
 __all__ = [
+    "answer_posterior",
+    "label_posterior",
     "TaskItem",
     "TaskPrompts",
     "STANDARD_FIELDS",
