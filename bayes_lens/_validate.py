@@ -56,7 +56,7 @@ __all__ = [
     "check_device",
     "check_path",
     "check_output_dir",
-    "check_model",
+    
     "check_mapping",
     "COUNT_RULES",
     "POSITIONS",
@@ -399,25 +399,6 @@ def check_output_dir(path: Any, name: str = "out", *, error: ErrorType = Invalid
         raise error(f"{name} {str(p)!r} is not writable ({str(parent)!r} does not allow writing); "
                     "pass a folder you can write to.")
     return p
-
-
-def check_model(model: Any, name: str = "model", *, error: ErrorType = InvalidInputError):
-    """A TransformerLens model (HookedTransformer or TransformerBridge); returns its ``ModelInfo``.
-
-    Anything else (a string, a Hugging Face model, ``None``) is an error naming what was passed and
-    how to get a model (``bl.load_model()``).
-    """
-    from .adapter import model_info
-
-    if model is None or isinstance(model, (str, os.PathLike, numbers.Number)) or not hasattr(model, "cfg"):
-        raise error(f"{name} must be a TransformerLens HookedTransformer or TransformerBridge, got "
-                    f"{describe(model)}; load one with bl.load_model() (or bl.load_model('path/to.gguf')).")
-    try:
-        return model_info(model)
-    except InvalidInputError as err:
-        if error is InvalidInputError or isinstance(err, error):
-            raise
-        raise error(str(err)) from None
 
 
 def check_mapping(value: Any, name: str, *, allow_none: bool = True,

@@ -2,7 +2,8 @@
 
 ``bayes-lens windtunnel --help`` (and ``windtunnel train --help``) must answer from argparse
 alone; importing :mod:`bayes_lens.windtunnel` loads torch, so the options live here and the
-commands themselves (:func:`bayes_lens.windtunnel.cli.run_command`) are imported only when one runs.
+commands themselves (:func:`bayes_lens.windtunnel.cli.run_command`) are handed in by the caller, imported only
+when one runs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,10 @@ __all__ = ["WINDTUNNEL_HELP", "add_windtunnel_parser"]
 WINDTUNNEL_HELP = "train / evaluate wind-tunnel models (tasks with exact posteriors)"
 
 
-def _run(args) -> int:
-    from .windtunnel.cli import run_command
-
-    return run_command(args)
-
-
-def add_windtunnel_parser(sub) -> argparse.ArgumentParser:
-    """Register ``windtunnel train|eval`` on an argparse sub-parsers object (sets ``func``)."""
+def add_windtunnel_parser(sub, run) -> argparse.ArgumentParser:
+    """Register ``windtunnel train|eval`` on an argparse sub-parsers object; ``run(args)`` runs a parsed command (the
+    caller passes :func:`bayes_lens.windtunnel.cli.run_command`, or a function that imports it when called: this
+    module imports nothing of the wind tunnel, so the parser builds without torch)."""
     wt = sub.add_parser("windtunnel", help=WINDTUNNEL_HELP,
                         description="Wind tunnels (METHODS.md §11): small transformers trained on tasks whose "
                         "Bayes posterior is exact. `train` writes a checkpoint folder; `eval` prints the entropy "
@@ -60,7 +57,7 @@ def add_windtunnel_parser(sub) -> argparse.ArgumentParser:
                    help="evaluate the held-out error every N steps (default: steps // 20)")
     p.add_argument("--eval-n", type=int, default=500, help="held-out sequences per evaluation (default: 500)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=run)
     p = wsub.add_parser("eval", help="entropy error (bits) of a checkpoint against the exact posterior",
                         description="Print Paper I's entropy error (bits) of a shipped or trained checkpoint "
                         "against the exact posterior, per position, with a bootstrap interval.")
@@ -75,5 +72,5 @@ def add_windtunnel_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--untrained", action="store_true",
                    help="evaluate a same-shape untrained model instead (default: off)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (default: a table)")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=run)
     return wt

@@ -40,10 +40,11 @@ import sys
 import time
 from typing import List, Optional
 
+from ._entry import guarded
 from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
 from ._validate import check_device
 from ._windtunnel_args import add_windtunnel_parser
-from .errors import BayesLensError, InvalidInputError
+from .errors import InvalidInputError
 from .shard.cli import add_subparsers as add_shard
 
 __all__ = ["main", "build_parser", "package_version"]
@@ -397,10 +398,15 @@ def _cmd_reproduce(args) -> int:
 def windtunnel_main(argv: Optional[List[str]] = None) -> int:
     """Run ``windtunnel train|eval`` with ``argv`` (without the leading "windtunnel"); returns the exit code.
 
-    The same as ``main(["windtunnel", *argv])``: one place handles errors and exit codes
-    (``python -m bayes_lens.windtunnel`` calls it).
+    The same as ``main(["windtunnel", *argv])``: one place handles errors and exit codes.
     """
     return main(["windtunnel", *(sys.argv[1:] if argv is None else argv)])
+
+
+def _run_windtunnel(args) -> int:
+    from .windtunnel.cli import run_command
+
+    return run_command(args)
 
 
 def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
@@ -432,7 +438,7 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                            "opt-in localize)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
-    add_windtunnel_parser(sub)
+    add_windtunnel_parser(sub, _run_windtunnel)
     add_shard(sub)
     help_text = ("Paper B v3: excess prequential code length and cumulative KL against the exact Dirichlet "
                  "(KT for 2 symbols) reference and the plug-in, with the identity checked exactly")
@@ -483,23 +489,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     args.argv_ = argv  # recorded by commands that write provenance (windtunnel train)
-    try:
-        return int(args.func(args) or 0)
-    except BayesLensError as err:
-        print(f"bayes-lens: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bayes-lens: interrupted; any existing report was left untouched", file=sys.stderr)
-        return 130
-    except OSError as err:
-        print(f"bayes-lens: error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # noqa: BLE001 - a one-line message, never a traceback
-        if os.environ.get("BAYES_LENS_DEBUG"):
-            raise
-        print(f"bayes-lens: internal error: {type(err).__name__}: {err} "
-              "(set BAYES_LENS_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 1
+    return guarded(lambda: args.func(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -175,9 +175,9 @@ CASES = [
     ("path_folder_for_file", lambda t: V.check_path(t, "model", kind="file"), E, r"is not a file"),
     ("path_missing", lambda t: V.check_path(t / "nope", "data", must_exist=True), E, r"does not exist"),
     ("output_dir_below_a_file", lambda t: V.check_output_dir(a_file(t) / "sub"), E, r"is a file, not a folder"),
-    ("model_string", lambda t: V.check_model("gpt2"), E, r"load one with bl.load_model"),
-    ("model_none", lambda t: V.check_model(None), E, r"HookedTransformer or TransformerBridge, got None"),
-    ("model_torch_module", lambda t: V.check_model(torch.nn.Linear(2, 2)), E, r"TransformerLens"),
+    ("model_string", lambda t: bl.adapter.check_model("gpt2"), E, r"load one with bl.load_model"),
+    ("model_none", lambda t: bl.adapter.check_model(None), E, r"HookedTransformer or TransformerBridge, got None"),
+    ("model_torch_module", lambda t: bl.adapter.check_model(torch.nn.Linear(2, 2)), E, r"TransformerLens"),
     ("mapping_list", lambda t: V.check_mapping([("a", 1)], "overrides"), E, r"overrides must be a dict"),
     ("mapping_int_keys", lambda t: V.check_mapping({1: 2}, "overrides"), E, r"keys must be strings"),
     # ---- model loading (bayes_lens.models)

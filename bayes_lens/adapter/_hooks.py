@@ -16,6 +16,7 @@ from typing import Iterable, List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from .._validate import check_choice
 from ..errors import InvalidInputError, MissingHookError
 from ._models import is_bridge, resolve_layer, value_biases_folded, writing_weights_centred
 from ._runtime import model_lock
@@ -67,14 +68,13 @@ VECTOR_SITES = ("v", "resid_post")
 
 def check_site(site) -> str:
     """``site`` if it is one of :data:`VECTOR_SITES` (``"v"`` or ``"resid_post"``), else InvalidInputError."""
-    if isinstance(site, str) and site in VECTOR_SITES:
-        return site
-    hint = ""
-    if isinstance(site, str) and site.startswith("hook_") and site[5:] in VECTOR_SITES:
-        hint = f": sites are the short names of TransformerLens hooks; pass site={site[5:]!r}"
-    elif isinstance(site, (list, tuple)) and len(site) == 1 and site[0] in VECTOR_SITES:
-        hint = f" (pass site={site[0]!r}, a single string, not a list)"
-    raise InvalidInputError(f"site must be one of {list(VECTOR_SITES)}, got {site!r}{hint}.")
+    try:
+        return check_choice(site, "site", VECTOR_SITES)
+    except InvalidInputError as err:
+        if isinstance(site, str) and site.startswith("hook_") and site[5:] in VECTOR_SITES:
+            raise InvalidInputError(f"{str(err).rstrip('.')}: sites are the short names of TransformerLens hooks; "
+                                    f"pass site={site[5:]!r}.") from None
+        raise
 
 
 def hook_name(model, layer: int, site: str) -> str:

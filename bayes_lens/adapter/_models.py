@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .._validate import check_int, describe
 from ..errors import InvalidInputError, LayerIndexError, MissingHookError, UnsupportedModelError
 
 __all__ = [
@@ -80,8 +81,8 @@ def check_model(model) -> None:
     """
     if not isinstance(model, TLModel) or not hasattr(model, "cfg"):
         raise InvalidInputError(
-            f"expected a TransformerLens model (HookedTransformer or TransformerBridge), got "
-            f"{type(model).__name__}. Load one with bl.load_model() or TransformerLens."
+            f"expected a TransformerLens model: a HookedTransformer or TransformerBridge, got {describe(model)}; load "
+            "one with bl.load_model() (or bl.load_model('path/to.gguf')) or TransformerLens."
         )
     n_devices = getattr(model.cfg, "n_devices", 1)
     if isinstance(n_devices, int) and n_devices > 1 and not is_bridge(model):
@@ -143,14 +144,9 @@ def model_info(model) -> ModelInfo:
 def resolve_layer(model_or_n_layers, layer: int) -> int:
     """Turn a possibly negative layer index into ``0 <= layer < n_layers`` or raise LayerIndexError."""
     n = model_or_n_layers if isinstance(model_or_n_layers, int) else int(model_or_n_layers.cfg.n_layers)
-    import numbers
-
-    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
-        if isinstance(layer, Tensor) and layer.numel() == 1 and not layer.is_floating_point():
-            layer = int(layer)
-        else:
-            raise LayerIndexError(f"layer must be an integer, got {layer!r}.")
-    layer = int(layer)
+    if isinstance(layer, Tensor) and layer.numel() == 1 and not layer.is_floating_point():
+        layer = int(layer)
+    layer = check_int(layer, "layer", error=LayerIndexError)
     if not -n <= layer < n:
         raise LayerIndexError(
             f"layer {layer} is out of range for a model with {n} layers; use 0..{n - 1} or -{n}..-1."

@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from .._validate import check_choice
 from ..errors import InvalidInputError, TokenizationError
 from ._models import is_bridge
 from ._runtime import input_device
@@ -56,8 +57,7 @@ def tokenize(
     prompt, or a prompt longer than the model's context. The same as
     ``pad_batch(model, encode_prompts(model, prompts), padding_side=...)``.
     """
-    if padding_side not in ("left", "right"):
-        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    check_choice(padding_side, "padding_side", ("left", "right"))
     return pad_batch(model, encode_prompts(model, prompts, prepend_bos=prepend_bos), padding_side=padding_side)
 
 
@@ -98,8 +98,7 @@ def pad_batch(model, ids: Sequence[Sequence[int]], *, padding_side: str = "right
               ) -> Tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
     """Token id lists (from :func:`encode_prompts`) as a padded ``(tokens, attention_mask)`` batch on
     :func:`input_device`, padded with the tokenizer's pad token (else EOS) on ``padding_side``."""
-    if padding_side not in ("left", "right"):
-        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    check_choice(padding_side, "padding_side", ("left", "right"))
     tok = _tokenizer(model)
     width = max(len(s) for s in ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
@@ -126,8 +125,7 @@ def mask_from_tokens(model, tokens: Int[Tensor, "batch pos"],
     """
     tok = _tokenizer(model)
     side = padding_side or getattr(tok, "padding_side", "right") or "right"
-    if side not in ("left", "right"):
-        raise InvalidInputError(f"padding_side must be 'left' or 'right', got {side!r}.")
+    check_choice(side, "padding_side", ("left", "right"))
     pad = tok.pad_token_id
     tokens = torch.as_tensor(tokens)
     if tokens.ndim != 2:

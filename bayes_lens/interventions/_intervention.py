@@ -43,7 +43,7 @@ from torch import Tensor
 from .. import adapter
 from .._validate import check_choice, check_nonneg_int
 from ..errors import InvalidInputError
-from ._ops import OPERATIONS, apply_op
+from ._ops import OPERATIONS, apply_at
 
 __all__ = ["Intervention", "crossfitted", "orthonormal", "SITES", "POSITIONS"]
 
@@ -278,33 +278,7 @@ class Intervention:
                 raise InvalidInputError(f"{what} holds source rows for {source.shape[0]} prompts but prompt "
                                         f"{int(idx[sel].max())} ran; build it for this run's prompts.")
             ref = source[torch.as_tensor(idx[sel], device=source.device)]
-        if self.positions == "all" and len(sel) == b and (ref is None or ref.ndim == 1):
-            # the whole activation (an axis's patch): the rows as they are, no copy
-            rows = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
-            return apply_op(self.op, rows, directions, self.strength, ref, what=what).to(act.dtype).reshape(act.shape)
-        work = flat.clone() if flat.dtype in (torch.float32, torch.float64) else flat.float()
-        rows = torch.as_tensor(sel, device=act.device)
-        if self.positions == "all":
-            y = work[rows]
-            work[rows] = apply_op(self.op, y, directions, self.strength, ref, what=what).to(work.dtype)
-        else:
-            if self.positions == "final":
-                li = torch.full((b,), act.shape[1] - 1, dtype=torch.long) if last_index is None else \
-                    torch.as_tensor(last_index).long()
-                cols = li.to(act.device)[rows]
-                y = work[rows, cols]
-                work[rows, cols] = apply_op(self.op, y.float() if y.dtype not in (torch.float32, torch.float64) else y,
-                                            directions, self.strength, ref, what=what).to(work.dtype)
-            else:
-                pos = torch.as_tensor(self.positions, device=act.device)
-                if int(pos.max()) >= act.shape[1]:
-                    raise InvalidInputError(f"{what} acts at position {int(pos.max())} but the prompts have "
-                                            f"{act.shape[1]} positions.")
-                y = work[rows][:, pos]
-                r = ref if ref is None or ref.ndim == 1 else ref[:, None, :]
-                work[rows[:, None], pos[None, :]] = apply_op(self.op, y, directions, self.strength, r,
-                                                             what=what).to(work.dtype)
-        return work.to(act.dtype).reshape(act.shape)
+        return apply_at(self.op, act, sel, self.positions, last_index, directions, self.strength, ref, what=what)
 
     def pairs(self, model, batch=None) -> List[tuple]:
         """``[(hook_name, fn)]`` for TransformerLens (``model.hooks(fwd_hooks=...)``, ``run_with_hooks``): ``fn``

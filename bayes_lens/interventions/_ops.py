@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ..errors import InvalidInputError
 
-__all__ = ["OPERATIONS", "move_along", "keep_along", "coordinate_map", "apply_op", "site_rows"]
+__all__ = ["OPERATIONS", "move_along", "keep_along", "coordinate_map", "apply_op", "apply_at", "site_rows"]
 
 #: the operations, in the order of the table above
 OPERATIONS = ("remove", "mean", "resample", "swap", "shift", "keep_only")
@@ -145,3 +145,36 @@ def apply_op(op: str, rows: Tensor, directions: Optional[Tensor], strength: floa
             return rows - (rows @ b) @ b.T + (r @ b) @ b.T
         return rows + strength * (((r - rows) @ b) @ b.T)
     raise InvalidInputError(f"unknown operation {op!r}; choose one of {list(OPERATIONS)}.")
+
+
+def apply_at(op: str, act: Tensor, sel, positions, last_index, directions: Optional[Tensor], strength: float,
+             ref: Optional[Tensor], *, what: str) -> Tensor:
+    """``act`` (a site's activation ``[batch, pos, ...]``) with ``op`` applied to the rows ``sel`` (batch rows, an
+    int array) at ``positions`` (``"all"``, ``"final"`` - ``last_index`` ``[batch]``, None: the last position - or
+    explicit positions); ``ref`` None, ``[d]`` or one row per selected row ``[len(sel), d]``. Other rows and
+    positions are returned unchanged; the result has ``act``'s shape and dtype."""
+    b = act.shape[0]
+    flat = act.reshape(b, act.shape[1], -1)
+    floaty = flat.dtype in (torch.float32, torch.float64)
+    if positions == "all" and len(sel) == b and (ref is None or ref.ndim == 1):
+        # the whole activation (an axis's patch): the rows as they are, no copy
+        rows = flat if floaty else flat.float()
+        return apply_op(op, rows, directions, strength, ref, what=what).to(act.dtype).reshape(act.shape)
+    work = flat.clone() if floaty else flat.float()
+    rows = torch.as_tensor(sel, device=act.device)
+    if positions == "all":
+        work[rows] = apply_op(op, work[rows], directions, strength, ref, what=what).to(work.dtype)
+    elif positions == "final":
+        li = torch.full((b,), act.shape[1] - 1, dtype=torch.long) if last_index is None else \
+            torch.as_tensor(last_index).long()
+        cols = li.to(act.device)[rows]
+        work[rows, cols] = apply_op(op, work[rows, cols], directions, strength, ref, what=what).to(work.dtype)
+    else:
+        pos = torch.as_tensor(positions, device=act.device)
+        if int(pos.max()) >= act.shape[1]:
+            raise InvalidInputError(f"{what} acts at position {int(pos.max())} but the prompts have "
+                                    f"{act.shape[1]} positions.")
+        r = ref if ref is None or ref.ndim == 1 else ref[:, None, :]
+        work[rows[:, None], pos[None, :]] = apply_op(op, work[rows][:, pos], directions, strength, r,
+                                                     what=what).to(work.dtype)
+    return work.to(act.dtype).reshape(act.shape)

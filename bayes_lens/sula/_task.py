@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from .._validate import check_count, check_nonneg_int, check_seed
+from .._validate import check_choice, check_count, check_nonneg_int, check_seed
 from ..errors import InvalidInputError, TokenizationError
 from ..metrics.calibration import binary_entropy_bits
 from ..tasks import PromptTuple, get_tokenizer, register_task, single_token_id
@@ -109,10 +109,7 @@ TEMPLATES: Dict[str, SulaTemplate] = {
 def _template(template) -> SulaTemplate:
     if isinstance(template, SulaTemplate):
         return template
-    if isinstance(template, str) and template in TEMPLATES:
-        return TEMPLATES[template]
-    raise InvalidInputError(
-        f"template must be one of {sorted(TEMPLATES)} or a bl.sula.SulaTemplate, got {template!r}.")
+    return TEMPLATES[check_choice(template, "template (or a bl.sula.SulaTemplate)", sorted(TEMPLATES))]
 
 
 # --------------------------------------------------------------------------------------------------

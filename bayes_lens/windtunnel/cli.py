@@ -5,7 +5,7 @@ JSON); ``eval`` prints Paper I's entropy error (bits) of a shipped or trained ch
 exact posterior, per position. The options are defined in :mod:`bayes_lens._windtunnel_args` (no
 torch import, so ``--help`` is instant); the lead CLI registers them with :func:`bayes_lens._windtunnel_args.add_windtunnel_parser`;
 :func:`bayes_lens.cli.windtunnel_main` runs them standalone (``python -m bayes_lens.windtunnel ...``);
-this module never imports :mod:`bayes_lens.cli` (no import cycle).
+this module never imports :mod:`bayes_lens.cli` (no import cycle; ``python -m bayes_lens.windtunnel`` neither).
 
 Example
 -------
