@@ -95,7 +95,7 @@ def _env(var: str) -> Set[str]:
 
 
 def allowed_loaders() -> frozenset:
-    """Every loader this process may call now: the built-in ones, the registered ones and ``BAYES_LENS_ALLOW_LOADERS``."""
+    """Every loader this process may call now: built-in, registered and in ``BAYES_LENS_ALLOW_LOADERS``."""
     with _LOCK:
         return frozenset(BUILTIN_LOADERS | _LOADERS | _env(LOADERS_ENV))
 

@@ -896,6 +896,27 @@ def test_launchers_own_specs_still_run_in_process_and_on_torchrun_ranks(tmp_path
         sh.TorchrunEngine.rank_spec(cuda).load()
 
 
+def test_a_ray_actor_runs_what_the_driver_allows_not_what_the_folder_says(tmp_path, monkeypatch, fresh_allow_list):
+    """Issue 52 §1: a Ray actor is another process; it gets the spec as data and the driver's allow-list beside it
+    (RayEngine.run passes user_allowed_loaders() and allowed_reads()), so it runs the driver's own loader only."""
+    from bayes_lens._allow import user_allowed_loaders
+    from bayes_lens.shard._ray import ShardWorker
+
+    (tmp_path / "bl_actor_loader.py").write_text(EVIL_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = {"loader": "bl_actor_loader:model", "kwargs": {"kind": KINDS[0]}}
+    shards = [(0, 0, 3)]
+    with pytest.raises(bl.NotAllowedError):
+        ShardWorker(spec, str(tmp_path / "a")).run(PROMPTS[:3], shards, None, False, {"value_layers": [-1]})
+    assert not (tmp_path / "imported.marker").exists()
+    driver = sh.ModelSpec(**spec)  # the driver built it in Python: allowed there, and handed to the actor
+    assert driver.loader in user_allowed_loaders()
+    allowed = sorted(user_allowed_loaders())
+    fresh_allow_list._LOADERS.clear()  # the actor's process knows nothing of the driver's registrations
+    worker = ShardWorker(spec, str(tmp_path / "b"), allowed, [])
+    assert worker.run(PROMPTS[:3], shards, None, False, {"value_layers": [-1]}) == {0: "done"}
+
+
 def test_a_keyed_plan_runs_only_when_signed_with_the_key(tmp_path, monkeypatch, fresh_allow_list):
     """Issue 52 §1 (keyed): with BAYES_LENS_SHARD_KEY set, plans carry an HMAC-SHA256 and a worker with the key runs
     only plans signed with it, so rewriting a plan and its SHA-256 is not enough."""
