@@ -273,6 +273,14 @@ class Estimate:
 
     def excludes(self, x: float = 0.0) -> bool:
         """Whether the interval lies entirely on one side of ``x`` (the difference is resolved)."""
+        if isinstance(x, (bool, str, bytes)) or not isinstance(x, numbers.Real) and np.ndim(x) != 0:
+            raise InvalidInputError(f"Estimate.excludes(x) needs a real number x (the value the interval may "
+                                    f"exclude, e.g. 0.0), got {x!r}.")
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"Estimate.excludes(x) needs a real number x (the value the interval may "
+                                    f"exclude, e.g. 0.0), got {x!r}.") from None
         lo, hi = self.ci
         return bool(math.isfinite(lo) and math.isfinite(hi) and (lo > x or hi < x))
 

@@ -30,6 +30,7 @@ __all__ = [
     "UnsupportedModelError",
     "WriteError",
     "NotFittedError",
+    "NotAllowedError",
 ]
 
 
@@ -77,6 +78,11 @@ class LockTimeoutError(BayesLensError, TimeoutError):
 class WriteError(BayesLensError, OSError):
     """A file or folder could not be written (disk full, read-only file system, no permission, a file
     where a folder should be); nothing partial was left in place of the file."""
+
+
+class NotAllowedError(BayesLensError):
+    """A file (a shard plan, a read spec) names code - a model loader or a read class - that this process
+    was not allowed to import and run; the message says how to allow it (:mod:`bayes_lens._allow`)."""
 
 
 class MissingExtraError(BayesLensError, ImportError):

@@ -51,8 +51,9 @@ import torch
 from torch import Tensor
 
 from . import adapter
+from ._allow import allow_read, check_read
 from ._validate import check_choice, check_nonneg_int
-from .errors import InvalidInputError, MissingHookError
+from .errors import BayesLensError, InvalidInputError, MissingHookError
 from .hooks import (
     HOOK_POINTS,
     check_finite,
@@ -67,7 +68,7 @@ from .metrics.stats import entropy_bits
 from .reduced import NEXT_TOKEN_ENTROPY, TAIL_LOGITS, TAIL_LOGSUMEXP, TOKEN_LOGPROBS, entropy_name, row_name
 
 __all__ = ["Read", "BoundRead", "CacheView", "FinalRows", "AttentionEntropy", "NextTokenEntropy", "TokenLogprobs",
-           "TailLogits", "reads_for", "read_from_spec"]
+           "TailLogits", "reads_for", "read_from_spec", "allow_read"]
 
 HookList = List[Tuple[str, object]]
 
@@ -153,6 +154,11 @@ class Read:
     real token's logits, the runner's default) or ``"all"`` (every position)."""
 
     logits: Optional[str] = None
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass defined in this process may be rebuilt from its spec here (:func:`read_from_spec`)."""
+        super().__init_subclass__(**kwargs)
+        allow_read(f"{cls.__module__}:{cls.__qualname__}")
 
     def bind(self, model) -> BoundRead:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
@@ -462,23 +468,52 @@ def reads_for(model, *, value_layers: Sequence[int] = (), resid_layers: Sequence
 
 
 def read_from_spec(spec: dict) -> Read:
-    """The :class:`Read` that :meth:`Read.spec` describes (lists back to tuples), its class imported by path."""
+    """The :class:`Read` that :meth:`Read.spec` describes (lists back to tuples), its class imported by path.
+
+    A spec is data (a shard plan's settings): its class is imported only if this process allows it
+    (the :class:`Read` subclasses defined here, :func:`allow_read`, ``--allow-read``,
+    ``BAYES_LENS_ALLOW_READS``; :mod:`bayes_lens._allow`), checked on the string before the import."""
+    import dataclasses
     import importlib
 
     if not isinstance(spec, dict) or not isinstance(spec.get("read"), str) or ":" not in spec["read"]:
         raise InvalidInputError(f"a read spec is a dict with 'read': 'module:Class' (Read.spec()), got {spec!r}.")
-    module, _, qualname = spec["read"].partition(":")
+    name = spec["read"]
+    if name == f"{Read.__module__}:{Read.__qualname__}":
+        raise InvalidInputError(f"the read spec names {name!r}, the base class of the reads, which keeps nothing; name "
+                                "a subclass (bayes_lens.reads:FinalRows, ... or your own Read subclass).")
+    check_read(name)  # before anything of it is imported
+    module, _, qualname = name.partition(":")
     try:
         cls = importlib.import_module(module)
         for part in qualname.split("."):
             cls = getattr(cls, part)
     except (ImportError, AttributeError) as err:
-        raise InvalidInputError(f"cannot import the read class {spec['read']!r} ({err}); define it in a module every "
+        raise InvalidInputError(f"cannot import the read class {name!r} ({err}); define it in a module every "
                                 "worker imports.") from None
-    if not (isinstance(cls, type) and issubclass(cls, Read)):
-        raise InvalidInputError(f"{spec['read']!r} is not a bayes_lens.reads.Read subclass.")
+    if not (isinstance(cls, type) and issubclass(cls, Read)) or cls is Read:
+        raise InvalidInputError(f"{name!r} is not a bayes_lens.reads.Read subclass.")
+    if not dataclasses.is_dataclass(cls):
+        raise InvalidInputError(f"{name!r} is not a dataclass, so a read spec cannot rebuild it; make it a "
+                                "@dataclass(frozen=True).")
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k != "read"}
-    return cls(**fields)
+    params = [f for f in dataclasses.fields(cls) if f.init]
+    known = [f.name for f in params]
+    unknown = sorted(set(fields) - set(known))
+    missing = [f.name for f in params if f.name not in fields and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if unknown or missing:
+        what = (f"unknown field(s) {unknown}" if unknown else "") + ("; " if unknown and missing else "") + \
+            (f"missing field(s) {missing}" if missing else "")
+        raise InvalidInputError(f"the read spec of {name!r} has {what}; {cls.__name__} takes {known} (make the spec "
+                                f"with Read.spec(), e.g. {cls.__name__}(...).spec()).")
+    try:
+        return cls(**fields)
+    except BayesLensError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise InvalidInputError(f"the read spec {spec!r} does not build a {cls.__name__} ({err}); make the spec with "
+                                "Read.spec().") from None
 
 
 def unique(reads: Sequence[Read]) -> List[Read]:

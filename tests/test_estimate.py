@@ -94,3 +94,13 @@ def test_estimate_equality_with_a_number_raises_like_ordering():
     assert e == same and e != other and not (e == other)
     assert {e: 1}[same] == 1 and len({e, same, other}) == 2
     assert (e == "0.25") is False and (e != None) is True  # noqa: E711 - not a number: plain inequality
+
+
+@pytest.mark.parametrize("bad", ["x", None, [0.1], True, object()])
+def test_excludes_something_that_is_not_a_number_is_a_clear_error(bad):
+    """Issue 52 §3: ``est.excludes('x')`` raised a raw TypeError from the comparison inside."""
+    e = bl.Estimate(0.25, (0.2, 0.3), n=10)
+    with pytest.raises(bl.InvalidInputError, match=r"Estimate.excludes\(x\) needs a real number .* got ") as info:
+        e.excludes(bad)
+    assert len(str(info.value).splitlines()) == 1
+    assert e.excludes(0.1) and not e.excludes(0.25) and e.excludes(1)   # numbers as before

@@ -183,6 +183,40 @@ def test_excess_codelength_intervals_and_curves():
         excess_codelength(np.full((60, 12, 2), 0.7), x, {"bayes": kt(x)})
 
 
+def test_a_zero_probability_is_an_infinite_excess_with_no_interval_and_said_so():
+    """Issue 52 §2: a predictor giving probability 0 to a symbol that occurred made the excess code length +inf
+    with a finite 95% interval that excluded it (the bootstrap dropped the resamples holding that sequence),
+    and the summary printed "nan". The estimate is +inf, has no interval, and the summary says why."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, size=(40, 8))
+    q = kt(x)
+    q[3, 5] = np.eye(2)[1 - x[3, 5]]  # all the mass on the symbol that did not occur
+    res = excess_codelength(q, x, {"bayes": kt(x)}, n_boot=200, seed=0)
+    for est in (res.excess["bayes"], res.cum_kl["bayes"]):
+        assert est.value == math.inf
+        assert math.isnan(est.ci_low) and math.isnan(est.ci_high) and not est.excludes(0.0)
+    assert res.zero_probability == 1
+    row = res.per_position.query("reference == 'bayes' and position == 8").iloc[0]
+    assert row.cum_excess_bits == math.inf and math.isnan(row.cum_excess_ci_low) and math.isnan(row.cum_excess_ci_high)
+    assert np.isfinite(res.per_position.query("position < 6").cum_excess_ci_low).all()  # before it: intervals
+    text = repr(res)
+    line = next(ln for ln in text.splitlines() if "excess code length vs bayes" in ln)
+    assert "+inf" in line and "nan" not in line, text
+    assert "probability 0" in text and "1 of 40 sequences" in text and "floor=" in text, text
+    finite = excess_codelength(q, x, {"bayes": kt(x)}, n_boot=200, seed=0, floor=1e-6)  # the fix it names
+    assert math.isfinite(finite.excess["bayes"].value) and finite.excess["bayes"].ci_low <= finite.excess["bayes"].value
+    assert finite.zero_probability == 0
+
+
+def test_a_reference_over_another_number_of_symbols_is_a_clear_error():
+    """Issue 52 §2: a reference with another K than q was a raw numpy broadcast ValueError."""
+    x = np.random.default_rng(0).integers(0, 2, size=(10, 6))
+    with pytest.raises(InvalidInputError, match=r"references\['k3'\] is over 3 symbols but q over 2.*"
+                       r"dirichlet_categorical\(2, 0.5\)") as info:
+        excess_codelength(kt(x), x, {"k3": dirichlet_categorical(3, 0.5)(x)}, n_boot=0)
+    assert len(str(info.value).splitlines()) == 1
+
+
 def test_exact_identity_on_a_non_bayesian_predictor_and_codelength_design():
     out = exact_identity(recency(2), 2, 8)
     assert out["abs_difference_bits"] < 1e-12 and abs(out["total_weight"] - 1) < 1e-12

@@ -84,22 +84,44 @@ def _kl_bits(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return terms.sum(-1) / _LN2
 
 
+_INFINITE = ("none: the mean is infinite (Q gave probability 0 where the reference did not), and an interval from "
+             "the resamples that left those sequences out would exclude it")
+
+
+def _mean(rows: np.ndarray, axis=None):
+    """Mean without numpy's warning for inf − inf (a NaN mean stays NaN)."""
+    with np.errstate(invalid="ignore"):
+        return rows.mean(axis)
+
+
 def _estimate(rows: np.ndarray, idx: Optional[np.ndarray], *, null=None) -> Estimate:
-    """Mean over sequences (axis 0) with a percentile bootstrap interval from resample indices."""
+    """Mean over sequences (axis 0) with a percentile bootstrap interval from resample indices; an infinite
+    mean gets no interval (the finite resamples are those that left its infinite sequences out)."""
     rows = np.asarray(rows, dtype=np.float64)
+    value = float(_mean(rows))
+    if not np.isfinite(value):
+        how = _INFINITE if np.isinf(value) else "none: undefined (an infinite excess minus an infinite KL)"
+        return Estimate(value, (float("nan"), float("nan")), how, null=null, n=int(rows.size))
     ci = (float("nan"), float("nan"))
     if idx is not None and rows.size >= 2:
         ci = percentile_interval(rows[idx].mean(1), min_finite=0.0)
-    return Estimate(float(rows.mean()), ci, _METHOD, null=null, n=int(rows.size))
+    return Estimate(value, ci, _METHOD, null=null, n=int(rows.size))
 
 
 def _curve(rows: np.ndarray, idx: Optional[np.ndarray]):
-    """Per-column mean and interval of ``rows [n_seq, L]``."""
-    mean = rows.mean(0)
+    """Per-column mean and interval of ``rows [n_seq, L]`` (no interval where the mean is infinite)."""
+    mean = _mean(rows, 0)
     if idx is None or rows.shape[0] < 2:
         return mean, np.full_like(mean, np.nan), np.full_like(mean, np.nan)
-    lo, hi = percentile_interval(rows[idx].mean(1), axis=0, min_finite=0.0)
-    return mean, lo, hi
+    with np.errstate(invalid="ignore"):
+        lo, hi = percentile_interval(rows[idx].mean(1), axis=0, min_finite=0.0)
+    bad = ~np.isfinite(mean)
+    return mean, np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+
+
+def _fmt(est: Estimate) -> str:
+    """``fmt`` of an estimate, but ``+inf`` for an infinite one (``fmt`` writes every non-finite number as nan)."""
+    return "+inf" if est.value == np.inf else fmt(est)
 
 
 # ----------------------------------------------------------------------------- excess code length
@@ -129,6 +151,9 @@ class CodeLengthResult(Result):
     n_symbols: int
     identity_exact: Dict[str, float] = field(default_factory=dict)
     design: Dict[str, object] = field(default_factory=dict)
+    #: how many sequences have a symbol that occurred with probability 0 under Q (their excess code length,
+    #: and so the mean, is +inf; score with ``floor`` > 0 to bound it)
+    zero_probability: int = 0
 
     @property
     def identity_line(self) -> str:
@@ -149,9 +174,13 @@ class CodeLengthResult(Result):
         title = f"{self.n_seqs} sequences, {self.n_pos} positions, K = {self.n_symbols}"
         rows = []
         for ref in self.excess:
-            rows.append((f"excess code length vs {ref} (bits)", fmt(self.excess[ref]), fmt_ci(self.excess[ref]),
-                         f"cum KL {fmt(self.cum_kl[ref])}"))
-            rows.append((f"one-step KL vs {ref} (bits)", fmt(self.one_step_kl[ref]), fmt_ci(self.one_step_kl[ref]), ""))
+            rows.append((f"excess code length vs {ref} (bits)", _fmt(self.excess[ref]), fmt_ci(self.excess[ref]),
+                         f"cum KL {_fmt(self.cum_kl[ref])}"))
+            rows.append((f"one-step KL vs {ref} (bits)", _fmt(self.one_step_kl[ref]), fmt_ci(self.one_step_kl[ref]),
+                         ""))
+        if self.zero_probability:
+            rows.insert(0, ("infinite: Q gave probability 0 to a symbol that occurred", "+inf", "no interval",
+                            f"{self.zero_probability} of {self.n_seqs} sequences; score with floor=1e-6 to bound it"))
         ex = self.identity_exact
         if ex:
             rows.append(("identity E[excess] − E[cum KL] (exact)", f"{ex['difference_bits']:.1e}", "",
@@ -179,7 +208,9 @@ def excess_codelength(q, sequences, references: Mapping[str, np.ndarray], *, flo
 
     ``sequences`` ``[n_seq, n_pos]`` are the symbols that occurred (q[i, t] predicts sequences[i, t]);
     ``references`` maps a name to its exact predictive, the same shape as ``q``. ``floor`` mixes
-    ``q`` with a floor (q + ε)/(1 + Kε) before scoring (0: none).
+    ``q`` with a floor (q + ε)/(1 + Kε) before scoring (0: none). A symbol that occurred with probability 0
+    under ``q`` has an infinite code length: the estimates are then +inf with no interval, the result's
+    ``zero_probability`` counts those sequences and its summary says so (a ``floor`` > 0 bounds it).
     """
     seed = check_seed(seed)
     n_boot = check_count(n_boot, "n_boot", allow_zero=True)
@@ -193,16 +224,26 @@ def excess_codelength(q, sequences, references: Mapping[str, np.ndarray], *, flo
         raise InvalidInputError("references is empty; pass e.g. {'bayes': dirichlet_categorical(K, 0.5)(x)}.")
     n, L, k = q.shape
     idx = bootstrap_indices(n, n_boot, seed=keyed_rng(seed, 1)) if n_boot and n >= 2 else None
-    logq = np.log2(_picked(q, x))
+    with np.errstate(divide="ignore"):  # a probability 0 is an infinite code length, reported as such
+        logq = np.log2(_picked(q, x))
     head, pos_rows, seq_rows = [], [], []
     excess, cum_kl, gap, one = {}, {}, {}, {}
+    zero = int(np.isinf(logq).any(1).sum())  # sequences whose code length under Q is infinite
     for ref, p in references.items():
         p = _as_predictive(p, x, f"references[{ref!r}]")
-        e = np.log2(_picked(p, x)) - logq  # [n, L]
+        if p.shape[-1] != k:
+            raise InvalidInputError(f"references[{ref!r}] is over {p.shape[-1]} symbols but q over {k}: build the "
+                                    f"reference for the same K, e.g. dirichlet_categorical({k}, 0.5)(sequences).")
+        with np.errstate(divide="ignore"):
+            logp = np.log2(_picked(p, x))
+        with np.errstate(invalid="ignore"):
+            e = logp - logq  # [n, L]
         kl = _kl_bits(p, q)
         E, K_ = e.sum(1), kl.sum(1)
         excess[ref], cum_kl[ref] = _estimate(E, idx), _estimate(K_, idx)
-        gap[ref], one[ref] = _estimate(E - K_, idx, null=0.0), _estimate(kl[:, -1], idx)
+        with np.errstate(invalid="ignore"):  # inf − inf: no identity gap for an infinite sequence (NaN)
+            diff = E - K_
+        gap[ref], one[ref] = _estimate(diff, idx, null=0.0), _estimate(kl[:, -1], idx)
         head.append({"reference": ref, **{f"excess_bits_{k2}": v for k2, v in excess[ref].to_dict().items()},
                      **{f"cum_kl_bits_{k2}": v for k2, v in cum_kl[ref].to_dict().items()},
                      "identity_gap_bits": gap[ref].value, "identity_gap_ci_low": gap[ref].ci_low,
@@ -223,7 +264,8 @@ def excess_codelength(q, sequences, references: Mapping[str, np.ndarray], *, flo
     return CodeLengthResult(headline=pd.DataFrame(head), per_position=pd.DataFrame(pos_rows),
                             per_sequence=pd.concat(seq_rows, ignore_index=True), excess=excess, cum_kl=cum_kl,
                             identity_gap=gap, one_step_kl=one, n_seqs=n, n_pos=L, n_symbols=k,
-                            identity_exact=dict(identity_exact or {}), design=dict(design or {}))
+                            identity_exact=dict(identity_exact or {}), design=dict(design or {}),
+                            zero_probability=zero)
 
 
 def exact_identity(model, n_symbols: int = 2, length: int = 4, *, alpha: float = 0.5,

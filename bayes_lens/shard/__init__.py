@@ -10,6 +10,12 @@ from a :class:`ModelSpec`. :func:`collect_sharded` does all three with an engine
 ``bayes-lens shard plan|run|merge|status``. Any analysis runs sharded inside
 ``with bl.shard.sharded(model, engine=..., shard_dir=...)``: the runner, not the analysis, does it.
 
+A shard folder is data: a worker imports and calls only the model loaders and read classes its
+launcher allowed (bayes_lens's and TransformerLens's own, the specs built in Python in this process,
+:func:`allow_loader` / :func:`allow_read`, ``bayes-lens shard run --allow-loader/--allow-read``, the
+``BAYES_LENS_ALLOW_LOADERS`` / ``BAYES_LENS_ALLOW_READS`` variables), checked before any import; with
+``BAYES_LENS_SHARD_KEY`` set, plans are signed (HMAC-SHA256) and a worker runs only a plan signed with it.
+
 Example
 -------
 >>> import bayes_lens.shard as shard                                                   # doctest: +SKIP
@@ -57,13 +63,15 @@ _LAZY = {
     "run_shards": "_run",
     "settings_hash": "_run",
     "ModelSpec": "_spec",
+    "allow_loader": "_spec",
+    "allow_read": "_spec",
     "model_fingerprint": "_spec",
     "sharded": "_sharded",
 }
 
 __all__ = [
     "Shard", "plan", "shards_for_rank",
-    "ModelSpec", "model_fingerprint",
+    "ModelSpec", "model_fingerprint", "allow_loader", "allow_read",
     "run_shard", "run_shards", "commit_shard", "collect_settings", "settings_hash", "read_manifest",
     "merge", "open_shards", "ShardSet", "status", "MixedShardsWarning",
     "sharded",

@@ -41,7 +41,7 @@ from ._job import write_plan
 from ._merge import in_prompt_order, merge
 from ._plan import plan, shards_for_rank
 from ._run import run_shards
-from ._spec import ModelSpec
+from ._spec import ModelSpec, as_data
 
 __all__ = ["LocalEngine", "TorchrunEngine", "collect_sharded", "dist_rank_world", "resolve_engine", "check_layers"]
 
@@ -112,7 +112,8 @@ class TorchrunEngine:
 
             device = "cuda" if torch.cuda.is_available() else "auto"
         if device == "cuda":
-            return ModelSpec(spec.loader, {**spec.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
+            with as_data():  # the same loader: allowed here only if `spec`'s is
+                return ModelSpec(spec.loader, {**spec.kwargs, "device": f"cuda:{os.environ.get('LOCAL_RANK', 0)}"})
         return spec
 
     def run(self, model, prompts, shards, out_dir, *, task, overwrite, merge_layers, collect_kwargs,

@@ -10,11 +10,22 @@ order, shard range or setting is refused (:class:`~bayes_lens.shard.ShardIntegri
 used. Writing a plan into a folder that holds a different plan is refused
 (:class:`~bayes_lens.shard.ShardMismatchError`) unless ``overwrite=True``: two jobs never share a
 folder by accident.
+
+The SHA-256 catches damage and accidents, not intent: anyone who can write the folder can recompute
+it. What a plan may make a worker run is therefore bounded by the worker, not the plan: the model
+loader and the read classes it names must be allowed in the worker (:mod:`bayes_lens._allow`; a
+``subprocess:getoutput`` loader is refused before anything is imported). For more, set
+``BAYES_LENS_SHARD_KEY`` (a secret) where plans are written and where workers run: the plan then carries
+``"plan_hmac"``, an HMAC-SHA256 of its entries under that key, and a worker with the key set runs only
+a plan signed with it (:class:`~bayes_lens.shard.ShardIntegrityError` otherwise).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -27,10 +38,12 @@ from ._run import collect_settings, settings_hash
 from ._spec import ModelSpec
 from ._store import prompts_digest, write_atomic, write_json_atomic
 
-__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT"]
+__all__ = ["Job", "write_plan", "read_plan", "read_plan_shards", "PLAN_FORMAT", "KEY_ENV"]
 
 PLAN_FORMAT = "bayes-lens-shard-plan/2"  # /2: prompts.jsonl in run order, with the plan's "order"
 _PLAN_SHA = "plan_sha256"  # SHA-256 of plan.json's other entries (sha256_json)
+_PLAN_HMAC = "plan_hmac"  # HMAC-SHA256 (key: BAYES_LENS_SHARD_KEY) of the entries but the two checksums
+KEY_ENV = "BAYES_LENS_SHARD_KEY"
 # str.splitlines() also splits on these (and json.dumps(ensure_ascii=False) writes them raw): escaped in
 # prompts.jsonl so that any line splitter reads one prompt a line
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
@@ -56,6 +69,18 @@ class Job:
         for j, i in enumerate(self.order):
             out[i] = self.prompts[j]
         return out
+
+
+def _shard_key() -> Optional[bytes]:
+    key = os.environ.get(KEY_ENV, "")
+    return key.encode("utf-8") if key else None
+
+
+def _signature(key: bytes, doc: dict) -> str:
+    """HMAC-SHA256 of ``doc``'s entries but its checksums, in canonical JSON (as sha256_json)."""
+    body = {k: v for k, v in doc.items() if k not in (_PLAN_SHA, _PLAN_HMAC)}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True)
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def _jsonl_line(prompt: str) -> str:
@@ -96,6 +121,9 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
         "shards": [[s.index, s.start, s.stop] for s in shards],
         "order": order,
     }
+    key = _shard_key()
+    if key is not None:
+        doc[_PLAN_HMAC] = _signature(key, doc)
     doc[_PLAN_SHA] = sha256_json(doc)
     path = out / "plan.json"
     same = False
@@ -110,8 +138,9 @@ def write_plan(out_dir: Union[str, Path], spec: Optional[ModelSpec], prompts: Se
             old = {}
         if old == doc:
             return path
-        same = {k: v for k, v in old.items() if k != _PLAN_SHA} == {k: v for k, v in doc.items() if k != _PLAN_SHA}
-    if path.exists() and not overwrite and not same:  # (same: a plan written without its checksum gets one)
+        sums = (_PLAN_SHA, _PLAN_HMAC)
+        same = {k: v for k, v in old.items() if k not in sums} == {k: v for k, v in doc.items() if k not in sums}
+    if path.exists() and not overwrite and not same:  # (same: a plan written without its checksums gets them)
         keys = [k for k in doc if old.get(k) != doc[k]]
         hint = ("" if any(out.glob("shard-*.json")) else
                 " No shard of that plan has finished (a run that failed at its start?), so nothing is lost by "
@@ -147,6 +176,14 @@ def _read_doc(path: Path) -> dict:
         raise ShardIntegrityError(f"{str(path)!r} does not match its SHA-256 ('{_PLAN_SHA}'): its order, shards or "
                                   "settings were edited or damaged after planning (or a development version wrote it "
                                   "without one); make the plan again.")
+    key = _shard_key()
+    if key is not None:
+        signed = doc.get(_PLAN_HMAC)
+        if not isinstance(signed, str) or not hmac.compare_digest(signed, _signature(key, doc)):
+            what = "carries no signature" if signed is None else "is not signed with this key"
+            raise ShardIntegrityError(f"{str(path)!r} {what} ({KEY_ENV} is set here, so a worker runs only plans "
+                                      f"signed with it): make the plan again where {KEY_ENV} holds the same key, or "
+                                      f"unset {KEY_ENV} to run unsigned plans.")
     return doc
 
 

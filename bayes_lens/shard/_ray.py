@@ -3,7 +3,9 @@
 Each actor builds the model from the job's :class:`~bayes_lens.shard.ModelSpec`
 once (with ``num_cpus`` / ``num_gpus`` reserved for it), runs the shards ``r, r+R, ...`` of its
 replica number ``r`` through :func:`~bayes_lens.shard.run_shards` (the same shard files, the same
-resume), and the driver merges. Ray only moves the call arguments (the spec, prompts and settings);
+resume), and the driver merges. An actor is another process: the driver hands it, with the spec, the
+loaders and read classes the driver allows beyond the built-in ones (:mod:`bayes_lens._allow`), so an
+actor runs exactly what the driver would. Ray only moves the call arguments (the spec, prompts and settings);
 rows travel through the shard files, never through Ray's object store.
 
 Example
@@ -14,8 +16,9 @@ Example
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
+from .._allow import allow_loader, allow_read, allowed_reads, user_allowed_loaders
 from .._validate import check_count
 from ..errors import InvalidInputError, require_extra
 from ._errors import ShardError
@@ -30,7 +33,10 @@ __all__ = ["RayEngine", "ShardWorker"]
 class ShardWorker:
     """What one Ray actor does: build the model once, run the shards it is given."""
 
-    def __init__(self, spec: Dict[str, Any], out_dir: str):
+    def __init__(self, spec: Dict[str, Any], out_dir: str, loaders: Sequence[str] = (), reads: Sequence[str] = ()):
+        # what the driver allows (from the driver's memory, never from the shard folder)
+        allow_loader(*loaders)
+        allow_read(*reads)
         self.spec = ModelSpec.from_dict(spec)
         self.out_dir = out_dir
         self.model = None
@@ -78,7 +84,8 @@ class RayEngine:
         if not ray.is_initialized():
             ray.init(address=self.address, **self.init_kwargs)
         actor_cls = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(ShardWorker)
-        actors = [actor_cls.remote(model.to_dict(), str(out_dir)) for _ in range(self.n_replicas)]
+        loaders, reads = sorted(user_allowed_loaders()), sorted(allowed_reads())
+        actors = [actor_cls.remote(model.to_dict(), str(out_dir), loaders, reads) for _ in range(self.n_replicas)]
         try:
             refs = [a.run.remote(list(prompts), [(s.index, s.start, s.stop)
                                                  for s in shards_for_rank(shards, r, self.n_replicas)],

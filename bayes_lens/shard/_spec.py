@@ -5,6 +5,13 @@ it gets a JSON-serializable :class:`ModelSpec` - ``"default"`` or a ``.gguf`` / 
 path (built with :func:`bayes_lens.load_model`), or ``"package.module:function"`` (an import path of a
 loader function) - plus keyword arguments, and calls :meth:`ModelSpec.load`.
 
+A spec read from a file (:meth:`ModelSpec.from_dict`, as a worker reads ``plan.json``) is data: its
+loader is imported and called only when this process allows it (:mod:`bayes_lens._allow`: bayes_lens's
+and TransformerLens's own loaders, :func:`allow_loader`, ``bayes-lens shard run --allow-loader``,
+``BAYES_LENS_ALLOW_LOADERS``), checked on the string before anything is imported
+(:class:`~bayes_lens.errors.NotAllowedError` otherwise). A spec built in Python (``ModelSpec(...)``) is
+the launcher's own, so building one allows its loader in this process.
+
 :func:`model_fingerprint` says whether two workers built the same model (a merge of shards from
 different models would be silently wrong): a
 SHA-256 over the model's shape facts (:func:`bayes_lens.adapter.model_info`), its tokenizer (size and
@@ -16,19 +23,35 @@ dtypes instead of refusing); different weights, shapes or tokenizers give a diff
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib
 import inspect
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict
 
 import torch
 
+from .._allow import allow_loader, allow_read, check_loader
 from ..errors import InvalidInputError, ModelLoadError
 
-__all__ = ["ModelSpec", "model_fingerprint", "model_device_dtype"]
+__all__ = ["ModelSpec", "model_fingerprint", "model_device_dtype", "allow_loader", "allow_read", "as_data"]
+
+# set while a spec is built from data (a plan file, a dict handed to a worker): such a spec allows nothing
+_FROM_DATA = contextvars.ContextVar("bayes_lens_spec_from_data", default=False)
+
+
+@contextmanager
+def as_data():
+    """Inside the block, ``ModelSpec(...)`` does not allow its loader (the spec comes from a file, not from you)."""
+    token = _FROM_DATA.set(True)
+    try:
+        yield
+    finally:
+        _FROM_DATA.reset(token)
 
 _PROBE = "The cat sat on the mat. 0 1 2 3 dax: é ∑"
 _SAMPLES = 16
@@ -62,6 +85,8 @@ class ModelSpec:
         except (TypeError, ValueError) as err:
             raise InvalidInputError(f"ModelSpec.kwargs must be JSON-serializable (a worker rebuilds the model from "
                                     f"them): {err}.") from None
+        if ":" in self.loader and not _FROM_DATA.get():  # the launcher's own spec: its loader may run here
+            allow_loader(self.loader)
 
     def __hash__(self):
         return hash((self.loader, json.dumps(self.kwargs, sort_keys=True)))
@@ -71,21 +96,30 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "ModelSpec":
+        """The spec a dict describes (as read from ``plan.json``); its loader runs only where it is allowed."""
         if not isinstance(d, dict) or "loader" not in d:
             raise InvalidInputError(f"a model spec is a dict with 'loader' (and 'kwargs'), got {d!r}.")
-        return cls(loader=d["loader"], kwargs=dict(d.get("kwargs") or {}))
+        kwargs = d.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise InvalidInputError(f"a model spec's 'kwargs' must be a JSON object, got {kwargs!r}.")
+        with as_data():
+            return cls(loader=d["loader"], kwargs=dict(kwargs))
 
     def is_import_path(self) -> bool:
         """True for ``"package.module:function"`` (not an existing file or folder)."""
         return ":" in self.loader and not os.path.exists(self.loader)
 
     def load(self):
-        """Build the model in this process (keyword arguments the loader does not take are refused first)."""
+        """Build the model in this process (keyword arguments the loader does not take are refused first).
+
+        An import path runs only if this process allows it (see the module doc): otherwise
+        :class:`~bayes_lens.errors.NotAllowedError`, before its module is imported."""
         if not self.is_import_path():
             from ..models import load_model
 
             self._check_kwargs(load_model, f"bl.load_model (ModelSpec {self.loader!r})", skip=("name",))
             return load_model(self.loader, **self.kwargs)
+        check_loader(self.loader, self.kwargs)  # on the string: nothing of it is imported before this
         module_name, _, fn_name = self.loader.partition(":")
         try:
             module = importlib.import_module(module_name)

@@ -3,7 +3,10 @@
 * ``plan DIR --prompts FILE`` writes the job (``plan.json``, ``prompts.jsonl``) into ``DIR``;
 * ``run DIR`` runs shards of it: ``--shard I`` (e.g. ``$SLURM_ARRAY_TASK_ID``), or the shards of
   ``--rank R --world-size W`` (default: ``RANK``/``WORLD_SIZE`` from torchrun, or
-  ``SLURM_PROCID``/``SLURM_NTASKS`` from srun; else every shard). Finished shards are skipped;
+  ``SLURM_PROCID``/``SLURM_NTASKS`` from srun; else every shard). Finished shards are skipped. The
+  folder is data: a loader or read class other than bayes_lens's and TransformerLens's own runs only
+  when named with ``--allow-loader MODULE:FUNCTION`` / ``--allow-read MODULE:CLASS`` (or
+  ``BAYES_LENS_ALLOW_LOADERS`` / ``BAYES_LENS_ALLOW_READS``);
 * ``merge DIR`` checks the shards and writes the merged reduced cache (``DIR/merged.safetensors``);
 * ``status DIR`` lists finished and pending shards.
 
@@ -99,8 +102,10 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from . import dist_rank_world, read_plan, run_shards, shards_for_rank
+    from . import allow_loader, allow_read, dist_rank_world, read_plan, run_shards, shards_for_rank
 
+    allow_loader(*(args.allow_loader or ()))  # the launcher's word, never the folder's
+    allow_read(*(args.allow_read or ()))
     job = read_plan(args.dir)
     if job.spec is None:
         raise InvalidInputError("this plan records no model spec (it was made from a model object); rerun it from "
@@ -204,6 +209,12 @@ def add_subparsers(sub) -> argparse.ArgumentParser:
                    help="number of workers (default: WORLD_SIZE or SLURM_NTASKS, else 1)")
     p.add_argument("--overwrite", action="store_true", help="redo shards made by another run (default: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
+    p.add_argument("--allow-loader", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help="let this worker import and call this model loader; repeatable (default: only bayes_lens's "
+                   "and TransformerLens's own loaders, and those in BAYES_LENS_ALLOW_LOADERS)")
+    p.add_argument("--allow-read", action="append", default=None, metavar="MODULE:CLASS",
+                   help="let this worker rebuild this Read subclass from the plan; repeatable (default: bayes_lens's "
+                   "own reads, and those in BAYES_LENS_ALLOW_READS)")
     p.set_defaults(func=_cmd_run)
 
     p = ssub.add_parser("merge", help="check the shards in DIR and write the merged collection",

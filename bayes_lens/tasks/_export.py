@@ -8,6 +8,11 @@ number of items, the SHA-256 of the JSONL file, and the SHA-256 of the card itse
 written atomically. ``datasets.load_dataset("json", data_files=...)`` reads the JSONL as it is;
 :func:`from_records` rebuilds the items from such records (checking them against the card's
 checksum by writing them out again), :func:`load` from the files (checking both checksums).
+Only data JSON and ``datasets`` read back unchanged are written: a NaN or infinite number, or a
+surrogate code point in a string (not Unicode text), is refused on export with the item and field
+that hold it. A card that is not a JSON object, lacks an entry the loader reads, or names a task
+whose records these are not (its own SHA-256 recomputed after an edit) is a
+:class:`~bayes_lens.errors.CheckpointError`.
 
 Example
 -------
@@ -25,11 +30,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Union
 
 from .._files import make_dir, sha256_file, sha256_json, write_text
-from ..errors import CheckpointError, InvalidInputError
+from ..errors import BayesLensError, CheckpointError, InvalidInputError
 from ._protocol import STANDARD_FIELDS, TaskItem, TaskPrompts, is_task_item, task_loader
 
 __all__ = ["export", "load", "from_records", "read_card", "card_path", "CARD_FORMAT"]
@@ -80,6 +87,59 @@ def _plain(value):
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: the card entries the loaders read, and the types they must have
+_CARD_ENTRIES = {"task": str, "seed": (int, type(None)), "generator_version": str, "params": dict, "n_items": int,
+                 "sha256": str}
+
+
+def _check_data(value, where: str) -> None:
+    """Refuse what JSON or ``datasets`` cannot carry back unchanged: NaN / inf, surrogate code points."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_data(str(k), f"{where} (a key)")
+            _check_data(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_data(v, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInputError(f"{where} is {value!r}: a task file holds finite numbers only (JSON has no NaN or "
+                                "infinity); fix or drop that value before exporting.")
+    elif isinstance(value, str):
+        bad = _SURROGATE.search(value)
+        if bad:
+            raise InvalidInputError(
+                f"{where} holds the surrogate U+{ord(bad.group()):04X} at character {bad.start()}: not Unicode text "
+                "(datasets.load_dataset cannot read it, and a pair of them would load back as another character); "
+                "remove it, or join surrogate pairs with s.encode('utf-16', 'surrogatepass').decode('utf-16').")
+
+
+def _check_records(records: List[dict], meta: dict) -> None:
+    for i, rec in enumerate(records):
+        for f, v in rec.items():
+            _check_data(v, f"item {i}'s text" if f == "text" else f"item {i}'s field {f!r}")
+    for f, v in meta.items():
+        if f == "params" and isinstance(v, Mapping):
+            for k, pv in v.items():
+                _check_data(str(k), f"the prompt set's parameter name {k!r}")
+                _check_data(pv, f"the prompt set's parameter {k!r}")
+        else:
+            _check_data(v, f"the prompt set's {f}")
+
+
+def _check_card(card, where: str) -> dict:
+    """``card`` if it is a card the loaders can read, else the CheckpointError saying what is wrong."""
+    if not isinstance(card, Mapping):
+        raise CheckpointError(f"the dataset card {where} is not a JSON object (it holds a {type(card).__name__}); "
+                              "export the prompt set again.")
+    for name, kind in _CARD_ENTRIES.items():
+        if name not in card or not isinstance(card[name], kind) or isinstance(card[name], bool):
+            what = "lacks" if name not in card else f"has a {type(card[name]).__name__} as"
+            raise CheckpointError(f"the dataset card {where} {what} {name!r}, which a loader reads (an edited card "
+                                  "whose SHA-256 was recomputed?); export the prompt set again.")
+    return dict(card)
+
+
 def _jsonl(records: Iterable[Mapping[str, Any]]) -> str:
     return "".join(_line(r) + "\n" for r in records)
 
@@ -102,8 +162,9 @@ def export(prompts, path: Union[str, Path]) -> Path:
     path = Path(path)
     if not path.name.endswith(".jsonl"):
         raise InvalidInputError(f"the export path must end in .jsonl, got {str(path)!r}.")
+    records = [_plain(_record(it)) for it in items]
+    _check_records(records, meta)  # before anything is written
     make_dir(path.parent, "output folder")
-    records = [_record(it) for it in items]
     text = _jsonl(records)
     extra = sorted(set(records[0]) - set(STANDARD_FIELDS))
     card = {"format": CARD_FORMAT, **meta, "n_items": len(records), "file": path.name,
@@ -128,11 +189,14 @@ def read_card(path: Union[str, Path]) -> dict:
         card = json.loads(cpath.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{str(cpath)!r} is not a JSON dataset card ({err}); export the prompt set again.") from None
+    if not isinstance(card, dict):
+        raise CheckpointError(f"the dataset card {str(cpath)!r} is not a JSON object (it holds "
+                              f"{json.dumps(card)[:40]}); export the prompt set again.")
     body = {k: v for k, v in card.items() if k != "card_sha256"}
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT or card.get("card_sha256") != sha256_json(body):
+    if card.get("format") != CARD_FORMAT or card.get("card_sha256") != sha256_json(body):
         raise CheckpointError(f"the dataset card {str(cpath)!r} does not match its own SHA-256 (or is not a "
                               f"{CARD_FORMAT} card): it was edited or damaged. Export the prompt set again.")
-    return card
+    return _check_card(card, repr(str(cpath)))
 
 
 def _tuples(value):
@@ -157,8 +221,7 @@ def from_records(records: Iterable[Mapping[str, Any]], card) -> Any:
     and its card (a dict from :func:`read_card`, or a path). The records are written out again and
     their SHA-256 compared with the card's: any change (an edited posterior, a lost row, a float that
     did not survive a conversion) raises :class:`~bayes_lens.errors.CheckpointError`."""
-    if not isinstance(card, Mapping):
-        card = read_card(card)
+    card = _check_card(card, "given") if isinstance(card, Mapping) else read_card(card)
     records = [dict(r) for r in records]
     digest = hashlib.sha256(_jsonl(records).encode("ascii")).hexdigest()
     if digest != card.get("sha256") or len(records) != card.get("n_items"):
@@ -169,10 +232,17 @@ def from_records(records: Iterable[Mapping[str, Any]], card) -> Any:
 
 
 def _rebuild(records: List[dict], card: dict):
-    rebuild = task_loader(card["task"])
-    if rebuild is None:
-        return _generic(records, card)
-    return rebuild(records, card)
+    """The prompt set of ``records``: the card's task's rebuild, or the generic one; records that do not fit
+    that task (a card re-hashed with another task, an edited record) are a CheckpointError, never a KeyError."""
+    rebuild = task_loader(card["task"]) or _generic
+    try:
+        return rebuild(records, card)
+    except BayesLensError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        what = f"a record has no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise CheckpointError(f"the records do not fit task {card['task']!r}, which their dataset card names ({what}): "
+                              "the card or the records were edited; export the prompt set again.") from None
 
 
 def load(path: Union[str, Path]) -> Any:

@@ -736,8 +736,9 @@ def test_killed_worker_resumes_to_the_same_result(tiny_kind, tmp_path, monkeypat
                  "--value-layers", "all", "--resid-layers", "1", "--attention", "--token-ids", "5,6"]) == 0
     # 6 batches, 2 per shard: the 4th forward pass is the second batch of shard 1
     env = dict(_env(tmp_path), BL_CRASH_AT="4")
-    proc = subprocess.run([sys.executable, "-m", "bayes_lens.cli", "shard", "run", str(d)], capture_output=True,
-                          text=True, timeout=120, env=env)
+    # a worker process runs a loader of the user's only when its launcher names it (issue 52 §1)
+    proc = subprocess.run([sys.executable, "-m", "bayes_lens.cli", "shard", "run", str(d), "--allow-loader",
+                           "bl_crash_loader:model"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 17, proc.stderr[-2000:]
     assert (d / "shard-00000.json").exists() and not (d / "shard-00001.json").exists()
     assert not list(d.glob(".*.tmp"))
@@ -772,3 +773,168 @@ def test_written_files_honour_the_umask(tmp_path):
     files = sorted(p for p in d.iterdir() if p.is_file())
     assert {p.suffix for p in files} >= {".safetensors", ".json", ".jsonl", ".npz"}
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: oct(0o644) for p in files}
+
+
+# ------------------------------------------------------------------ a shard folder is data (issue 52 §1)
+EVIL_LOADER = """
+from pathlib import Path
+
+Path(__file__).with_name("imported.marker").write_text("import-time code ran")
+
+
+def model(kind):
+    from bayes_lens.models.tiny import tiny_model
+
+    return tiny_model(kind)
+"""
+
+
+def _rewrite_plan(d, edit):
+    """What anyone who can write the folder can do: edit plan.json and recompute its SHA-256."""
+    from bayes_lens._files import sha256_json
+
+    doc = json.loads((d / "plan.json").read_text())
+    edit(doc)
+    doc.pop("plan_sha256")
+    doc["plan_sha256"] = sha256_json(doc)
+    (d / "plan.json").write_text(json.dumps(doc))
+
+
+@pytest.fixture
+def fresh_allow_list(monkeypatch):
+    """This test's registrations stay in this test."""
+    import bayes_lens._allow as allow
+
+    monkeypatch.setattr(allow, "_LOADERS", set(allow._LOADERS))
+    monkeypatch.setattr(allow, "_READS", set(allow._READS))
+    monkeypatch.delenv(allow.LOADERS_ENV, raising=False)
+    monkeypatch.delenv(allow.READS_ENV, raising=False)
+    return allow
+
+
+def _planned_job(tmp_path):
+    from bayes_lens.cli import main
+
+    src = tmp_path / "prompts.txt"
+    src.write_text("\n".join(PROMPTS[:6]))
+    d = tmp_path / "job"
+    assert main(["shard", "plan", str(d), "--prompts", str(src), "--loader", TINY, "--model-kwargs",
+                 json.dumps({"kind": KINDS[0]}), "--value-layers", "-1", "--batch-size", "3"]) == 0
+    return d
+
+
+def test_a_plan_naming_subprocess_getoutput_is_refused_by_a_worker(tmp_path, capsys, fresh_allow_list):
+    """Issue 52 §1: a plan rewritten to call subprocess.getoutput (SHA-256 recomputed) ran the command in every
+    worker of `bayes-lens shard run`. A worker now calls only allowed loaders; this one is refused before import."""
+    from bayes_lens.cli import main
+
+    d = _planned_job(tmp_path)
+    marker = tmp_path / "command.ran"
+
+    def edit(doc):
+        doc["model"] = {"loader": "subprocess:getoutput", "kwargs": {"cmd": f"touch {marker}"}}
+
+    _rewrite_plan(d, edit)
+    capsys.readouterr()
+    assert main(["shard", "run", str(d), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert "'subprocess:getoutput' is not allowed" in err and "--allow-loader subprocess:getoutput" in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(bl.NotAllowedError, match="BAYES_LENS_ALLOW_LOADERS"):  # from Python: the same refusal
+        sh.ModelSpec.from_dict(sh.read_plan(d).spec.to_dict()).load()
+    assert not marker.exists()
+
+
+def test_a_plans_loader_module_is_not_imported_unless_allowed(tmp_path, monkeypatch, capsys, fresh_allow_list):
+    """Issue 52 §1: the check is on the string 'module:function', before importlib runs, so an unallowed module's
+    import-time code never runs; --allow-loader (or BAYES_LENS_ALLOW_LOADERS) lets the launcher's own loader run."""
+    from bayes_lens.cli import main
+
+    (tmp_path / "bl_marker_loader.py").write_text(EVIL_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    d = _planned_job(tmp_path)
+    _rewrite_plan(d, lambda doc: doc.update(model={"loader": "bl_marker_loader:model", "kwargs": {"kind": KINDS[0]}}))
+    marker = tmp_path / "imported.marker"
+    assert main(["shard", "run", str(d), "--no-progress"]) == 2
+    assert "bl_marker_loader:model' is not allowed" in capsys.readouterr().err
+    assert not marker.exists()
+    with pytest.raises(bl.NotAllowedError):
+        sh.run_shards(sh.read_plan(d).spec, sh.read_plan(d).prompts, sh.read_plan(d).shards, d, value_layers=[-1],
+                      batch_size=3)
+    assert not marker.exists()
+    monkeypatch.setenv("BAYES_LENS_ALLOW_LOADERS", "other.mod:fn, bl_marker_loader:model")  # what a launcher exports
+    assert main(["shard", "run", str(d), "--no-progress", "--shard", "0"]) == 0
+    assert marker.exists()
+    monkeypatch.delenv("BAYES_LENS_ALLOW_LOADERS")
+    assert main(["shard", "run", str(d), "--no-progress", "--allow-loader", "bl_marker_loader:model"]) == 0
+    assert sh.status(d)["pending"] == []
+
+
+def test_a_built_in_loader_with_trust_remote_code_needs_its_name_allowed(fresh_allow_list):
+    """Issue 52 §1: TransformerLens's own loaders are allowed, but not to run code downloaded with a model."""
+    spec = sh.ModelSpec.from_dict({"loader": "transformer_lens:HookedTransformer.from_pretrained",
+                                   "kwargs": {"model_name": "someone/model", "trust_remote_code": True}})
+    with pytest.raises(bl.NotAllowedError, match="trust_remote_code=True"):
+        spec.load()
+    with pytest.raises(bl.InvalidInputError, match="package.module:function"):
+        sh.allow_loader("no colon")
+
+
+def test_launchers_own_specs_still_run_in_process_and_on_torchrun_ranks(tmp_path, monkeypatch, fresh_allow_list):
+    """A spec built in Python is the launcher's: collect_sharded / sharded with a user's loader run as before."""
+    (tmp_path / "bl_own_loader.py").write_text(EVIL_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = sh.ModelSpec("bl_own_loader:model", {"kind": KINDS[0]})
+    rc = sh.collect_sharded(spec, PROMPTS[:6], tmp_path / "job", n_shards=2, value_layers=[-1], batch_size=3)
+    assert_equal_collections(rc, collect(tiny_model(KINDS[0]), PROMPTS[:6], value_layers=[-1], batch_size=3))
+    with sh.sharded(spec, shard_dir=tmp_path / "study") as m:
+        assert collect(m, PROMPTS[:3], value_layers=[-1]).n_prompts == 3
+    fresh_allow_list._LOADERS.clear()  # a rank's copy of a spec read from data allows nothing
+    cuda = sh.ModelSpec.from_dict({"loader": "bl_own_loader:model", "kwargs": {"kind": KINDS[0], "device": "cuda"}})
+    with pytest.raises(bl.NotAllowedError):
+        sh.TorchrunEngine.rank_spec(cuda).load()
+
+
+def test_a_ray_actor_runs_what_the_driver_allows_not_what_the_folder_says(tmp_path, monkeypatch, fresh_allow_list):
+    """Issue 52 §1: a Ray actor is another process; it gets the spec as data and the driver's allow-list beside it
+    (RayEngine.run passes user_allowed_loaders() and allowed_reads()), so it runs the driver's own loader only."""
+    from bayes_lens._allow import user_allowed_loaders
+    from bayes_lens.shard._ray import ShardWorker
+
+    (tmp_path / "bl_actor_loader.py").write_text(EVIL_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = {"loader": "bl_actor_loader:model", "kwargs": {"kind": KINDS[0]}}
+    shards = [(0, 0, 3)]
+    with pytest.raises(bl.NotAllowedError):
+        ShardWorker(spec, str(tmp_path / "a")).run(PROMPTS[:3], shards, None, False, {"value_layers": [-1]})
+    assert not (tmp_path / "imported.marker").exists()
+    driver = sh.ModelSpec(**spec)  # the driver built it in Python: allowed there, and handed to the actor
+    assert driver.loader in user_allowed_loaders()
+    allowed = sorted(user_allowed_loaders())
+    fresh_allow_list._LOADERS.clear()  # the actor's process knows nothing of the driver's registrations
+    worker = ShardWorker(spec, str(tmp_path / "b"), allowed, [])
+    assert worker.run(PROMPTS[:3], shards, None, False, {"value_layers": [-1]}) == {0: "done"}
+
+
+def test_a_keyed_plan_runs_only_when_signed_with_the_key(tmp_path, monkeypatch, fresh_allow_list):
+    """Issue 52 §1 (keyed): with BAYES_LENS_SHARD_KEY set, plans carry an HMAC-SHA256 and a worker with the key runs
+    only plans signed with it, so rewriting a plan and its SHA-256 is not enough."""
+    monkeypatch.setenv("BAYES_LENS_SHARD_KEY", "launcher secret")
+    d = tmp_path / "job"
+    sh.write_plan(d, sh.ModelSpec(TINY, {"kind": KINDS[0]}), PROMPTS[:6], sh.plan(6, 3, 2), {"value_layers": [-1],
+                                                                                            "batch_size": 3})
+    doc = json.loads((d / "plan.json").read_text())
+    assert len(doc["plan_hmac"]) == 64 and sh.read_plan(d).spec.loader == TINY
+    monkeypatch.setenv("BAYES_LENS_SHARD_KEY", "another key")
+    with pytest.raises(sh.ShardIntegrityError, match="not signed with this key"):
+        sh.read_plan(d)
+    monkeypatch.setenv("BAYES_LENS_SHARD_KEY", "launcher secret")
+    _rewrite_plan(d, lambda doc: doc.update(n_prompts=6, shards=[[0, 0, 6]]))  # plan_sha256 matches again
+    with pytest.raises(sh.ShardIntegrityError, match="not signed with this key"):
+        sh.read_plan(d)
+    _rewrite_plan(d, lambda doc: doc.pop("plan_hmac"))
+    with pytest.raises(sh.ShardIntegrityError, match="carries no signature"):
+        sh.read_plan(d)
+    monkeypatch.delenv("BAYES_LENS_SHARD_KEY")  # a worker without a key checks the SHA-256 only
+    assert [(s.start, s.stop) for s in sh.read_plan(d).shards] == [(0, 6)]

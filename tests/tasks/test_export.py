@@ -126,3 +126,73 @@ def test_martingale_gap_sequences_are_the_ones_gap_draws_and_export(tmp_path):
     _same_items(items, tasks.load(path))
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
     _same_items(items, tasks.from_records(ds, path))
+
+
+def _rehashed(card_file, edit):
+    """What anyone can do to a card: change it and recompute its own SHA-256."""
+    from bayes_lens._files import sha256_json
+
+    card = json.loads(card_file.read_text())
+    edit(card)
+    card.pop("card_sha256", None)
+    card["card_sha256"] = sha256_json(card)
+    card_file.write_text(json.dumps(card))
+
+
+@pytest.mark.parametrize("bad", ["[]", '"x"', "null", "3"])
+def test_a_card_that_is_not_an_object_is_a_clear_error(tmp_path, bad):
+    """Issue 52 §4: a card holding [], "x" or null was a raw AttributeError."""
+    path = tasks.export(SETS["categorical"], tmp_path / "c.jsonl")
+    tasks.card_path(path).write_text(bad)
+    for call in (lambda: tasks.load(path), lambda: tasks.read_card(path)):
+        with pytest.raises(bl.CheckpointError, match="not a JSON object") as info:
+            call()
+        assert len(str(info.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit", ["sula", "no params", "params a list", "no seed", "no sha256"])
+def test_a_rehashed_card_that_does_not_fit_its_records_is_a_clear_error(tmp_path, edit):
+    """Issue 52 §4: a categorical export's card re-hashed with task "sula" was a raw KeyError; so was a card
+    re-hashed without the entries the loader reads."""
+    path = tasks.export(SETS["categorical"], tmp_path / "c.jsonl")
+    change = {"sula": lambda c: c.update(task="sula"), "no params": lambda c: c.pop("params"),
+              "params a list": lambda c: c.update(params=[1]), "no seed": lambda c: c.pop("seed"),
+              "no sha256": lambda c: c.pop("sha256")}[edit]
+    _rehashed(tasks.card_path(path), change)
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for call in (lambda: tasks.load(path), lambda: tasks.from_records(recs, tasks.card_path(path))):
+        with pytest.raises(bl.CheckpointError) as info:
+            call()
+        msg = str(info.value)
+        assert len(msg.splitlines()) == 1 and "export the prompt set again" in msg.lower(), msg
+        if edit == "sula":
+            assert "task 'sula'" in msg and "'example_labels'" in msg, msg
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_task_field_is_refused_on_export(tmp_path, value):
+    """Issue 52 §4: a NaN or inf task-specific field (or parameter) was a raw ValueError from json.dumps."""
+    item = tasks.TaskItem("Sequence: 1", task="coin", answers=(" 0", " 1"), posterior=(0.5, 0.5), k=1, weight=value)
+    with pytest.raises(bl.InvalidInputError, match=r"item 0's field 'weight' is " + ("nan" if value != value else
+                                                                                      r"-?inf")) as info:
+        tasks.export(tasks.TaskPrompts([item], task="coin", seed=0, generator_version="1"), tmp_path / "c.jsonl")
+    assert len(str(info.value).splitlines()) == 1 and not (tmp_path / "c.jsonl").exists()
+    ok = tasks.TaskItem("Sequence: 1", task="coin", answers=(" 0", " 1"), posterior=(0.5, 0.5), k=1)
+    with pytest.raises(bl.InvalidInputError, match=r"parameter 'scale' is"):
+        tasks.export(tasks.TaskPrompts([ok], task="coin", seed=0, generator_version="1", params={"scale": value}),
+                     tmp_path / "c.jsonl")
+
+
+@pytest.mark.parametrize("text", ["Sequence: \ud800 1", "Sequence: \udfff", "emoji as a pair \ud83d\ude00"])
+def test_a_surrogate_is_refused_on_export_not_written_where_datasets_cannot_read_it(tmp_path, text):
+    """Issue 52 §4: a lone surrogate was exported as an escape that datasets.load_dataset cannot read (and a
+    pair of surrogate code points would come back as another string); export refuses it, naming where it is."""
+    item = tasks.TaskItem(text, task="coin", answers=(" 0", " 1"), posterior=(0.5, 0.5), k=1)
+    with pytest.raises(bl.InvalidInputError, match=r"item 0's text holds the surrogate U\+D[89A-F][0-9A-F]{2} at "
+                       r"character \d+") as info:
+        tasks.export(tasks.TaskPrompts([item], task="coin", seed=0, generator_version="1"), tmp_path / "c.jsonl")
+    assert len(str(info.value).splitlines()) == 1 and not (tmp_path / "c.jsonl").exists()
+    fine = tasks.TaskItem("emoji \U0001F600", task="coin", answers=(" 0", " 1"), posterior=(0.5, 0.5), k=1)
+    path = tasks.export(tasks.TaskPrompts([fine], task="coin", seed=0, generator_version="1"), tmp_path / "ok.jsonl")
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert ds[0]["text"] == "emoji \U0001F600" and tasks.load(path)[0].text == "emoji \U0001F600"
