@@ -8,8 +8,10 @@ Sub-commands (each has ``--help``):
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
 * ``localize``    - SULA, then readout or mediator: cross-fitted readouts and subspace removals per layer
-* ``reproduce``   - ``paper-a`` / ``paper-b`` / ``falck``: the paper's headline numbers, ours, the band, PASS / FAIL /
-  NOT COMPARABLE per row (Paper A: the released code's proxies beside the true definitions)
+* ``reproduce``   - ``paper-a`` / ``paper-b`` / ``falck``: the paper's headline numbers, ours, the band and a verdict
+  per row: PASS / FAIL against a paper's own number (the papers' models), MATCHES RECORD / DIFFERS FROM RECORD
+  against bayes_lens's own recorded run (the offline models), or NOT COMPARABLE (Paper A: the released code's
+  proxies beside the true definitions)
 * ``codelength``  - Paper B v3: excess code length against the exact Dirichlet/KT reference and the plug-in
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
@@ -371,25 +373,46 @@ def _cmd_codelength(args) -> int:
     return 0
 
 
-def _cmd_reproduce(args) -> int:
-    from pathlib import Path
+def _check_output_file(path, name: str):
+    """An output file that can be written: not a folder, and its nearest existing folder writable (checked
+    before minutes of work; nothing is created)."""
+    from ._validate import check_path
 
-    from ._validate import check_choice, check_path
-    from .reproduction import PAPERS, SIZES
+    p = check_path(path, name, kind="file")
+    parent = p.parent
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InvalidInputError(f"{name} {str(p)!r} cannot be written: {str(parent)!r} is a file, not a folder; "
+                                "pass a path in a folder (it is created if missing).")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"{name} {str(p)!r} cannot be written: the folder {str(parent)!r} does not allow "
+                                "writing (read-only, or not yours); pass a path in a folder you can write to.")
+    return p
+
+
+def _cmd_reproduce(args) -> int:
+    from ._files import make_dir, write_text
+    from ._validate import check_choice
+    from .reproduction import PAPERS, SIZES, load_records
 
     check_choice(args.paper, "paper", PAPERS)
     check_choice(args.sizes, "--sizes", tuple(SIZES))
-    csv = check_path(args.csv, "--csv", kind="file") if args.csv else None  # before the model load
+    # before the model load and the minutes of measuring: where the CSV goes, and the recorded runs
+    csv = _check_output_file(args.csv, "--csv") if args.csv else None
+    records = load_records()
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, _ = _load(args)
     from .reproduction import reproduce
 
-    res = reproduce(model, args.paper, sizes=args.sizes, seed=args.seed, progress=not args.no_progress)
+    res = reproduce(model, args.paper, sizes=args.sizes, seed=args.seed, progress=not args.no_progress,
+                    records=records)
     print(res.table())
     if csv is not None:
-        Path(csv).parent.mkdir(parents=True, exist_ok=True)
-        res.to_dataframe().to_csv(csv, index=False)
+        text = res.to_dataframe().to_csv(index=False)
+        make_dir(csv.parent, "folder of --csv")
+        write_text(csv, text)   # atomic, as the report's files: the old file or the new one, never a part
         print(f"written: {csv}")
     return 0
 
@@ -451,8 +474,11 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for codelength.json and a per-position CSV (default: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
     p.set_defaults(func=_cmd_codelength)
-    help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band, and "
-                 "PASS / FAIL / NOT COMPARABLE per row (Paper A: released-code proxies beside the true definitions)")
+    help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band and a "
+                 "verdict per row: PASS / FAIL against the paper's own number (Pythia-410M, Phi-2, Llama-3.2-1B), "
+                 "MATCHES RECORD / DIFFERS FROM RECORD against bayes_lens's own earlier recorded run of the same "
+                 "model (SmolLM2-135M, Gemma 3 270M: not a check against the paper), else NOT COMPARABLE (Paper A: "
+                 "released-code proxies beside the true definitions)")
     p = sub.add_parser("reproduce", help=help_text, description=help_text)
     p.add_argument("paper", choices=["paper-a", "paper-b", "falck"], help="which paper's headline measurements")
     _add_model_args(p)
