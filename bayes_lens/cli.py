@@ -42,7 +42,7 @@ import sys
 import time
 from typing import List, Optional
 
-from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
+from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP, MODEL_NAMES
 from ._validate import check_device
 from ._windtunnel_args import add_windtunnel_parser
 from .errors import BayesLensError, InvalidInputError
@@ -188,6 +188,34 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"], help=KIND_HELP + " (default: auto)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP + " (default: auto)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default: 0)")
+    p.set_defaults(check_model_name_=True)   # main() checks --model's name before the command imports torch
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a ``--model`` that is neither a named offline model nor a path, before anything imports torch
+    (importing torch and TransformerLens took 27 s under load just to say the name is unknown).
+
+    A path that exists, or one ending in ``.gguf`` (whose loader says "not found" itself), passes; the
+    loader still checks everything else.
+    """
+    from pathlib import Path
+
+    from .errors import ModelLoadError
+
+    text = str(name)
+    if text in MODEL_NAMES or Path(text).expanduser().exists() or text.endswith(".gguf") or not text.strip():
+        return   # an empty name: the loader's own message
+    hint = ""
+    close = difflib.get_close_matches(text, MODEL_NAMES, n=1, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    elif "smol" in text.lower():
+        hint = "; SmolLM2-135M is 'default'"
+    elif "gemma" in text.lower():
+        hint = "; Gemma 3 270M is 'gemma-3-270m'"
+    raise ModelLoadError(
+        f"unknown model {text!r}{hint}: pass 'default', 'gemma-3-270m', a .gguf file or a local Hugging Face "
+        "folder (no hub downloads happen here; see `bayes-lens models`).")
 
 
 def _check_device(device: Optional[str]) -> None:
@@ -307,15 +335,14 @@ def _cmd_analysis(args) -> int:
                                     "names, e.g. --sections geometry,sula (or leave --sections out for all).")
     out = args.out or _ANALYSES[args.command][1]
     # cheap checks first: a bad --out or --seed must not cost a model load
-    prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
+    chosen, _ = prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
     if args.engine != "local" and args.shard_dir is None:
         raise InvalidInputError(f"--engine {args.engine} runs shards: pass --shard-dir DIR, a folder every rank "
                                 "reaches.")
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)
-    names = sections or ["geometry", "sula", "ablation", "martingale"]
-    on_section = SectionPrinter(names)
+    on_section = SectionPrinter([s.name for s in chosen])   # with the sections the named ones need
 
     scaled = contextlib.nullcontext(model)
     if args.shard_dir is not None:  # the same runner-level scaling the library offers: bl.shard.sharded
@@ -451,8 +478,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                        "`torchrun ... -m bayes_lens.cli` (default: local)")
         if name == "report":
             p.add_argument("--sections", default=None,
-                           help="comma-separated subset of geometry,sula,ablation,martingale,localize (default: all but the "
-                           "opt-in localize)")
+                           help="comma-separated subset of geometry,sula,ablation,martingale,tasks,localize; a "
+                           "section adds the sections it needs (ablation and localize add sula) (default: "
+                           "geometry,sula,ablation,martingale; tasks and localize are opt-in)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub)
@@ -510,6 +538,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     args.argv_ = argv  # recorded by commands that write provenance (windtunnel train)
     try:
+        if getattr(args, "check_model_name_", False):
+            check_model_name(args.model)
         return int(args.func(args) or 0)
     except BayesLensError as err:
         print(f"bayes-lens: error: {err}", file=sys.stderr)

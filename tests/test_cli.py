@@ -490,3 +490,52 @@ def test_reproduce_with_damaged_records_fails_before_the_model_load(tmp_path, mo
     assert main(["reproduce", "paper-a", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bayes-lens: error: the recorded runs") and "not valid JSON" in err
+
+
+# ---------------------------------------------------------------------------------------------------
+# an unknown --model is refused before torch is imported (issue 53.6)
+# ---------------------------------------------------------------------------------------------------
+_PROBE_CODE = ("import sys; from bayes_lens.cli import main\n"
+               "code = main(sys.argv[1:])\n"
+               "print('EXIT=' + str(code)); print('TORCH_LOADED=' + str('torch' in sys.modules))")
+
+
+@pytest.mark.parametrize("argv", [["report", "--model", "smollm2"], ["sula", "--model", "pythia-410m", "--quick"],
+                                  ["info", "--model", "smollm2"], ["reproduce", "paper-a", "--model", "smollm2"],
+                                  ["codelength", "--model", "gemma"]], ids=lambda a: " ".join(a))
+def test_unknown_model_name_is_refused_before_torch_is_imported(argv, tmp_path):
+    """Issue 53.6: `bayes-lens report --model smollm2` took 27 s (importing torch and TransformerLens) to say
+    the name is unknown. Names are checked first: the one-line error comes without importing torch (asserting
+    the import, not a time, keeps the test independent of the machine's load)."""
+    if argv[0] in ("report", "sula"):
+        argv = argv + ["--out", str(tmp_path / "out")]
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    r = subprocess.run([sys.executable, "-c", _PROBE_CODE, *argv], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert "EXIT=2" in r.stdout, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bayes-lens: error: unknown model"), r.stderr
+    assert "'default'" in lines[0] and "gemma-3-270m" in lines[0]
+    assert "TORCH_LOADED=False" in r.stdout, r.stdout
+    if "smollm2" in argv:
+        assert "SmolLM2-135M is 'default'" in lines[0]
+
+
+def test_cli_model_names_are_the_catalog_names():
+    from bayes_lens._cli_text import MODEL_NAMES
+    from bayes_lens.models import model_catalog
+
+    assert set(MODEL_NAMES) == {e.name for e in model_catalog()}
+
+
+def test_report_help_lists_every_section(capsys):
+    """Issue 53.6: `report --help` listed geometry,sula,ablation,martingale,localize but not tasks."""
+    from bayes_lens.reporting._sections import SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for name, section in SECTIONS.items():
+        assert name in out, name
+    assert "tasks" in out and "opt-in" in out
+    assert "adds the sections it needs" in out
