@@ -912,7 +912,9 @@ def test_calibration_survives_is_an_equivalence_test_not_a_point_estimate():
     assert "inconclusive" in eff.sentence and "survives:" not in eff.sentence
     text = str(eff)
     assert "overlapping the equivalence margin ±1.0%: inconclusive" in text, text
-    assert f"n = {eff.mae_test.n_to_decide}" in text
+    from bayes_lens.metrics.stats import about
+
+    assert f"about n = {about(eff.mae_test.n_to_decide)} if" in text   # 1354 -> "1,400": two significant figures
     # the correlation half alone can decide "inconclusive" ...
     eff = _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.0085, (-0.0016, 0.0203)))
     assert (eff.mae_test.outcome, eff.corr_test.outcome, eff.calibration_verdict) == \
