@@ -267,3 +267,23 @@ def test_classroom_exercise_4_check_runs_on_a_tiny_model(capsys):
     exec(check, ns)  # noqa: S102
     out = capsys.readouterr().out
     assert "ablated layer: not yet" in out and "Δρ downstream: not yet" in out, out
+
+
+def test_martingale_box_quotes_the_interval_of_a_that_its_outputs_show():
+    """Issue 53.6: notebook 03's box said SmolLM2's A is "several times Laplace's and GPT-3's", so "further
+    from a martingale", while the committed fit's 95% interval of A includes 0. The box quotes the interval
+    the saved output shows, and claims no multiple of the references when that interval holds 0."""
+    import re
+
+    nb = nbformat.read(TUTORIALS / "03_martingales.ipynb", as_version=4)
+    box = " ".join(nb.cells[0].source.split())
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "gap.fits_table()" in c.source)
+    table = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+    head, rest = table.split("\n\n", 1)[0], table.split("\n\n", 1)[1]
+    row0 = next(ln for ln in rest.splitlines() if re.match(r"0\s", ln))   # model, A*log(n)/n + B
+    lo, hi = (float(x) for x in row0.split()[1:3])                     # A_ci_low, A_ci_high
+    assert "model" in head.splitlines()[1] and "A*log(n)/n + B" in head.splitlines()[1]
+    quoted = f"[{lo:.2f}, {hi:.2f}]".replace("-", "−")
+    assert quoted in box, (quoted, box)
+    if lo <= 0 <= hi:
+        assert "several times" not in box and "includes 0" in box
