@@ -369,9 +369,9 @@ def verdict(value: Optional[float], band: Optional[Tuple[float, float]], why_not
 
 def _records_error(where: str, path: str, problem: str) -> InvalidInputError:
     return InvalidInputError(
-        f"{where}: entry {path} {problem}; fix or delete that entry (the layout: {{model key: {{paper: {{'sizes': "
-        "'quick', 'rows': {row key: {'value': number or null, 'ci': [low, high] or null}}}}}}), or record the "
-        "runs again: python tools/reproduce_record.py --record smollm2|gemma.")
+        f"{where}: entry {path} {problem}; fix or delete that entry (an entry is {{'sizes': 'quick', 'rows': "
+        "{row key: {'value': number or null, 'ci': [low, high] or null}}}), or record the runs again: "
+        "python tools/reproduce_record.py --record smollm2|gemma.")
 
 
 def _is_number(x) -> bool:
