@@ -8,8 +8,10 @@ Sub-commands (each has ``--help``):
 * ``ablate``      - SULA, then the entropy-axis ablation comparison
 * ``martingale``  - only the martingale diagnostics
 * ``localize``    - SULA, then readout or mediator: cross-fitted readouts and subspace removals per layer
-* ``reproduce``   - ``paper-a`` / ``paper-b`` / ``falck``: the paper's headline numbers, ours, the band, PASS / FAIL /
-  NOT COMPARABLE per row (Paper A: the released code's proxies beside the true definitions)
+* ``reproduce``   - ``paper-a`` / ``paper-b`` / ``falck``: the paper's headline numbers, ours, the band and a verdict
+  per row: PASS / FAIL against a paper's own number (the papers' models), MATCHES RECORD / DIFFERS FROM RECORD
+  against bayes_lens's own recorded run (the offline models), or NOT COMPARABLE (Paper A: the released code's
+  proxies beside the true definitions)
 * ``codelength``  - Paper B v3: excess code length against the exact Dirichlet/KT reference and the plug-in
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
@@ -41,7 +43,7 @@ import time
 from typing import List, Optional
 
 from ._entry import guarded
-from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP
+from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP, MODEL_NAMES
 from ._validate import check_device
 from ._windtunnel_args import add_windtunnel_parser
 from .errors import InvalidInputError
@@ -187,6 +189,34 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="auto", choices=["auto", "hooked", "bridge"], help=KIND_HELP + " (default: auto)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP + " (default: auto)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (default: 0)")
+    p.set_defaults(check_model_name_=True)   # main() checks --model's name before the command imports torch
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a ``--model`` that is neither a named offline model nor a path, before anything imports torch
+    (importing torch and TransformerLens took 27 s under load just to say the name is unknown).
+
+    A path that exists, or one ending in ``.gguf`` (whose loader says "not found" itself), passes; the
+    loader still checks everything else.
+    """
+    from pathlib import Path
+
+    from .errors import ModelLoadError
+
+    text = str(name)
+    if text in MODEL_NAMES or Path(text).expanduser().exists() or text.endswith(".gguf") or not text.strip():
+        return   # an empty name: the loader's own message
+    hint = ""
+    close = difflib.get_close_matches(text, MODEL_NAMES, n=1, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    elif "smol" in text.lower():
+        hint = "; SmolLM2-135M is 'default'"
+    elif "gemma" in text.lower():
+        hint = "; Gemma 3 270M is 'gemma-3-270m'"
+    raise ModelLoadError(
+        f"unknown model {text!r}{hint}: pass 'default', 'gemma-3-270m', a .gguf file or a local Hugging Face "
+        "folder (no hub downloads happen here; see `bayes-lens models`).")
 
 
 def _check_device(device: Optional[str]) -> None:
@@ -306,15 +336,14 @@ def _cmd_analysis(args) -> int:
                                     "names, e.g. --sections geometry,sula (or leave --sections out for all).")
     out = args.out or _ANALYSES[args.command][1]
     # cheap checks first: a bad --out or --seed must not cost a model load
-    prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
+    chosen, _ = prepare_report(out, seed=args.seed, sections=sections, quick=args.quick, overrides=None)
     if args.engine != "local" and args.shard_dir is None:
         raise InvalidInputError(f"--engine {args.engine} runs shards: pass --shard-dir DIR, a folder every rank "
                                 "reaches.")
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)
-    names = sections or ["geometry", "sula", "ablation", "martingale"]
-    on_section = SectionPrinter(names)
+    on_section = SectionPrinter([s.name for s in chosen])   # with the sections the named ones need
 
     scaled = contextlib.nullcontext(model)
     if args.shard_dir is not None:  # the same runner-level scaling the library offers: bl.shard.sharded
@@ -372,25 +401,46 @@ def _cmd_codelength(args) -> int:
     return 0
 
 
-def _cmd_reproduce(args) -> int:
-    from pathlib import Path
+def _check_output_file(path, name: str):
+    """An output file that can be written: not a folder, and its nearest existing folder writable (checked
+    before minutes of work; nothing is created)."""
+    from ._validate import check_path
 
-    from ._validate import check_choice, check_path
-    from .reproduction import PAPERS, SIZES
+    p = check_path(path, name, kind="file")
+    parent = p.parent
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InvalidInputError(f"{name} {str(p)!r} cannot be written: {str(parent)!r} is a file, not a folder; "
+                                "pass a path in a folder (it is created if missing).")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"{name} {str(p)!r} cannot be written: the folder {str(parent)!r} does not allow "
+                                "writing (read-only, or not yours); pass a path in a folder you can write to.")
+    return p
+
+
+def _cmd_reproduce(args) -> int:
+    from ._files import make_dir, write_text
+    from ._validate import check_choice
+    from .reproduction import PAPERS, SIZES, load_records
 
     check_choice(args.paper, "paper", PAPERS)
     check_choice(args.sizes, "--sizes", tuple(SIZES))
-    csv = check_path(args.csv, "--csv", kind="file") if args.csv else None  # before the model load
+    # before the model load and the minutes of measuring: where the CSV goes, and the recorded runs
+    csv = _check_output_file(args.csv, "--csv") if args.csv else None
+    records = load_records()
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, _ = _load(args)
     from .reproduction import reproduce
 
-    res = reproduce(model, args.paper, sizes=args.sizes, seed=args.seed, progress=not args.no_progress)
+    res = reproduce(model, args.paper, sizes=args.sizes, seed=args.seed, progress=not args.no_progress,
+                    records=records)
     print(res.table())
     if csv is not None:
-        Path(csv).parent.mkdir(parents=True, exist_ok=True)
-        res.to_dataframe().to_csv(csv, index=False)
+        text = res.to_dataframe().to_csv(index=False)
+        make_dir(csv.parent, "folder of --csv")
+        write_text(csv, text)   # atomic, as the report's files: the old file or the new one, never a part
         print(f"written: {csv}")
     return 0
 
@@ -434,8 +484,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                        "`torchrun ... -m bayes_lens.cli` (default: local)")
         if name == "report":
             p.add_argument("--sections", default=None,
-                           help="comma-separated subset of geometry,sula,ablation,martingale,localize (default: all but the "
-                           "opt-in localize)")
+                           help="comma-separated subset of geometry,sula,ablation,martingale,tasks,localize; a "
+                           "section adds the sections it needs (ablation and localize add sula) (default: "
+                           "geometry,sula,ablation,martingale; tasks and localize are opt-in)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub, _run_windtunnel)
@@ -457,8 +508,11 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for codelength.json and a per-position CSV (default: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
     p.set_defaults(func=_cmd_codelength)
-    help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band, and "
-                 "PASS / FAIL / NOT COMPARABLE per row (Paper A: released-code proxies beside the true definitions)")
+    help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band and a "
+                 "verdict per row: PASS / FAIL against the paper's own number (Pythia-410M, Phi-2, Llama-3.2-1B), "
+                 "MATCHES RECORD / DIFFERS FROM RECORD against bayes_lens's own earlier recorded run of the same "
+                 "model (SmolLM2-135M, Gemma 3 270M: not a check against the paper), else NOT COMPARABLE (Paper A: "
+                 "released-code proxies beside the true definitions)")
     p = sub.add_parser("reproduce", help=help_text, description=help_text)
     p.add_argument("paper", choices=["paper-a", "paper-b", "falck"], help="which paper's headline measurements")
     _add_model_args(p)
@@ -489,7 +543,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     args.argv_ = argv  # recorded by commands that write provenance (windtunnel train)
-    return guarded(lambda: args.func(args))
+
+    def run():
+        if getattr(args, "check_model_name_", False):
+            check_model_name(args.model)
+        return args.func(args)
+    return guarded(run)
 
 
 if __name__ == "__main__":  # pragma: no cover

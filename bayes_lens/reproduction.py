@@ -3,7 +3,10 @@
 :func:`reproduce` runs the headline measurements of Paper A (arXiv 2512.23752), Paper B (arXiv 2507.11768)
 or Falck, Wang & Holmes (arXiv 2406.00793) on a model and returns one row per measurement: the
 paper's value, ours (with its 95% interval where our metric has one), the band we hold ours to, and
-a verdict ``PASS`` / ``FAIL`` / ``NOT COMPARABLE`` with the reason. Every true measurement is the
+a verdict with the reason: ``PASS`` / ``FAIL`` against a paper's own number (the papers' models),
+``MATCHES RECORD`` / ``DIFFERS FROM RECORD`` against bayes_lens's own earlier recorded run of the same
+model (the offline models: a check that your run agrees with ours, not with the paper), or
+``NOT COMPARABLE``. Every true measurement is the
 library's own call (:func:`bayes_lens.geometry`, :func:`bayes_lens.sula.evaluate`,
 :func:`bayes_lens.martingale.gap`, ...); nothing is re-implemented here.
 
@@ -28,8 +31,12 @@ here as labelled rows, ``"released code (proxy)"`` (:func:`proxy_key_orthogonali
 * anything else, a model without a record, a record at other sizes, a row the paper has no number
   for: ``NOT COMPARABLE`` with the reason, our number still printed.
 
-``PASS`` when our point value lies inside the band, ``FAIL`` when outside. Correlations are compared
-as |ρ| (the sign of a principal component is arbitrary, METHODS.md §4).
+Against a paper's band: ``PASS`` when our point value lies inside it, ``FAIL`` when outside; against a
+recorded band: ``MATCHES RECORD`` / ``DIFFERS FROM RECORD``. Correlations are compared as |ρ| (the sign
+of a principal component is arbitrary, METHODS.md §4), so their bands are clipped to [0, 1], as are
+those of explained variances and fractions of settings. The table prints a fraction row (explained
+variance, focusing, compression, Falck's fractions) in per cent throughout; the data frame keeps
+fractions (column ``units``).
 
 Example
 -------
@@ -49,22 +56,27 @@ import json
 import math
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from ._results import Result, fmt
-from ._validate import check_choice, check_int, check_prompts, check_seed
+from ._validate import check_choice, check_int, check_prompts, check_seed, describe
 from .errors import InvalidInputError
 
 # what a user calls or compares with; the band and record machinery (paper_band, record_band, build_rows,
 # load_records, record_entry, identify_model, the tables) is importable by name for tools/ and the tests,
 # but not part of the surface
 __all__ = ["reproduce", "Reproduction", "proxy_key_orthogonality", "proxy_value_manifold", "ProxyManifold",
-           "RELEASED_PROMPTS", "PAPERS", "verdict", "PASS", "FAIL", "NOT_COMPARABLE"]
+           "RELEASED_PROMPTS", "PAPERS", "verdict", "PASS", "FAIL", "MATCHES_RECORD", "DIFFERS_FROM_RECORD",
+           "NOT_COMPARABLE", "check_records"]
 
+# against a paper's own number or threshold; against bayes_lens's own recorded run of the same model
 PASS, FAIL, NOT_COMPARABLE = "PASS", "FAIL", "NOT COMPARABLE"
+MATCHES_RECORD, DIFFERS_FROM_RECORD = "MATCHES RECORD", "DIFFERS FROM RECORD"
+VERDICTS = (PASS, FAIL, MATCHES_RECORD, DIFFERS_FROM_RECORD, NOT_COMPARABLE)
 PROXY, TRUE = "released code (proxy)", "paper text (true)"
 PAPERS = ("paper-a", "paper-b", "falck")
 RECORDS_FILE = "reproduce_records.json"
@@ -144,6 +156,9 @@ PAPER_NUMBERS: Dict[str, Dict[str, Tuple[Optional[float], Optional[float], str]]
     "falck_slope": {"*": (-0.5, -0.5, "−0.5 (a Bayesian's n^−½)")},
 }
 _SHORT = {"pythia-410m": "Pythia", "phi-2": "Phi-2", "llama-3.2-1b": "Llama"}
+# rows whose value cannot leave [0, 1] (|ρ|, an explained variance, a fraction of settings): bands are clipped to it
+_UNIT_INTERVAL = frozenset(k for k, row in ROWS.items()
+                           if row[3] == "correlation" or k.startswith(("pc1_", "pc12_", "falck_T")))
 _PAPER_MODELS = {"paper-a": "Pythia-410M, Phi-2, Llama-3.2-1B", "paper-b": "GPT-3 text-davinci-002",
                  "falck": "Llama-2, Mistral and GPT-style models"}
 
@@ -314,26 +329,124 @@ def record_band(value: float, ci: Optional[Sequence[float]], tol: float) -> Tupl
     return float(value) - w, float(value) + w
 
 
-def verdict(value: Optional[float], band: Optional[Tuple[float, float]], why_not: str = "") -> Tuple[str, str]:
-    """``(verdict, reason)``: PASS inside ``band`` (inclusive), FAIL outside; NOT COMPARABLE without a
-    band (``why_not`` says why) or without a finite value of ours."""
+def clip_band(band: Tuple[float, float], low: float = 0.0, high: float = 1.0) -> Tuple[float, float]:
+    """``band`` cut to ``[low, high]``: the band of a |ρ| or a fraction cannot leave [0, 1]."""
+    return max(float(band[0]), low), min(float(band[1]), high)
+
+
+def _num(x, pct: bool = False, digits: int = 4) -> str:
+    """A number as the table prints it: ``fmt`` (significant figures), or a fraction in per cent."""
+    if not pct:
+        return fmt(x, digits)
+    s = fmt(100 * float(x), min(digits, 3))
+    return s if s == "nan" else s + "%"
+
+
+def verdict(value: Optional[float], band: Optional[Tuple[float, float]], why_not: str = "", *,
+            against: str = "paper", pct: bool = False) -> Tuple[str, str]:
+    """``(verdict, reason)`` of our value against ``band`` (inclusive).
+
+    ``against="paper"`` (a paper's own number or range): PASS inside, FAIL outside;
+    ``against="record"`` (bayes_lens's own recorded run): MATCHES RECORD inside, DIFFERS FROM RECORD
+    outside. NOT COMPARABLE without a band (``why_not`` says why), with a band that is not finite, or
+    without a finite value of ours. ``pct`` writes the numbers of the reason in per cent.
+    """
+    check_choice(against, "against", ("paper", "record"))
+    inside, outside = (PASS, FAIL) if against == "paper" else (MATCHES_RECORD, DIFFERS_FROM_RECORD)
     if band is None:
         return NOT_COMPARABLE, why_not or "no band for this row"
+    lo, hi = (float(b) for b in band)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return NOT_COMPARABLE, f"the {against}'s band [{fmt(lo)}, {fmt(hi)}] is not finite"
     if value is None or not math.isfinite(float(value)):
         return NOT_COMPARABLE, "our value is not finite (too few prompts or a degenerate statistic)"
-    lo, hi = band
+    words = f"[{_num(lo, pct)}, {_num(hi, pct)}]" + ("" if against == "paper" else " (the recorded run's band)")
     if lo <= float(value) <= hi:
-        return PASS, f"{fmt(value)} lies inside [{fmt(lo)}, {fmt(hi)}]"
+        return inside, f"{_num(value, pct)} lies inside {words}"
     side = "below" if float(value) < lo else "above"
-    return FAIL, f"{fmt(value)} lies {side} [{fmt(lo)}, {fmt(hi)}]"
+    return outside, f"{_num(value, pct)} lies {side} {words}"
 
 
-def load_records() -> dict:
-    """The recorded runs shipped as ``bayes_lens/data/reproduce_records.json`` (``{}`` when absent)."""
-    path = resources.files("bayes_lens").joinpath("data", RECORDS_FILE)
+def _records_error(where: str, path: str, problem: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{where}: entry {path} {problem}; fix or delete that entry (an entry is {{'sizes': 'quick', 'rows': "
+        "{row key: {'value': number or null, 'ci': [low, high] or null}}}), or record the runs again: "
+        "python tools/reproduce_record.py --record smollm2|gemma.")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_records(records, where: str = "records") -> dict:
+    """``records`` if it has the layout :func:`record_entry` writes, else InvalidInputError naming the entry.
+
+    ``{model key ("smollm2", "gemma"): {paper: {"sizes": "quick"|"full", "rows": {row key: {"value": number
+    or None, "ci": [low, high] or None}}, ...}}}``; other fields of an entry (seed, date, versions) are
+    free. A NaN value is allowed (its row is NOT COMPARABLE); a value that is not a number is not.
+    """
+    offline = sorted(key for _, key, _, kind in _MODELS if kind == "offline")
+    if not isinstance(records, dict):
+        raise InvalidInputError(f"{where} must be a dict {{model key: {{paper: entry}}}} (what "
+                                f"bl.reproduction.load_records() returns), got {describe(records)}.")
+    for key, per in records.items():
+        if key not in offline:
+            raise _records_error(where, f"[{key!r}]", f"names no model with recorded runs (the keys are {offline})")
+        if not isinstance(per, dict):
+            raise _records_error(where, f"[{key!r}]", f"must be a dict {{paper: entry}}, got {describe(per)}")
+        for paper, entry in per.items():
+            at = f"[{key!r}][{paper!r}]"
+            if paper not in PAPERS:
+                raise _records_error(where, at, f"names no paper (the papers are {list(PAPERS)})")
+            if not isinstance(entry, dict):
+                raise _records_error(where, at, f"must be a dict with 'sizes' and 'rows', got {describe(entry)}")
+            if entry.get("sizes") not in SIZES:
+                raise _records_error(where, f"{at}['sizes']", f"must be one of {list(SIZES)}, got "
+                                     f"{describe(entry.get('sizes'))}")
+            rows = entry.get("rows")
+            if not isinstance(rows, dict):
+                raise _records_error(where, f"{at}['rows']", f"must be a dict {{row key: {{'value', 'ci'}}}}, got "
+                                     f"{describe(rows)}")
+            known = [k for k, row in ROWS.items() if row[0] == paper]
+            for rk, rr in rows.items():
+                here = f"{at}['rows'][{rk!r}]"
+                if rk not in known:
+                    raise _records_error(where, here, f"is no row of {paper} (its rows are {known})")
+                if not isinstance(rr, dict):
+                    raise _records_error(where, here, f"must be a dict {{'value': ..., 'ci': ...}}, got {describe(rr)}")
+                if "value" not in rr or not (rr["value"] is None or _is_number(rr["value"])):
+                    raise _records_error(where, f"{here}['value']", "must be a number or null, got "
+                                         f"{describe(rr.get('value')) if 'value' in rr else 'nothing'}")
+                ci = rr.get("ci")
+                if ci is not None and not (isinstance(ci, (list, tuple)) and len(ci) == 2
+                                           and all(c is None or _is_number(c) for c in ci)):
+                    raise _records_error(where, f"{here}['ci']", f"must be null or [low, high], got {describe(ci)}")
+    return records
+
+
+def _records_path():
+    """Where the shipped recorded runs are (package data)."""
+    return resources.files("bayes_lens").joinpath("data", RECORDS_FILE)
+
+
+def load_records(path=None) -> dict:
+    """The recorded runs, checked (:func:`check_records`): ``path``, or the shipped
+    ``bayes_lens/data/reproduce_records.json``; ``{}`` when the file is absent. A file that is not valid
+    JSON, or an entry of the wrong shape, is an InvalidInputError naming the file and the entry."""
+    path = _records_path() if path is None else Path(path)
     if not path.is_file():
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise InvalidInputError(
+            f"the recorded runs {str(path)!r} are not valid JSON ({err.msg} at line {err.lineno}, column "
+            f"{err.colno}): the file is damaged; reinstall bayes_lens, or record the runs again "
+            "(python tools/reproduce_record.py --record smollm2|gemma).") from None
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"the recorded runs {str(path)!r} are not UTF-8 text: the file is damaged; "
+                                "reinstall bayes_lens, or record the runs again.") from None
+    return check_records(records, f"the recorded runs {str(path)!r}")
 
 
 # -------------------------------------------------------------------------------------------------- result
@@ -358,42 +471,55 @@ class Reproduction(Result):
     def to_dataframe(self) -> pd.DataFrame:
         return self.rows.copy()
 
+    def verdict_words(self) -> Tuple[str, str]:
+        """The two words a band gives: (MATCHES RECORD, DIFFERS FROM RECORD) for an offline model, whose
+        bands are bayes_lens's own recorded run; (PASS, FAIL) otherwise (a paper's own numbers)."""
+        return (MATCHES_RECORD, DIFFERS_FROM_RECORD) if self.model_kind == "offline" else (PASS, FAIL)
+
     def counts(self) -> Dict[str, int]:
-        """How many rows have each verdict."""
-        return {v: int((self.rows["verdict"] == v).sum()) for v in (PASS, FAIL, NOT_COMPARABLE)}
+        """How many rows have each verdict (the two words of :meth:`verdict_words`, then NOT COMPARABLE)."""
+        present = [v for v in VERDICTS if v in set(self.rows["verdict"])] if len(self.rows) else []
+        words = list(dict.fromkeys([*self.verdict_words(), NOT_COMPARABLE, *present]))
+        return {v: int((self.rows["verdict"] == v).sum()) for v in words}
+
+    def summary_line(self) -> str:
+        """``"12 MATCHES RECORD, 0 DIFFERS FROM RECORD, 0 NOT COMPARABLE (...)"`` / ``"3 PASS, 1 FAIL, ..."``."""
+        line = ", ".join(f"{n} {v}" for v, n in self.counts().items())
+        if self.model_kind == "offline":
+            line += f" (against bayes_lens's own recorded run of {self.model_label}, not the paper)"
+        return line
 
     def _summary(self):
         c = self.counts()
-        return (f"{self.paper} on {self.model_name} ({self.sizes} sizes, seed {self.seed})",
+        against = " against bayes_lens's recorded run, not the paper" if self.model_kind == "offline" else ""
+        return (f"{self.paper} on {self.model_name} ({self.sizes} sizes, seed {self.seed}){against}",
                 [(v, str(n), "", "") for v, n in c.items()])
 
     def table(self) -> str:
         """The rows as a text table: measurement, definition, paper, ours [95% CI], band, verdict; the
-        reason on the line below each row."""
+        reason on the line below each row. No cell is cut; a fraction row is in per cent throughout."""
         head = (f"{self.paper} on {self.model_name} — bands: {_band_words(self.model_kind, self.model_label)}; "
                 f"{self.sizes} sizes, seed {self.seed}")
         cols = ("measurement", "definition", "paper", "ours [95% CI]", "band", "verdict")
         body = []
         for r in self.rows.itertuples():
+            pct = getattr(r, "units", "") == "fraction"
             ci = ""
             if r.ours_ci_low is not None and np.isfinite(r.ours_ci_low):
-                ci = f" [{fmt(r.ours_ci_low, 3)}, {fmt(r.ours_ci_high, 3)}]"
+                ci = f" [{_num(r.ours_ci_low, pct, 3)}, {_num(r.ours_ci_high, pct, 3)}]"
             band = "" if r.band_low is None or not np.isfinite(r.band_low) else \
-                f"[{fmt(r.band_low, 3)}, {fmt(r.band_high, 3)}]"
-            body.append(((r.measurement, r.definition, r.paper_value, fmt(r.ours, 3) + ci, band, r.verdict), r.reason))
-        caps = (48, 21, 72, 26, 20, 14)
-        widths = [max(len(c), *(min(len(b[0][i]), cap) for b in body)) if body else len(c)
-                  for i, (c, cap) in enumerate(zip(cols, caps))]
+                f"[{_num(r.band_low, pct, 3)}, {_num(r.band_high, pct, 3)}]"
+            body.append(((r.measurement, r.definition, r.paper_value, _num(r.ours, pct, 3) + ci, band, r.verdict),
+                         r.reason))
+        widths = [max(len(c), *(len(str(b[0][i])) for b in body)) if body else len(c) for i, c in enumerate(cols)]
 
         def line(cells):
-            cut = [str(c) if len(str(c)) <= w else str(c)[:w - 1] + "…" for c, w in zip(cells, widths)]
-            return "  ".join(c.ljust(w) for c, w in zip(cut, widths)).rstrip()
+            return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
 
         out = [head, line(cols), line(["-" * w for w in widths])]
         for cells, reason in body:
             out += [line(cells), "      " + reason]
-        c = self.counts()
-        out.append(f"{c[PASS]} PASS, {c[FAIL]} FAIL, {c[NOT_COMPARABLE]} NOT COMPARABLE")
+        out.append(self.summary_line())
         return "\n".join(out)
 
     def __str__(self) -> str:
@@ -404,7 +530,8 @@ def _band_words(kind: Optional[str], label: str) -> str:
     if kind == "paper":
         return f"the paper's numbers for {label}"
     if kind == "offline":
-        return f"our recorded run on {label}, where one exists at these sizes"
+        return (f"bayes_lens's own recorded run on {label}, where one exists at these sizes (a check that this run "
+                "agrees with ours, not with the paper)")
     return f"none ({label} is neither a paper's model nor one with a recorded run)"
 
 
@@ -539,20 +666,26 @@ def build_rows(paper: str, ours: dict, key: Optional[str], label: str, kind: Opt
                        f"the paper gives no number for {label}")
             else:
                 band, source = paper_band(lo_hi[0], lo_hi[1], tol), f"paper ± {tol:g}"
+                if rk in _UNIT_INTERVAL:
+                    band = clip_band(band)
         elif kind == "offline":
             if record is None:
                 why = f"no recorded run of {paper} on {label} (python tools/reproduce_record.py --record {key})"
             elif record.get("sizes") != sizes:
                 why = f"the recorded run on {label} is at {record.get('sizes')!r} sizes, this one at {sizes!r}"
-            elif rk not in record.get("rows", {}) or record["rows"][rk].get("value") is None:
+            elif rk not in record.get("rows", {}) or record["rows"][rk].get("value") is None \
+                    or not math.isfinite(float(record["rows"][rk]["value"])):
                 why = f"the recorded run on {label} has no finite value for this row"
             else:
                 rr = record["rows"][rk]
                 band, source = record_band(rr["value"], rr.get("ci"), tol), f"recorded {record.get('recorded', '')}"
+                if rk in _UNIT_INTERVAL:
+                    band = clip_band(band)
         else:
             why = (f"{label} is neither a paper's model ({_PAPER_MODELS[paper]}) nor one with a recorded run "
                    "(SmolLM2-135M, Gemma 3 270M)")
-        v, reason = verdict(value, band, why)
+        v, reason = verdict(value, band, why, against="record" if kind == "offline" else "paper",
+                            pct=units == "fraction")
         out.append({"key": rk, "measurement": measurement, "definition": definition, "units": units,
                     "paper_value": paper_text, "ours": value,
                     "ours_ci_low": ci[0] if ci else float("nan"), "ours_ci_high": ci[1] if ci else float("nan"),
@@ -573,9 +706,11 @@ def reproduce(model, paper: str, *, sizes: str = "quick", seed: int = 0, progres
     T₃'s slope vs n). ``sizes``: ``"quick"`` (the size our recorded runs use) or ``"full"``
     (:data:`SIZES`). ``records``: the recorded runs (default: the shipped file, :func:`load_records`).
 
-    Band rule (module docstring): a paper's model, [lo − tol, hi + tol] of the paper's number; an
-    offline model, recorded value ± max(recorded 95% half-width, tol); PASS inside, FAIL outside,
-    NOT COMPARABLE without a band, with the reason.
+    Band rule (module docstring): a paper's model, [lo − tol, hi + tol] of the paper's number (PASS
+    inside, FAIL outside); an offline model, recorded value ± max(recorded 95% half-width, tol)
+    (MATCHES RECORD inside, DIFFERS FROM RECORD outside: bayes_lens's own earlier run, not the paper);
+    NOT COMPARABLE without a band, with the reason. ``records`` is checked (:func:`check_records`)
+    before anything is measured.
 
     >>> res = bl.reproduce(bl.models.tiny.tiny_model("bridge"), "falck")   # doctest: +SKIP
     >>> set(res.to_dataframe()["verdict"])                                  # doctest: +SKIP
@@ -587,9 +722,10 @@ def reproduce(model, paper: str, *, sizes: str = "quick", seed: int = 0, progres
     from .adapter import check_model
 
     check_model(model)
+    records = load_records() if records is None else check_records(records)  # before minutes of measuring
     key, label, kind = identify_model(model)
     ours, details = _RUNNERS[paper](model, SIZES[sizes][paper], seed, progress)
-    rows = build_rows(paper, ours, key, label, kind, sizes, load_records() if records is None else records)
+    rows = build_rows(paper, ours, key, label, kind, sizes, records)
     return Reproduction(paper=paper, model_name=str(getattr(model.cfg, "model_name", "")), model_label=label,
                         model_kind=kind, sizes=sizes, seed=seed, rows=rows, details=details)
 

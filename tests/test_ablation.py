@@ -259,6 +259,20 @@ def test_exception_inside_patched_leaves_no_hooks(tiny):
         assert torch.equal(tiny(toks, attention_mask=mask), clean)
 
 
+def test_random_control_wants_its_seed_by_name(tiny):
+    """Issue 53.6: `axis.random_control(0)` was Python's bare TypeError ("takes 1 positional argument but 2
+    were given"); it is a BayesLensError saying what to write instead, and so is a missing seed."""
+    axis = _random_axis(tiny, layers=(0,))
+    with pytest.raises(bl.InvalidInputError, match=r"use seed=0") as err:
+        axis.random_control(0)
+    assert "axis.random_control(seed=0)" in str(err.value)
+    with pytest.raises(bl.InvalidInputError, match=r"use seed=7"):
+        axis.random_control(7, op="removal")
+    with pytest.raises(bl.InvalidInputError, match=r"needs a seed"):
+        axis.random_control()
+    assert axis.random_control(seed=0).random_seed == 0
+
+
 def test_axis_removal_and_its_random_control_run_the_same_code(tiny, monkeypatch):
     """The removal along the axis and its random control hook the same hook point (hook_v) and change the
     activation with the operation table's one coordinate map and move_along (bayes_lens.interventions._ops, the
@@ -900,7 +914,9 @@ def test_calibration_survives_is_an_equivalence_test_not_a_point_estimate():
     assert "inconclusive" in eff.sentence and "survives:" not in eff.sentence
     text = str(eff)
     assert "overlapping the equivalence margin ±1.0%: inconclusive" in text, text
-    assert f"n = {eff.mae_test.n_to_decide}" in text
+    from bayes_lens.metrics.stats import about
+
+    assert f"about n = {about(eff.mae_test.n_to_decide)} if" in text   # 1354 -> "1,400": two significant figures
     # the correlation half alone can decide "inconclusive" ...
     eff = _effect_with_calibration(clean, (0.0, (-0.001, 0.001)), (0.0085, (-0.0016, 0.0203)))
     assert (eff.mae_test.outcome, eff.corr_test.outcome, eff.calibration_verdict) == \

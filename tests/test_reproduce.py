@@ -148,8 +148,8 @@ def test_offline_models_are_held_to_their_records():
         "gap_A": {"value": 0.31, "ci": [0.1, 0.5]}, "gap_B": {"value": 0.9, "ci": None},
         "gap_r2": {"value": None, "ci": None}}}}}
     r = rp.build_rows("paper-b", ours, "smollm2", "SmolLM2-135M", "offline", "quick", rec).set_index("key")
-    assert r.loc["gap_A", "verdict"] == rp.PASS and r.loc["gap_A", "band_low"] == pytest.approx(0.11)
-    assert r.loc["gap_B", "verdict"] == rp.FAIL  # 0.3 vs 0.9 ± 0.01
+    assert r.loc["gap_A", "verdict"] == rp.MATCHES_RECORD and r.loc["gap_A", "band_low"] == pytest.approx(0.11)
+    assert r.loc["gap_B", "verdict"] == rp.DIFFERS_FROM_RECORD  # 0.3 vs 0.9 ± 0.01
     assert r.loc["gap_r2", "verdict"] == rp.NOT_COMPARABLE and "no finite value" in r.loc["gap_r2", "reason"]
     assert r.loc["perm_slope", "verdict"] == rp.NOT_COMPARABLE
     full = rp.build_rows("paper-b", ours, "smollm2", "SmolLM2-135M", "offline", "full", rec)
@@ -194,7 +194,131 @@ def test_reproduce_paper_a_on_smollm2_prints_both_definitions(smol):
     assert rp.PROXY in text and rp.TRUE in text
     for key in ("ko", "pc1", "pc12", "rho"):
         assert {df.set_index("key").loc[f"{key}_{d}", "definition"] for d in ("proxy", "true")} == {rp.PROXY, rp.TRUE}
-    assert set(df["verdict"]) <= {rp.PASS, rp.FAIL, rp.NOT_COMPARABLE}
+    assert set(df["verdict"]) <= {rp.MATCHES_RECORD, rp.DIFFERS_FROM_RECORD}  # its bands are our record
     assert (df["verdict"] != rp.NOT_COMPARABLE).all()  # SmolLM2 has a recorded quick run of paper-a
+    assert "MATCHES RECORD" in text.splitlines()[-1] and "not the paper" in text.splitlines()[-1]
     ko = res.details["proxy_key_orthogonality_per_layer"]
     assert np.ptp(ko) == 0 and np.ptp(res.details["true_key_orthogonality_per_layer"]) > 0.01
+
+
+# ---------------------------------------------------------------------------------------------------
+# issue 52: a verdict word that says what it checks; units, bands and names in the table; the records
+# ---------------------------------------------------------------------------------------------------
+def _reproduction(rows, kind, label="SmolLM2-135M", paper="paper-a"):
+    return rp.Reproduction(paper=paper, model_name="SmolLM2-135M-Instruct.Q4_1", model_label=label,
+                           model_kind=kind, sizes="quick", seed=0, rows=rows)
+
+
+def test_offline_rows_say_matches_record_not_pass():
+    """Issue 52.1: `bayes-lens reproduce paper-a` on SmolLM2 ended "12 PASS, 0 FAIL" although its bands are
+    bayes_lens's own earlier run, not the paper. Against a record the verdict is MATCHES RECORD / DIFFERS
+    FROM RECORD, in the rows, the summary line and the repr; PASS / FAIL stay for a paper's own band."""
+    records = rp.load_records()
+    rows = rp.build_rows("paper-a", _ours("paper-a", 0.12), "smollm2", "SmolLM2-135M", "offline", "quick", records)
+    r = rows.set_index("key")
+    assert set(rows["verdict"]) <= {rp.MATCHES_RECORD, rp.DIFFERS_FROM_RECORD}
+    assert r.loc["ko_true", "verdict"] == rp.DIFFERS_FROM_RECORD      # 0.12 vs the recorded 0.0756 ± 0.01
+    value = records["smollm2"]["paper-a"]["rows"]["ko_true"]["value"]
+    mine = rp.build_rows("paper-a", _ours("paper-a", value), "smollm2", "SmolLM2-135M", "offline", "quick", records)
+    assert mine.set_index("key").loc["ko_true", "verdict"] == rp.MATCHES_RECORD
+    res = _reproduction(rows, "offline")
+    text, last = res.table(), res.table().splitlines()[-1]
+    assert "PASS" not in text and " FAIL" not in text
+    n_match, n_differ = (int((rows["verdict"] == v).sum()) for v in (rp.MATCHES_RECORD, rp.DIFFERS_FROM_RECORD))
+    assert last.startswith(f"{n_match} MATCHES RECORD, {n_differ} DIFFERS FROM RECORD, 0 NOT COMPARABLE")
+    assert "not the paper" in last
+    assert "MATCHES RECORD" in repr(res) and "PASS" not in repr(res)
+    assert res.counts() == {rp.MATCHES_RECORD: n_match, rp.DIFFERS_FROM_RECORD: n_differ, rp.NOT_COMPARABLE: 0}
+    paper = _reproduction(rp.build_rows("paper-a", _ours("paper-a"), "pythia-410m", "Pythia-410M", "paper",
+                                        "quick", {}), "paper", label="Pythia-410M")
+    assert set(paper.rows["verdict"]) <= {rp.PASS, rp.FAIL, rp.NOT_COMPARABLE}
+    assert "MATCHES RECORD" not in paper.table() and paper.table().splitlines()[-1].startswith("2 PASS, ")
+    assert rp.verdict(0.5, (0.4, 0.6), against="record")[0] == rp.MATCHES_RECORD
+    assert rp.verdict(0.7, (0.4, 0.6), against="record")[0] == rp.DIFFERS_FROM_RECORD
+
+
+def test_table_rows_keep_one_unit_whole_names_and_bounded_bands():
+    """Issue 52.1: a fraction row read "Pythia 79.6% ... ours 0.0997"; a |ρ| band ran below 0; measurement
+    names were cut with "…". A fraction row is in per cent throughout (paper, ours, interval, band, reason),
+    a |ρ| or explained-variance band lies in [0, 1], and no cell is cut."""
+    ours = _ours("paper-a", 0.0997)
+    ours["rho_true"] = (0.05, (0.0, 0.3), "")
+    rows = rp.build_rows("paper-a", ours, None, "tiny-llama", None, "quick", {})
+    rec = {"smollm2": {"paper-a": {"sizes": "quick", "rows": {
+        "rho_true": {"value": 0.07, "ci": [0.0, 0.49]}, "pc1_true": {"value": 0.98, "ci": [0.9, 1.0]},
+        "sula_rho_k": {"value": 0.95, "ci": None}}}}}
+    off = rp.build_rows("paper-a", ours, "smollm2", "SmolLM2-135M", "offline", "quick", rec).set_index("key")
+    assert off.loc["rho_true", "band_low"] == 0.0 and off.loc["rho_true", "band_high"] == pytest.approx(0.315)  # 0.07 ± 0.245, not from −0.175
+    assert off.loc["sula_rho_k", "band_high"] == 1.0 and off.loc["pc1_true", "band_high"] == 1.0
+    text = _reproduction(off.reset_index(), "offline").table()
+    assert "…" not in text and "…" not in _reproduction(rows, None).table()
+    for name in {row[1] for row in rp.ROWS.values()}:
+        assert name in _reproduction(rp.build_rows(rp.ROWS[next(k for k, r in rp.ROWS.items() if r[1] == name)][0],
+                                                   _ours(rp.ROWS[next(k for k, r in rp.ROWS.items() if r[1] == name)][0]),
+                                                   None, "tiny", None, "quick", {}), None).table()
+    pc1 = next(ln for ln in text.splitlines() if ln.startswith("value manifold: PC1 explained")
+               and rp.TRUE in ln)
+    assert "9.97%" in pc1 and "0.0997" not in pc1 and "[93%, 100%]" in pc1, pc1
+    reason = text.splitlines()[text.splitlines().index(pc1) + 1]
+    assert "9.97% lies below [93%, 100%]" in reason, reason
+    focusing = next(ln for ln in text.splitlines() if ln.startswith("attention focusing"))
+    assert "9.97%" in focusing
+
+
+def test_a_nan_in_the_records_is_not_comparable():
+    """Issue 52.3: a NaN recorded value gave FAIL "lies above [nan, nan]"."""
+    rec = {"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": {"value": float("nan"), "ci": None},
+                                                              "gap_B": {"value": 0.3, "ci": [float("nan"), 0.5]}}}}}
+    r = rp.build_rows("paper-b", _ours("paper-b", 0.3), "smollm2", "SmolLM2-135M", "offline", "quick",
+                      rec).set_index("key")
+    assert r.loc["gap_A", "verdict"] == rp.NOT_COMPARABLE and "no finite value" in r.loc["gap_A", "reason"]
+    assert r.loc["gap_B", "verdict"] == rp.MATCHES_RECORD   # a NaN interval end: the tolerance alone
+    assert rp.verdict(0.3, (float("nan"), float("nan")))[0] == rp.NOT_COMPARABLE
+
+
+def _good_entry():
+    return {"sizes": "quick", "seed": 0, "rows": {"gap_A": {"value": 0.3, "ci": [0.1, 0.5]}}}
+
+
+@pytest.mark.parametrize("records, where", [
+    ([], "must be a dict"),
+    ({"pythia": {"paper-b": _good_entry()}}, "['pythia']"),
+    ({"smollm2": []}, "['smollm2']"),
+    ({"smollm2": {"paper-z": _good_entry()}}, "['smollm2']['paper-z']"),
+    ({"smollm2": {"paper-b": "x"}}, "['smollm2']['paper-b']"),
+    ({"smollm2": {"paper-b": {"rows": {}}}}, "['smollm2']['paper-b']['sizes']"),
+    ({"smollm2": {"paper-b": {"sizes": "huge", "rows": {}}}}, "['smollm2']['paper-b']['sizes']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": []}}}, "['smollm2']['paper-b']['rows']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"ko_true": {"value": 1.0}}}}}, "['rows']['ko_true']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": 0.3}}}}, "['rows']['gap_A']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": {"ci": None}}}}}, "['rows']['gap_A']['value']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": {"value": "0.3"}}}}}, "['gap_A']['value']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": {"value": 0.3, "ci": [0.1]}}}}}, "['gap_A']['ci']"),
+    ({"smollm2": {"paper-b": {"sizes": "quick", "rows": {"gap_A": {"value": 0.3, "ci": "wide"}}}}}, "['gap_A']['ci']"),
+])
+def test_malformed_records_are_refused_before_the_run(records, where, monkeypatch):
+    """Issue 52.3: malformed entries gave a raw IndexError / AttributeError after the whole run, and
+    ``records=`` was not checked. They are refused, naming the entry, before anything is measured."""
+    def never(*a, **k):
+        raise AssertionError("the run started before the records were checked")
+
+    monkeypatch.setitem(rp._RUNNERS, "paper-b", never)  # noqa: SLF001
+    with pytest.raises(bl.InvalidInputError) as err:
+        bl.reproduce(tiny_model("bridge"), "paper-b", records=records)
+    assert where in str(err.value), str(err.value)
+    assert rp.check_records({"smollm2": {"paper-b": _good_entry()}}) is not None
+
+
+def test_a_damaged_records_file_is_a_clear_error(tmp_path, monkeypatch):
+    """Issue 52.3: a damaged records file gave a raw JSONDecodeError after the whole run; now a
+    BayesLensError naming the file, before the run (the CLI: before the model load)."""
+    bad = tmp_path / "reproduce_records.json"
+    bad.write_text('{"smollm2": {"paper-a": ', encoding="utf-8")
+    with pytest.raises(bl.InvalidInputError, match="not valid JSON") as err:
+        rp.load_records(bad)
+    assert str(bad) in str(err.value)
+    bad.write_text('{"smollm2": {"paper-a": {"sizes": "quick", "rows": {"ko_true": [1]}}}}', encoding="utf-8")
+    with pytest.raises(bl.InvalidInputError, match=r"\['ko_true'\]"):
+        rp.load_records(bad)
+    assert rp.load_records(tmp_path / "missing.json") == {}
+    assert rp.load_records() == rp.check_records(rp.load_records())   # the shipped file is valid

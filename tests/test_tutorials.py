@@ -175,13 +175,59 @@ def test_classroom_checks_reveal_nothing_before_an_answer(capsys):
             assert ln.endswith(": not answered yet") or ln == "not answered yet" or ln.startswith("homework:"), ln
         assert not re.search(r"\d\.\d|\de[-+]?\d|bayes_lens says", text), text
     # the notebook's own check(), unanswered, says nothing about the reference
-    setup = builder().CLASSROOM_SETUP
-    ns = {"np": __import__("numpy")}
-    exec(setup[setup.index("def check("):], ns)  # noqa: S102 - our builder's source
+    ns = _classroom_checkers()
     ns["check"]("H (bits)", None, 1.88167e-06)
     assert capsys.readouterr().out == "H (bits): not answered yet\n"
     ns["check"]("H (bits)", 0.5, 0.5)
     assert capsys.readouterr().out.startswith("H (bits): correct - ")
+
+
+def _classroom_checkers(reveal_env=None):
+    """The notebook's own check() and check_reading(), from the builder's set-up cell (without the model)."""
+    import types
+
+    setup = builder().CLASSROOM_SETUP
+    env = {} if reveal_env is None else {"BAYES_LENS_CLASSROOM_REVEAL": reveal_env}
+    ns = {"np": __import__("numpy"), "os": types.SimpleNamespace(environ=env)}   # only os.environ is read
+    exec(setup[setup.index("\nREVEAL = ") + 1:], ns)  # noqa: S102 - our builder's source
+    return ns
+
+
+def test_classroom_wrong_answer_gets_a_hint_not_the_answer(capsys):
+    """Issue 52 (classroom): a wrong try printed bayes_lens's value ("not yet - yours 0, bayes_lens 0.75"),
+    and exercise 4 printed the true booleans, so the first wrong try gave the answer away. A wrong try gets
+    the direction of the error and how far off it is, never the reference; the reference comes with a
+    correct answer, or when the teacher asks (reveal=True, REVEAL = True, or BAYES_LENS_CLASSROOM_REVEAL=1)."""
+    ns = _classroom_checkers()
+    ns["check"]("H (bits)", 0.0, 0.75)
+    out = capsys.readouterr().out
+    assert out == "H (bits): not yet - yours 0 is too low (off by more than 10%)\n", out
+    ns["check"]("P(first | D)", 0.8, 0.7654321)
+    out = capsys.readouterr().out
+    assert out == "P(first | D): not yet - yours 0.8 is too high (within 10%)\n" and "0.765" not in out, out
+    ns["check"]("MAE (bits)", 0.4412, 0.4410, tol=1e-9)
+    assert capsys.readouterr().out == "MAE (bits): not yet - yours 0.4412 is too high (within 1%)\n"
+    ns["check"]("H (bits)", float("nan"), 0.75)
+    out = capsys.readouterr().out
+    assert "not yet" in out and "not a number" in out and "0.75" not in out, out
+    ns["check"]("H (bits)", 0.75, 0.75)
+    assert capsys.readouterr().out == "H (bits): correct - 0.75 (bayes_lens 0.75)\n"
+    ns["check"]("H (bits)", 0.0, 0.75, reveal=True)   # the teacher asks
+    assert capsys.readouterr().out == "H (bits): not yet - yours 0 is too low (off by more than 10%); bayes_lens 0.75\n"
+    ns["check_reading"]("Δρ interval excludes 0", False, True, "does late.corr_delta[k]'s interval hold 0?")
+    out = capsys.readouterr().out
+    assert out.startswith("Δρ interval excludes 0: not yet - yours False; ") and "True" not in out, out
+    ns["check_reading"]("Δρ interval excludes 0", True, True, "hint")
+    assert capsys.readouterr().out == "Δρ interval excludes 0: correct - True\n"
+    ns["check_reading"]("calibration survives", None, True, "hint")
+    assert capsys.readouterr().out == "calibration survives: not answered yet\n"
+    ns = _classroom_checkers(reveal_env="1")   # the teacher's switch for a whole session
+    ns["check"]("H (bits)", 0.0, 0.75)
+    ns["check_reading"]("calibration survives", False, True, "compare them")
+    out = capsys.readouterr().out
+    assert "; bayes_lens 0.75" in out and "; the numbers say True" in out, out
+    check4 = _check_cells(builder().notebook("05_classroom.ipynb"))[3].source
+    assert "the numbers say" not in check4 and "check_reading(" in check4   # no truth printed by the cell itself
 
 
 def test_classroom_exercise_4_checks_what_it_asks():
@@ -251,9 +297,7 @@ def test_classroom_exercise_4_check_runs_on_a_tiny_model(capsys):
 
     model = tiny_model("bridge", n_layers=8)
     items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=4, seed=0)
-    ns = {"bl": bl, "np": np, "torch": torch, "model": model, "items": items, "QUICK": True}
-    setup = builder().CLASSROOM_SETUP
-    exec(setup[setup.index("def check("):], ns)  # noqa: S102 - our builder's source
+    ns = {**_classroom_checkers(), "bl": bl, "np": np, "torch": torch, "model": model, "items": items, "QUICK": True}
     check = _check_cells(builder().notebook("05_classroom.ipynb"))[3].source
     exec(builder().SOLUTIONS[4] + "\n" + check, ns)  # noqa: S102
     out = capsys.readouterr().out
@@ -267,3 +311,23 @@ def test_classroom_exercise_4_check_runs_on_a_tiny_model(capsys):
     exec(check, ns)  # noqa: S102
     out = capsys.readouterr().out
     assert "ablated layer: not yet" in out and "Δρ downstream: not yet" in out, out
+
+
+def test_martingale_box_quotes_the_interval_of_a_that_its_outputs_show():
+    """Issue 53.6: notebook 03's box said SmolLM2's A is "several times Laplace's and GPT-3's", so "further
+    from a martingale", while the committed fit's 95% interval of A includes 0. The box quotes the interval
+    the saved output shows, and claims no multiple of the references when that interval holds 0."""
+    import re
+
+    nb = nbformat.read(TUTORIALS / "03_martingales.ipynb", as_version=4)
+    box = " ".join(nb.cells[0].source.split())
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "gap.fits_table()" in c.source)
+    table = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+    head, rest = table.split("\n\n", 1)[0], table.split("\n\n", 1)[1]
+    row0 = next(ln for ln in rest.splitlines() if re.match(r"0\s", ln))   # model, A*log(n)/n + B
+    lo, hi = (float(x) for x in row0.split()[1:3])                     # A_ci_low, A_ci_high
+    assert "model" in head.splitlines()[1] and "A*log(n)/n + B" in head.splitlines()[1]
+    quoted = f"[{lo:.2f}, {hi:.2f}]".replace("-", "−")
+    assert quoted in box, (quoted, box)
+    if lo <= 0 <= hi:
+        assert "several times" not in box and "includes 0" in box

@@ -620,14 +620,18 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         r = r / np.linalg.norm(r)
         return torch.tensor(r, dtype=torch.float32)
 
-    def random_control(self, *, seed: int, op: str = "removal", lam: float = 1.0, sigmas: Optional[float] = None,
-                       layers=None, center: bool = False) -> Patch:
+    def random_control(self, *positional, seed: Optional[int] = None, op: str = "removal", lam: float = 1.0,
+                       sigmas: Optional[float] = None, layers=None, center: bool = False) -> Patch:
         """The same intervention along a random direction orthogonal to the axis (one per layer).
 
         ``op`` is ``"removal"`` (with ``lam``), ``"keep_only"`` or ``"shift"`` (by ``sigmas``·σ of the
         *axis* coordinate, so the perturbation has the same size). ``seed`` makes it reproducible.
         ``center`` as in :meth:`removal`.
         """
+        if positional or seed is None:  # by name only: a bare TypeError said nothing of how to call it
+            raise InvalidInputError(f"random_control takes its seed by name: use seed={positional[0]!r}, e.g. "
+                                    f"axis.random_control(seed={positional[0]!r})." if positional else
+                                    "random_control needs a seed: e.g. axis.random_control(seed=0).")
         check_choice(op, "op", ("removal", "keep_only", "shift"))
         lam = finite_float(lam, "lam")
         if op == "shift":

@@ -73,6 +73,7 @@ __all__ = [
     "permutation_pvalue",
     "child_rngs",
     "Equivalence",
+    "about",
     "equivalence",
     "EQUIVALENCE_RULE",
     "digits_to_show",
@@ -525,8 +526,21 @@ class Equivalence:
         text = (f"{what} = {f(nums[0])}{'' if pct else suffix} [{f(nums[1])}, {f(nums[2])}], {where} the "
                 f"equivalence margin ±{f(m, sign=False)}{'' if pct else suffix}: {self.outcome}")
         if self.outcome == "inconclusive" and self.n_to_decide is not None:
-            text += f" (would decide at about n = {self.n_to_decide} if the estimate held, vs n = {self.n} here)"
+            # a rough extrapolation: two significant figures ("about n = 1,100"), the exact value in n_to_decide
+            text += f" (would decide at about n = {about(self.n_to_decide)} if the estimate held, vs n = {self.n} here)"
         return text
+
+
+def about(n: int, digits: int = 2) -> str:
+    """A count rounded to ``digits`` significant figures (halves up), with thousands separated: how a
+    rough figure is written in words (``about(1069) == "1,100"``, ``about(83) == "83"``).
+
+    >>> about(1069), about(2998), about(955), about(83)
+    ('1,100', '3,000', '960', '83')
+    """
+    n = int(n)
+    k = 10 ** max(len(str(abs(n))) - int(digits), 0)
+    return f"{int(math.floor(abs(n) / k + 0.5)) * k * (1 if n >= 0 else -1):,}"
 
 
 def equivalence(value: float, ci: Interval, margin: float, *, n: Optional[int] = None) -> Equivalence:

@@ -136,7 +136,9 @@ def report(
     progress:
         Show progress bars (also switched off by ``BAYES_LENS_PROGRESS=0``).
     sections:
-        Names of the sections to run (default all, in order: geometry, sula, ablation, martingale).
+        Names of the sections to run (default: geometry, sula, ablation, martingale; opt-in: tasks,
+        localize). A section that reads another's results brings it in, before it (ablation and localize
+        add sula).
     strict:
         Re-raise an analysis failure instead of recording it in the report.
     overrides:
@@ -153,8 +155,9 @@ def report(
     """
     printer = None
     if progress and os.environ.get("BAYES_LENS_PROGRESS", "1") not in ("0", "false", "False", ""):
-        names = list(sections) if sections is not None and not isinstance(sections, str) else (
-            [sections] if isinstance(sections, str) else [n for n, s in _registry().items() if s.default])
+        # the sections that will run: those named, with the ones they need (check_sections), for "[i/n]"
+        names = [s.name for s in check_sections(check_names(sections, "sections", allow_empty=True)
+                                                if sections is not None else None, _registry())]
         printer = SectionPrinter(names)
     return run_model_report(model, out, quick=quick, seed=seed, progress=progress, sections=sections, strict=strict,
                             overrides=overrides, on_section=printer)

@@ -161,6 +161,7 @@ class Section:
     run: Callable[[Context], SectionOutput]
     requires: Tuple[str, ...] = ()
     default: bool = True  # run when no sections are named (an opt-in section costs more than it is read)
+    after: Tuple[str, ...] = ()  # sections whose results it reads: check_sections adds them, before it
 
 
 def _version(dist: str) -> Optional[str]:
@@ -342,5 +343,19 @@ def check_sections(names, registry: Dict[str, Section]) -> List[Section]:
     dup = sorted({n for n in names if list(names).count(n) > 1})
     if dup:
         raise InvalidInputError(f"report sections {dup} are named more than once; name each once.")
-    return [registry[n] for n in names]
+    # a section that reads another's results (ablation, localize: the SULA prompts) pulls that one in, before
+    # it; otherwise the order asked for (it was skipped as "needs the results of ...", or failed)
+    ordered: List[str] = []
+
+    def add(name: str) -> None:
+        if name in ordered:
+            return
+        for before in registry[name].after:
+            if before in registry:
+                add(before)
+        ordered.append(name)
+
+    for n in names:
+        add(n)
+    return [registry[n] for n in ordered]
 

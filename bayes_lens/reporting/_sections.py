@@ -631,7 +631,8 @@ SECTIONS: Dict[str, Section] = {
                 "the exact Bayes entropy, with controls.", _sula),
         Section("ablation", "Entropy-axis ablation: does geometry break while calibration survives?",
                 "Paper A §6.2: remove the PC1 value direction (fit on SULA prompts) vs a random orthogonal "
-                "direction; geometry readout and calibration, clean vs patched.", _ablation),
+                "direction; geometry readout and calibration, clean vs patched.", _ablation,
+                requires=("sula_prompts",), after=("sula",)),
         Section("martingale", "Martingale diagnostics on binary sequences",
                 "Paper B eq. 27: the martingale gap Δ_n on balanced binary sequences, fit A·log(n)/n + B "
                 "(IRLS); order sensitivity across orderings of the same prefix; compression efficiency. "
@@ -646,7 +647,8 @@ SECTIONS: Dict[str, Section] = {
         Section("localize", "Readout or mediator: where the model keeps the uncertainty it uses",
                 "Readable (cross-fitted ridge / PCA / frame readouts of the Bayes entropy, held-out R² against a "
                 "shuffled null) versus used (calibration change when the subspace is removed, against Haar-random "
-                "subspaces of the same rank); METHODS.md §13. Opt-in: bayes-lens localize, or --sections sula,localize.",
-                _localize, requires=("sula_prompts",), default=False),
+                "subspaces of the same rank); METHODS.md §13. Opt-in: bayes-lens localize, or --sections localize "
+                "(which adds sula, whose prompts it reads).",
+                _localize, requires=("sula_prompts",), default=False, after=("sula",)),
     ]
 }

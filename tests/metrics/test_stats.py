@@ -181,6 +181,21 @@ def test_equivalence_outcomes_and_the_n_that_would_decide():
             equivalence(0.0, (-1, 1), bad)
 
 
+def test_the_n_that_would_decide_is_printed_to_two_significant_figures():
+    """Issue 53.6: "would decide at about n = 1069" (and 1070 under the other TransformerLens major, 2998,
+    3004) gave four digits to a rough extrapolation; it reads "about n = 1,100" (two significant figures,
+    thousands separated), the exact value staying in ``n_to_decide``."""
+    from bayes_lens.metrics.stats import about, equivalence
+
+    assert [about(n) for n in (7, 83, 109, 955, 1069, 1070, 1250, 2998, 3004, 5265, 123456)] == \
+        ["7", "83", "110", "960", "1,100", "1,100", "1,300", "3,000", "3,000", "5,300", "120,000"]
+    t = equivalence(-0.008, (-0.0166, -0.0002), 0.01, n=60)
+    assert t.n_to_decide == math.ceil(60 * (0.0086 / 0.002) ** 2) == 1110
+    text = t.describe("Δ SULA MAE / clean MAE", pct=True)
+    assert "(would decide at about n = 1,100 if the estimate held, vs n = 60 here)" in text, text
+    assert "1110" not in text
+
+
 @pytest.mark.parametrize("true_change, max_rate", [(1.0, 0.05), (1.3, 0.01)])
 def test_equivalence_rarely_calls_a_real_change_equivalent(true_change, max_rate):
     """The point of the rule: with a true change at (or beyond) the margin, "equivalent" comes out at most
