@@ -1073,3 +1073,23 @@ def test_treatment_and_control_take_the_same_route_and_hook_order(tiny):
         w = 2.0 * v  # the patch acted on the user's edit, and the later hook saw the patch's result
         assert torch.allclose(seen["after"], w - (w @ u)[..., None] * u, atol=1e-5), patch.label
     assert _n_hooks(tiny) == 0
+
+
+def test_an_axis_fitted_on_another_model_is_refused_when_applied(tmp_path, tiny_kind):
+    """Issue 52 §2 (a regression of the one-route change): an axis fitted on a 3-layer model, saved and loaded without
+    model=, must not act on a 2-layer model through bl.patched or compare_patched: the patch carries its model's
+    fingerprint and the check names the difference."""
+    from bayes_lens.models.tiny import tiny_model
+
+    three, two = tiny_model(tiny_kind, n_layers=3), tiny_model(tiny_kind, n_layers=2)
+    items = bl.sula.make_prompts(three, ks=(0, 2), n_per_k=4)
+    axis = bl.EntropyAxis(layer=1).fit(three, items)
+    path = axis.save(tmp_path / "axis")
+    loaded = bl.EntropyAxis.load(path)
+    with pytest.raises(bl.InvalidInputError, match="3 there, 2 here"):
+        with bl.patched(two, loaded.removal()):
+            pass
+    with pytest.raises(bl.InvalidInputError, match="fitted on another model"):
+        bl.compare_patched(two, items, [loaded.removal()], n_boot=20, n_random_seeds=1)
+    with bl.patched(three, loaded.removal()):  # its own model still takes it
+        pass

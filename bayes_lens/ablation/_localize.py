@@ -83,13 +83,15 @@ from ..reads import FinalRows
 from ..tasks import answer_posterior, answer_token_ids
 from .._progress import progress as progress_bar
 from .._results import Result, fmt, plotly
-from .._validate import check_bool, check_choice, check_count, check_float, check_positive_int
+from .._validate import (check_bool, check_choice, check_choices, check_count, check_float, check_nonneg_int,
+                          check_positive_int)
 from ..errors import InvalidInputError
 from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, percentile_interval
-from ._rules import VERDICTS, band_columns, layer_rows, mediator_columns, rule_text
+from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched_null, mean_interval,
+                     mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._patch import Patch, PatchPart
@@ -107,23 +109,31 @@ _OP = {"removal": "remove", "mean": "mean", "resample": "resample"}
 @dataclass(frozen=True)
 class Design:
     """The statistics of the readout-or-mediator test (METHODS.md §13): ``folds`` K of the cross-fitting, ``n_boot``
-    bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` Haar subspaces per layer and rank (≥ 20
-    for a band worth the name), ``swap`` also run the interchange, and the verdict's practical thresholds
-    ``min_effect_bits`` and ``min_r2``.
+    bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` draws per null, layer and rank (40 by
+    default; fewer than 20 warns), ``nulls`` the null families drawn (``"haar"``; ``"cov"`` covariance-matched,
+    the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``swap`` also
+    run the interchange, and the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``.
 
     >>> Design(n_random=40).n_random
     40
     """
 
-    n_random: int = 20
+    n_random: int = 40
     folds: int = 5
     n_boot: int = 1000
     n_null: int = 100
     swap: bool = True
     min_effect_bits: float = 0.01
     min_r2: float = 0.1
+    nulls: tuple = ("haar", "cov")
+    alpha: float = 0.05
 
     def __post_init__(self):
+        object.__setattr__(self, "nulls", tuple(check_choices(self.nulls, "nulls", ("haar", "cov"))))
+        if "haar" not in self.nulls:
+            raise InvalidInputError("nulls must include 'haar' (user bases are tested against it); pass "
+                                    "nulls=('haar',) or ('haar', 'cov').")
+        object.__setattr__(self, "alpha", check_float(self.alpha, "alpha", min=0.0, max=1.0))
         for name in ("n_random", "folds", "n_boot"):
             object.__setattr__(self, name, check_count(getattr(self, name), name))
         object.__setattr__(self, "n_null", check_count(self.n_null, "n_null", allow_zero=True))
@@ -202,6 +212,7 @@ class _Candidate:
     fold_bases: Optional[Dict[int, np.ndarray]]  # fold -> [d, k] (cross-fitted) or None (one basis)
     basis: np.ndarray  # [d, k] fitted on all prompts (the angle; the run when not cross-fitted)
     readout: Optional[Readout] = None
+    null: str = "haar"  # the null it is tested against (a null draw: the null it belongs to)
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,7 +222,8 @@ class Localization(Result):
     and the readout–mediator angle), ``n_prompts``, ``site``, ``target``, ``operation``, ``rule`` (the verdict
     rule in words), ``downstream`` (one row per layer × subspace × later layer tested: the Spearman ρ of
     that layer's best readout with the target, clean and patched, Δρ with its paired interval and the
-    random band)."""
+    random band), ``gate`` (does the model follow the exact posterior at all: ρ, p, answer mass, the rule),
+    ``n_tests`` (the family Holm's correction ran over) and ``alpha`` (its family-wise level)."""
 
     table: object
     layers_table: object
@@ -221,14 +233,36 @@ class Localization(Result):
     operation: str
     rule: str
     downstream: object = None
+    gate: Optional[dict] = None
+    n_tests: Optional[int] = None
+    alpha: Optional[float] = None
+
+    def gate_sentence(self) -> str:
+        """Whether the model follows the task's exact posterior, and what the verdicts are therefore about."""
+        g = self.gate
+        if not g:
+            return ""
+        head = (f"The model {'follows' if g['follows'] else 'does not follow'} the task's exact posterior "
+                f"(Spearman ρ = {fmt(g['rho'], 2)}, one-sided p = {fmt(g['p'], 2)}; "
+                f"{100 * g['answer_mass']:.1f}% of its probability on the answers)")
+        if self.target == "model":
+            return head + ": the verdicts are about the model's own entropy (target='model')."
+        if g["follows"]:
+            return head + "."
+        return (head + ": the verdicts below are about the model's own entropy, not Bayesian uncertainty; "
+                "pass target='model' to ask that question explicitly.")
 
     def _summary(self):
         rows = []
         for _, r in self.layers_table.iterrows():
-            rows.append((f"layer {r['layer']}", r["verdict"],
-                         f"angle {fmt(r['angle_deg'], 3)}°", f"Haar p = {fmt(r['angle_p'], 3)}"))
-        return (f"Readout or mediator ({self.site}, target {self.target}, {self.operation}) on "
-                f"{self.n_prompts} prompts", rows)
+            p = r["angle_p"]
+            rows.append((f"layer {r['layer']}", r["verdict"], f"angle {fmt(r['angle_deg'], 3)}°",
+                         f"p = {fmt(p, 3)}" if np.isfinite(p) else (r.get("angle_note") or "no p-value")))
+        fam = "" if self.n_tests is None else f"; {self.n_tests} tests, family-wise α = {self.alpha}"
+        head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation}) on "
+                f"{self.n_prompts} prompts{fam}")
+        g = self.gate_sentence()
+        return (f"{g}\n{head}" if g else head), rows
 
     def to_dataframe(self):
         """The per-subspace table (long: one row per layer × subspace)."""
@@ -316,7 +350,12 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
 
     cache_kw = {k: settings.pop(k) for k in ("attention_mask", "tokens") if k in settings}
     design, options = _settings(design, options, settings)
+    if design.n_random < 20:
+        warnings.warn(f"n_random={design.n_random}: fewer than 20 null draws per layer and rank make the mediator "
+                      "test's p-values coarse and its size unmeasured; use n_random ≥ 40 (the default).",
+                      UserWarning, stacklevel=2)
     run = _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options)
+    _check_bases(bases, run.layers, estimators, ranks)
     candidates = _candidates(run, estimators, bases, ranks)
     readers = {}  # the downstream readout at each layer: its best rank-one readout (fitted on every prompt)
     for layer in run.layers:
@@ -332,14 +371,14 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         p, rows = run.posterior(c, _removal(run, c), later, f"localize: {c.name}")
         h = entropy_bits(p)
         m = run.metrics(h, p)
-        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank}
+        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null}
         for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
             name, u = readers[k]
             r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else run.y, run.idx, "spearman",
                                                  clean=run.X[k] @ u)
             diff = r - clean_rho[k]
             lo, hi = percentile_interval(diff[1:])
-            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank,
+            down_records.append({"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null,
                                  "readout_layer": k, "readout": name, "rho_clean": float(clean_rho[k][0]),
                                  "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
                                  "delta_rho_ci_high": hi, "degenerate": degenerate})
@@ -348,31 +387,35 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
             move = (kl_categorical_bits(run.p_clean[run.donors], run.p_clean, eps=1e-9)
                     - kl_categorical_bits(run.p_clean[run.donors], ps, eps=1e-9))
-            mv = move[run.idx].mean(-1)
-            lo_, hi_ = percentile_interval(mv[1:])
-            rec.update(swap_bits=float(mv[0]), swap_ci_low=lo_, swap_ci_high=hi_)
+            mv, lo_, hi_ = mean_interval(move, run.strata)
+            rec.update(swap_bits=mv, swap_ci_low=lo_, swap_ci_high=hi_)
         ro = c.readout
         rec.update(r2=ro.r2.value if ro else np.nan, r2_ci_low=ro.r2.ci_low if ro else np.nan,
                    r2_ci_high=ro.r2.ci_high if ro else np.nan, r2_null_q95=ro.null_r2_q95 if ro else np.nan,
                    r2_p=ro.p_value if ro else np.nan, rho=ro.rho if ro else np.nan, readable=ro.readable if ro else False)
-        for key in ("mae", "ece", "brier"):
+        per_prompt = np.abs(h - run.bayes) - np.abs(run.h_clean - run.bayes)  # Δ MAE is their mean
+        est, lo, hi = mean_interval(per_prompt, run.strata)
+        rec.update(delta_mae_bits=est, delta_mae_ci_low=lo, delta_mae_ci_high=hi)
+        for key in ("ece", "brier"):
             diff = m[key] - run.clean_m[key]
             lo, hi = percentile_interval(diff[1:])
-            rec.update({f"delta_{key}{'_bits' if key == 'mae' else ''}": float(diff[0]),
-                        f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
+            rec.update({f"delta_{key}": float(diff[0]), f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
         records.append(rec)
     table = pd.DataFrame.from_records(records)
-    mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits)
+    n_tests = mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits, alpha=design.alpha)
     down = _downstream(pd.DataFrame.from_records(down_records, columns=list(_DOWN_COLUMNS)), table)
-    bases_of = {(c.layer, c.name): c.basis for c in candidates}
-    rows_of_layers = layer_rows(table, run.layers, bases_of, swap=design.swap, clean_mae=float(run.clean_m["mae"][0]))
+    about = "the model's own entropy" if target == "model" or not run.gate["follows"] else "Bayesian uncertainty"
+    rows_of_layers = layer_rows(table, run.layers, {(c.layer, c.name): c.basis for c in candidates}, swap=design.swap,
+                                clean_mae=float(run.clean_m["mae"][0]), rows_of=run.X, about=about, seed=run.seed)
     rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=operation, swap=design.swap,
-                           n_random=design.n_random, min_effect=design.min_effect_bits)
+                     n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
+                     n_tests=n_tests, nulls=design.nulls)
     return Localization(table=table, layers_table=pd.DataFrame.from_records(rows_of_layers), n_prompts=run.n, site=site,
-                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True))
+                        target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True),
+                        gate=run.gate, n_tests=n_tests, alpha=design.alpha)
 
 
-_DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "readout_layer", "readout", "rho_clean", "rho_patched",
+_DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "null", "readout_layer", "readout", "rho_clean", "rho_patched",
                  "delta_rho", "delta_rho_ci_low", "delta_rho_ci_high", "degenerate")
 
 
@@ -382,7 +425,8 @@ def _downstream(down, table):
     import pandas as pd
 
     if len(down):
-        band_columns(down, "delta_rho", ("layer", "rank", "readout_layer"), "rho_band_low", "rho_band_high")
+        band_columns(down, "delta_rho", ("layer", "rank", "readout_layer"), "rho_band_low", "rho_band_high",
+                     null_col="null")
     else:
         down["rho_band_low"] = down["rho_band_high"] = pd.Series(dtype=float)
     nxt = down.sort_values("readout_layer").drop_duplicates(["layer", "subspace"]).set_index(["layer", "subspace"])
@@ -460,6 +504,10 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
     if bayes is None:
         raise InvalidInputError("localize needs items with exact posteriors: SULA items (bl.sula.make_prompts(model, "
                                 "...)) or any task's items (bl.tasks).")
+    answers = {tuple(it.answers) for it in items}
+    if len(answers) > 1:
+        raise InvalidInputError(f"localize needs items of one task (one answer set); these mix {len(answers)}: "
+                                f"{sorted(answers)[:2]}. Localize each task's items separately.")
     info = adapter.model_info(model)
     d = site_dim(info, site)
     if max(ranks) >= d:
@@ -474,6 +522,7 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
     if clean is not None:
         rc = _clean_rows(clean, model, n, layers, site, answer_ids, cache_kw.get("attention_mask"),
                          cache_kw.get("tokens"))
+        _check_clean_fits(rc, model, texts, answer_ids, cache_kw.get("tokens"), options.batch_size)
     elif cache_kw:
         raise InvalidInputError("attention_mask= and tokens= describe a cache passed as clean=; without one, drop them.")
     else:
@@ -484,8 +533,12 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
         rc = collect(model, texts, token_ids=answer_ids, reads=[FinalRows(layer, site) for layer in layers],
                      fwd_hooks=keeper if keeper is not None else (), batch_size=options.batch_size,
                      progress=options.progress, desc="localize: clean")
-    p_clean = answer_posterior(rc.token_logprobs())[0]
+    p_clean, mass = answer_posterior(rc.token_logprobs())
     h_clean = entropy_bits(p_clean)
+    post = np.clip(np.array([it.posterior for it in items], dtype=np.float64), 1e-12, None)
+    pc = np.clip(p_clean, 1e-12, None)
+    follows = gate(np.log(pc[:, 0]) - np.log(pc[:, 1]), np.log(post[:, 0]) - np.log(post[:, 1]), mass) \
+        if post.shape[1] == 2 else gate(h_clean, bayes, mass)
     X = {layer: rc.value_rows(layer, site).double().numpy() for layer in layers}
     for layer, x in X.items():
         if np.ptp(x, axis=0).max() <= 1e-9 * max(1.0, float(np.abs(x).max())):
@@ -502,7 +555,7 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
                                                                              strata=strata)]),
                 donors=swap_donors(items, seed=seed) if design.swap else None,
                 rdonors=resample_donors(fid, seed=seed) if operation == "resample" else None,
-                clean_lp=rc.token_logprobs().double().numpy())
+                clean_lp=rc.token_logprobs().double().numpy(), gate=follows)
     run.clean_m = run.metrics(h_clean, p_clean)
     return run
 
@@ -539,19 +592,64 @@ def _candidates(run, estimators, bases, ranks) -> List[_Candidate]:
             b = b.get(layer) if isinstance(b, dict) else b
             if b is None:
                 continue
-            b = np.asarray(b, dtype=np.float64)
-            b = b[:, None] if b.ndim == 1 else b
-            if b.shape[0] != run.d:
-                raise InvalidInputError(f"basis {name!r} has {b.shape[0]} rows; the {run.site!r} site has dimension "
-                                        f"{run.d}.")
-            q = np.linalg.qr(b)[0]
+            q = _user_basis(name, b, run.d, run.site)
             ro = cross_fitted_readout(x, run.y, estimator=FixedBasis(q), **kw)
             out.append(_Candidate(str(name), "user", layer, q.shape[1], None, q, ro))
+        for c in out:
+            if c.layer == layer:
+                c.null = matched_null(c.kind, design.nulls)
         for k in sorted({c.rank for c in out if c.layer == layer} | set(ranks)):
             for i in range(design.n_random):
                 out.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None,
-                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i)))
+                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i), null="haar"))
+            if "cov" in design.nulls:
+                for i in range(design.n_random):
+                    out.append(_Candidate(f"cov k={k} #{i}", "random", layer, k, None,
+                                          cov_draw(x, k, seed=run.seed, layer=layer, i=i), null="cov"))
     return out
+
+
+def _user_basis(name, b, d: int, site: str) -> np.ndarray:
+    """A user basis ``[d]`` or ``[d, k]`` as an orthonormal ``[d, k]``, refused when it is not a finite array of full
+    column rank of the site's width."""
+    if not isinstance(b, (np.ndarray, torch.Tensor)):
+        raise InvalidInputError(f"basis {name!r} must be a numpy array or torch tensor [d] or [d, k], got "
+                                f"{type(b).__name__}; wrap it with np.asarray(...).")
+    b = np.asarray(b.detach().cpu() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
+    b = b[:, None] if b.ndim == 1 else b
+    if b.ndim != 2 or b.shape[0] != d:
+        raise InvalidInputError(f"basis {name!r} has shape {list(b.shape)}; the {site!r} site has dimension {d} "
+                                "(pass [d] or [d, k]).")
+    return orthonormal(b, what=f"basis {name!r}")
+
+
+def _check_bases(bases, layers, estimators, ranks) -> None:
+    """Refuse what localize would otherwise ignore or mislabel: a layer-keyed basis at a layer not asked for (or keyed
+    by something that is not a layer number), and a name that collides with an estimator's or a null's row."""
+    if bases is None:
+        return
+    if not isinstance(bases, dict):
+        raise InvalidInputError(f"bases must be a dict {{name: array}} or {{name: {{layer: array}}}}, got "
+                                f"{type(bases).__name__}.")
+    taken = {f"{e} axis" if isinstance(e, str) else e.name for e in estimators} | {f"frame k={k}" for k in ranks}
+    for name, b in bases.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"each basis needs a name (a non-empty str), got {name!r}.")
+        if name in taken or name.startswith(("random k=", "cov k=")):
+            raise InvalidInputError(f"basis name {name!r} is the name of another row of the table (an estimator, a "
+                                    "frame or a null draw); rename it.")
+        if isinstance(b, dict):
+            bad = [k for k in b if not _is_layer(k, layers)]
+            if bad:
+                raise InvalidInputError(f"basis {name!r} is keyed by {bad[:3]}, which are not among the layers "
+                                        f"localized ({list(layers)}); key it by those layer numbers (ints).")
+
+
+def _is_layer(key, layers) -> bool:
+    try:
+        return check_nonneg_int(key, "a basis's layer key") in layers
+    except InvalidInputError:
+        return False
 
 
 def _bases(c: _Candidate) -> Dict[int, np.ndarray]:
@@ -578,6 +676,30 @@ def _swap(run, c: _Candidate):
     donor_rows = run.X[c.layer][run.donors]
     return crossfitted(c.layer, run.site, _bases(c), fold_of, op="swap", positions="final",
                        source_of_fold={f: donor_rows for f in _bases(c)}, label=f"swap {c.name}")
+
+
+def _check_clean_fits(rc, model, texts, answer_ids, tokens, batch_size: int) -> None:
+    """Refuse a clean pass that is not these items' on this model: its tokens (when given) against the items'
+    texts, else the answers' log-probabilities of the first batch rerun here (one batch, through the runner)."""
+    if tokens is not None:
+        ids = adapter.encode_prompts(model, texts)
+        toks = torch.as_tensor(tokens)
+        for i, want in enumerate(ids):
+            got = toks[i, :len(want)].tolist() if i < toks.shape[0] else None
+            if got != list(want):
+                raise InvalidInputError(f"clean= does not hold these items in their order: row {i} of tokens= is not "
+                                        f"the tokens of item {i}'s text. Pass the cache of the items' texts, in order.")
+        return
+    first = list(range(min(batch_size, len(texts))))
+    here = collect(model, [texts[i] for i in first], token_ids=answer_ids, batch_size=batch_size, progress=False,
+                   desc="localize: check clean").token_logprobs().double().numpy()
+    given = rc.token_logprobs().double().numpy()[first]
+    worst = float(np.max(np.abs(here - given)))
+    if worst > 1e-2:
+        raise InvalidInputError(f"clean= is not these items' clean pass on this model: the answers' log-probabilities "
+                                f"of the first {len(first)} items differ by up to {worst:.3g} from a pass run here "
+                                "(another order of the items, or another model's cache). Pass the cache of the "
+                                "items' texts, in order, from this model.")
 
 
 def _clean_rows(clean, model, n: int, layers: Sequence[int], site: str, answer_ids, attention_mask, tokens):

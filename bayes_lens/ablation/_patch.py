@@ -278,6 +278,15 @@ def check_against_model(model, patch: Patch) -> None:
                 f"the patch {patch.label!r} has an axis of dimension {part.direction.shape[0]} at {part.hook_name}, "
                 f"but this model's {part.site!r} site has dimension {dim}; fit the axis on this model.")
     meta = patch.model_meta
+    shape = [(key, meta.get(key), now) for key, now in (("n_layers", info.n_layers), ("d_model", info.d_model),
+                                                        ("n_kv_heads", info.n_kv_heads), ("d_head", info.d_head))
+             if meta is not None and meta.get(key) is not None and int(meta[key]) != int(now)]
+    if shape:  # the patch's own fingerprint: it was made for another model
+        what = "; ".join(f"{key} {was} there, {now} here" for key, was, now in shape)
+        raise InvalidInputError(
+            f"the patch {patch.label!r} was fitted on another model ({meta.get('model_name')!r}: {what}); a "
+            "direction fitted on one model means nothing in another. Refit the axis on this model (or load it "
+            "with EntropyAxis.load(path, model=model), which checks).")
     if meta is not None and bool(meta.get("processed")) != bool(info.processed):
         warnings.warn(
             f"the patch {patch.label!r} was fitted on a model with {meta.get('processing')!r} but this model has "

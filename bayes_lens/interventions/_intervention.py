@@ -19,7 +19,7 @@ Example
 -------
 >>> import numpy as np, torch
 >>> import bayes_lens as bl
->>> model = bl.models.tiny.tiny_model("hooked")
+>>> model = bl.models.tiny.tiny_model("bridge")
 >>> B = np.linalg.qr(np.random.default_rng(0).normal(size=(model.cfg.d_model, 2)))[0]
 >>> iv = bl.interventions.Intervention(layer=0, site="resid_post", basis=B, op="remove")
 >>> toks = model.to_tokens(["a b c", "d e f"])
