@@ -77,6 +77,11 @@ _ANALYSES = {
                  "readout or mediator: which subspaces read the Bayes entropy, which does calibration use"),
 }
 
+# the confidence mechanism (issue 50; METHODS.md §15): one block, apart from the table above
+_ANALYSES["confidence"] = (["confidence"], "report-confidence",
+                           "the confidence mechanism: entropy neurons (W_U's null space, the final norm's scale) "
+                           "and whether the entropy axis is the norm-temperature channel")
+
 
 class _LazyVersion(argparse.Action):
     """``--version`` that reads the distribution's metadata only when asked: the lookup scans every
