@@ -40,10 +40,12 @@ The axis: the ridge (or PC1) axis u of the final-token ``resid_post`` rows of ``
 entropy (fitted on all prompts, in sample); its overlap with the null space ‖P_k u‖² (TransformerLens 4.3's
 ``projection_kernel`` where present, numpy otherwise; Haar null Beta(k/2, (d − k)/2)); |cos(u, w_j)| with the
 top null-space neurons; and its removal (``op="remove"``) total vs frozen-scale: the norm-mediated share
-(ΔH_total − ΔH_direct)/ΔH_total with a bootstrap interval (ratio of means), beside random directions'.
+S = Σ_i|m_i| / Σ_i(|m_i| + |d_i|) (m_i = ΔH_total − ΔH_direct, d_i = ΔH_direct of prompt i; magnitudes, so
+effects of opposite sign on different prompts do not cancel) with a bootstrap interval (ratio of means),
+beside random directions'.
 The answer to "is this axis the norm-temperature channel?": *yes* when its overlap lies above the Haar
 band's 97.5% point and the share's interval lies above 0.5; *no* when the share's interval lies below 0.5;
-*undecided* otherwise (and when the removal's ΔH interval holds 0). For a Haar direction the overlap
+*undecided* otherwise (and when the removal changes no prompt's entropy). For a Haar direction the overlap
 condition alone fires in 2.5% of draws, which bounds the rule's false "yes" rate (measured in the tests).
 
 Gemma: the (1 + w) gain is read (:func:`bayes_lens.adapter.final_norm`) and the final logit soft-cap acts on
@@ -170,7 +172,7 @@ def _freq_cos(w: np.ndarray, a: np.ndarray, log_pu: Optional[np.ndarray]) -> np.
     return (eff @ f) / np.maximum(np.linalg.norm(eff, axis=1), 1e-300)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NeuronScreen(Result):
     """The weight screen of one MLP layer (module docstring): ``table`` one row per neuron (``neuron``,
     ``out_norm``, ``logit_var``, ``null_fraction`` ρ_k, ``null_norm`` ‖P_k w‖, ``freq_cos``, ``null_space``,
@@ -411,7 +413,7 @@ def _ratio(num: np.ndarray, den: np.ndarray, boots: np.ndarray, method: str) -> 
 
 
 # ----------------------------------------------------------------------------------------------- result
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Confidence(Result):
     """What :func:`confidence` measured (module docstring; METHODS.md §15).
 
@@ -642,15 +644,16 @@ def confidence(model, items=None, *, layer: int = -1, k: Optional[int] = None, k
     ov = Estimate(overlap, (overlap, overlap), f"exact (a weight statistic; {how})", null=kk / dq,
                   null_interval=band_ov, n=None)
     ax = per["axis"]
-    share = _ratio(ax["mediated"]["d_entropy_bits"], ax["total"]["d_entropy_bits"], boots,
-                   "percentile bootstrap of the ratio of means over prompts (95%)")
-    rand_share = [(_ratio(per[nm]["mediated"]["d_entropy_bits"], per[nm]["total"]["d_entropy_bits"], boots, "").value)
-                  for nm in axis_dirs if nm != "axis"]
+    def share_of(name, method=""):
+        m, d_ = np.abs(per[name]["mediated"]["d_entropy_bits"]), np.abs(per[name]["direct"]["d_entropy_bits"])
+        return _ratio(m, m + d_, boots, method)
+
+    share = share_of("axis", "percentile bootstrap of the ratio of means over prompts (95%)")
+    rand_share = [share_of(nm).value for nm in axis_dirs if nm != "axis"]
     if rand_share:
         share = Estimate(share.value, share.ci, share.ci_method, null=float(np.nanmean(rand_share)),
                          null_interval=(float(np.nanmin(rand_share)), float(np.nanmax(rand_share))), n=n)
-    tot_h = eff[(eff["neuron"] == "axis") & (eff["metric"] == "d_entropy_bits") & (eff["path"] == "total")].iloc[0]
-    verdict, answer = _answer(ov, share, (tot_h["ci_low"], tot_h["ci_high"]), axis)
+    verdict, answer = _answer(ov, share, axis)
     top_null = [int(j) for j in (ent_neurons or scr.top(3))[:3]]
     wout = adapter.mlp_out_weights(model, layer)
     cos = {j: float(abs(wout[j] @ u) / max(np.linalg.norm(wout[j]), 1e-300)) for j in top_null}
@@ -689,13 +692,13 @@ def null_space_overlap(u: np.ndarray, nb: np.ndarray) -> Tuple[float, str]:
     return float(((nb.T @ u) ** 2).sum()), "numpy ‖Nᵀu‖²"
 
 
-def _answer(overlap: Estimate, share: Estimate, total_ci, axis: str) -> Tuple[str, str]:
+def _answer(overlap: Estimate, share: Estimate, axis: str) -> Tuple[str, str]:
     """``(verdict, sentence)`` of :data:`AXIS_RULE`."""
     what = f"the {axis} entropy axis"
     lo, hi = share.ci
-    if not (total_ci[0] > 0 or total_ci[1] < 0):
-        return "undecided", (f"Undecided: removing {what} does not move the entropy resolvably (its ΔH interval "
-                             f"holds 0), so whether it is the norm-temperature channel cannot be told.")
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "undecided", (f"Undecided: removing {what} changes the entropy of no prompt, so whether it is the "
+                             "norm-temperature channel cannot be told.")
     above = overlap.value > overlap.null_interval[1]
     if above and lo > 0.5:
         return "yes", (f"Yes: {what} is the norm-temperature channel - it overlaps W_U's null space beyond the Haar "

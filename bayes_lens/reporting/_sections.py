@@ -655,7 +655,7 @@ SECTIONS: Dict[str, Section] = {
 
 
 # ------------------------------------------------------------------------------------------------ confidence
-# (issue 50; one block, kept apart from the sections above: METHODS.md §15)
+# (one block, kept apart from the sections above: METHODS.md §15)
 #: the confidence section's sizes, quick and full (its own, so QUICK/FULL stay the other sections')
 CONFIDENCE_SIZES = {True: {"n_per_k": 4, "n_candidates": 3, "n_random_neurons": 6, "n_random_axes": 1},
                     False: {"n_per_k": 12, "n_candidates": 5, "n_random_neurons": 20, "n_random_axes": 3}}
