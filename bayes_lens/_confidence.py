@@ -167,9 +167,13 @@ def _freq_cos(w: np.ndarray, a: np.ndarray, log_pu: Optional[np.ndarray]) -> np.
         return np.full(w.shape[0], np.nan)
     f = log_pu - log_pu.mean()
     f = f / max(np.linalg.norm(f), 1e-300)
-    eff = w @ a.T                                         # [m, V]: what each direction adds to the logits
-    eff = eff - eff.mean(1, keepdims=True)
-    return (eff @ f) / np.maximum(np.linalg.norm(eff, axis=1), 1e-300)
+    out = np.empty(w.shape[0])
+    step = max(1, int(2e7 // max(1, a.shape[0])))        # chunks: V·m never sits in memory at once
+    for s in range(0, w.shape[0], step):
+        eff = w[s:s + step] @ a.T                         # [m, V]: what each direction adds to the logits
+        eff = eff - eff.mean(1, keepdims=True)
+        out[s:s + step] = (eff @ f) / np.maximum(np.linalg.norm(eff, axis=1), 1e-300)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -513,7 +517,7 @@ def confidence(model, items=None, *, layer: int = -1, k: Optional[int] = None, k
     Haar directions removed as the axis's control.
 
     >>> import bayes_lens as bl
-    >>> model, planted = bl.models.tiny.confidence_model("hooked")
+    >>> model, planted = bl.models.tiny.confidence_model("bridge")
     >>> res = bl.confidence(model, n_random_neurons=6, n_boot=200, n_random_axes=1)   # doctest: +SKIP
     >>> res.entropy_neurons[:1] == (planted.entropy_neuron,)                         # doctest: +SKIP
     True
