@@ -91,6 +91,9 @@ ErrorType = Type[Exception]
 #: tail_positions 0     final positions kept per prompt (0: none)
 #: skip_first     0     leading positions a Jacobian-lens fit leaves out (0: none)
 #: dim_batch      1     output dimensions per backward pass of a Jacobian-lens fit
+#: n_candidates   1     screen neurons a confidence analysis ablates
+#: n_random_neurons 0   random neurons of a confidence analysis's band (0: none)
+#: n_random_axes  0     random directions removed beside the entropy axis (0: none)
 #: ============== ===== ==========================================================================
 COUNT_RULES = {
     "n_boot": 1,
@@ -107,6 +110,9 @@ COUNT_RULES = {
     "n_random": 1,
     "skip_first": 0,
     "dim_batch": 1,
+    "n_candidates": 1,
+    "n_random_neurons": 0,
+    "n_random_axes": 0,
 }
 
 #: The query positions an attention-entropy reading averages over: the final real token or every one.

@@ -77,6 +77,11 @@ _ANALYSES = {
                  "readout or mediator: which subspaces read the Bayes entropy, which does calibration use"),
 }
 
+# the confidence mechanism (METHODS.md §15): one block, apart from the table above
+_ANALYSES["confidence"] = (["confidence"], "report-confidence",
+                           "the confidence mechanism: entropy neurons (W_U's null space, the final norm's scale) "
+                           "and whether the entropy axis is the norm-temperature channel")
+
 
 class _LazyVersion(argparse.Action):
     """``--version`` that reads the distribution's metadata only when asked: the lookup scans every
@@ -484,9 +489,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                        "`torchrun ... -m bayes_lens.cli` (default: local)")
         if name == "report":
             p.add_argument("--sections", default=None,
-                           help="comma-separated subset of geometry,sula,ablation,martingale,tasks,localize; a "
-                           "section adds the sections it needs (ablation and localize add sula) (default: "
-                           "geometry,sula,ablation,martingale; tasks and localize are opt-in)")
+                           help="comma-separated subset of geometry,sula,ablation,martingale,tasks,localize,"
+                           "confidence; a section adds the sections it needs (ablation and localize add sula) "
+                           "(default: geometry,sula,ablation,martingale; tasks, localize and confidence are opt-in)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub, _run_windtunnel)

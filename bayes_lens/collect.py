@@ -748,7 +748,8 @@ def _check_interventions(model, interventions) -> tuple:
     for iv in ivs:
         if iv.layer >= info.n_layers:
             raise InvalidInputError(f"{iv!r} acts on layer {iv.layer} but the model has {info.n_layers} layers.")
-        width = {"v": info.kv_dim, "z": info.n_heads * info.d_head}.get(iv.site, info.d_model)
+        width = {"v": info.kv_dim, "z": info.n_heads * info.d_head, "final_scale": 1,
+                 "mlp_post": int(getattr(model.cfg, "d_mlp", 0) or 0)}.get(iv.site, info.d_model)
         if iv.dim != width:
             raise InvalidInputError(f"{iv!r} has dimension {iv.dim} but this model's {iv.site!r} site has {width}; "
                                     "build it for this model.")

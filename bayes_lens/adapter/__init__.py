@@ -29,6 +29,7 @@ facet           what it owns
 ``_hooks``      hook names and sites, the hook-point registry, a run's added hooks, the final unembedding
 ``_tokens``     tokenizing, padding and masks, users' ``ActivationCache`` objects
 ``_runtime``    devices and the per-model lock
+``_weights``    the unembedding, the final norm's gain and kind, an MLP's output weights, TL's projection kernel
 ==============  =====================================================================================
 
 Example
@@ -85,6 +86,13 @@ from ._hooks import (  # noqa: F401
     register_hook_points,
     site_processing,
     unregister_hook_points,
+)
+from ._weights import (  # noqa: F401
+    FinalNorm,
+    final_norm,
+    mlp_out_weights,
+    projection_kernel,
+    unembedding,
 )
 from ._tokens import (  # noqa: F401
     cache_contents,
@@ -145,4 +153,9 @@ __all__ = [
     "writing_weights_centred",
     "site_processing",
     "masks_left_padding_from_tokens",
+    "FinalNorm",
+    "final_norm",
+    "unembedding",
+    "mlp_out_weights",
+    "projection_kernel",
 ]

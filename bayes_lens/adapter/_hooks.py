@@ -57,6 +57,8 @@ SITES = {
     "resid_post": "blocks.{layer}.hook_resid_post",
     "attn_out": "blocks.{layer}.hook_attn_out",
     "mlp_out": "blocks.{layer}.hook_mlp_out",
+    "mlp_post": "blocks.{layer}.mlp.hook_post",   # the MLP's hidden activation [batch, pos, d_mlp] (a neuron each)
+    "final_scale": "ln_final.hook_scale",         # the final norm's scale [batch, pos, 1] (no layer: ignored)
 }
 
 

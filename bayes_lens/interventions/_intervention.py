@@ -47,7 +47,7 @@ from ._ops import OPERATIONS, apply_at
 
 __all__ = ["Intervention", "crossfitted", "orthonormal", "SITES", "POSITIONS"]
 
-SITES = ("resid_post", "v", "z")
+SITES = ("resid_post", "v", "z", "mlp_post", "final_scale")
 POSITIONS = ("all", "final")
 _NEEDS_SOURCE = {"mean": "a fixed row μ [d]", "resample": "one donor row per prompt [n, d]",
                  "swap": "one donor row per prompt [n, d] (or a fixed row [d])"}

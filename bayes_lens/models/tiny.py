@@ -22,7 +22,11 @@ Ground truth: :func:`planted_model` builds a tiny llama of either kind whose wei
 so that its SULA posterior (METHODS.md §6) is the exact Bayesian one, computed through one planted
 residual direction that the unembedding reads (a *mediator*) beside one that carries a copy of the
 same signal and that nothing reads (*readout only*): the known answer a readout-versus-mediator
-analysis (METHODS.md §7) must recover.
+analysis (METHODS.md §7) must recover. :func:`confidence_model` builds a tiny random llama whose final MLP
+holds two neurons set by hand: one writing into the unembedding's exact null space (an *entropy neuron*:
+it moves the entropy only through the final norm's scale) and one writing along the unembedding's top
+singular direction (a *logit neuron*: its effect is direct), the known answer of ``bl.confidence``
+(METHODS.md §15).
 
 The tokenizer is byte-level BPE (every byte is a token, so any text encodes) with merges for a short
 list of words: " 0"/" 1" (Bernoulli prompts), SULA's nonsense labels and carrier words, ":" etc.
@@ -58,7 +62,7 @@ from .gguf import LlamaSpec, from_weights
 
 __all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "tiny_hf_model", "family_support", "TINY_WORDS",
            "FAMILIES", "FAMILY_KINDS", "planted_model", "PlantedDirections",
-           "PLANTED_RMS_EPS"]
+           "PLANTED_RMS_EPS", "confidence_model", "PlantedNeurons"]
 
 # Words the tiny tokenizer keeps whole (with a leading space).
 TINY_WORDS = (
@@ -659,3 +663,79 @@ def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_
         v_readout_only=flat_v(v_ro), labels=labels, label_ids=label_ids, evidence_scale=evidence_scale,
         log_odds_per_example=math.log(p / (1 - p)), prior=prior, v_scale=v_scale)
     return model, planted
+
+
+# ---------------------------------------------------------------------------------------------- confidence
+@dataclass(frozen=True, eq=False)
+class PlantedNeurons:
+    """The ground truth :func:`confidence_model` returns with its model: at the final MLP layer ``layer``,
+    neuron ``entropy_neuron`` writes ``out_norm``·``null_direction`` (W_Uᵀ·diag(g)·null_direction = 0
+    exactly, g the final norm's gain: no logit reads it, but it changes the residual's RMS, the final norm's
+    scale, so the entropy) and neuron ``logit_neuron`` writes ``out_norm``·``logit_direction`` (the top right
+    singular vector of W_Uᵀ·diag(g): the direction the logits read most). Both unit float64 vectors ``[d]``."""
+
+    layer: int
+    entropy_neuron: int
+    logit_neuron: int
+    null_direction: Tensor
+    logit_direction: Tensor
+    out_norm: float
+
+
+def confidence_model(kind: str = "hooked", *, n_layers: int = 2, d_model: int = 64, entropy_neuron: int = 7,
+                     logit_neuron: int = 11, out_norm: float = 6.0, read_scale: float = 2.0, seed: int = 0):
+    """A tiny random llama of ``kind`` with a planted entropy neuron and a planted logit neuron in its last MLP.
+
+    Returns ``(model, PlantedNeurons)``. Weights are :func:`tiny_model`'s random llama (same seed, raw,
+    untied), then: (1) the unembedding loses one direction: with m a seeded random unit vector, every row of
+    ``lm_head`` becomes W_v − (W_v·m)m, so n = m ⊘ g (normalized; g the final norm's gain) is an exact null
+    direction of W_Uᵀ·diag(g); (2) the entropy neuron's output column is ``out_norm``·n and the logit
+    neuron's ``out_norm``·t, t the top right singular vector of the new W_Uᵀ·diag(g) (about 12 times the
+    norm of a random column); (3) each of the two reads its own random unit direction r of the MLP's input
+    with gate and up rows ``read_scale``·r, so its activation silu(βc)·βc (c = r·h) varies from prompt to
+    prompt. Mean-ablating the entropy neuron moves the residual along n only: the logits change only through
+    the final norm's scale (total effect ≠ 0, direct effect 0 up to float32 rounding); the logit neuron's
+    effect is mostly direct.
+
+    >>> model, planted = confidence_model("bridge")
+    >>> planted.layer, planted.entropy_neuron, planted.logit_neuron
+    (1, 7, 11)
+    """
+    from .._validate import check_float, check_int, check_seed
+
+    check_choice(kind, "kind", ("hooked", "bridge"))
+    n_layers = check_int(n_layers, "n_layers", min=1)
+    d_model = check_int(d_model, "d_model", min=8)
+    d_mlp = 4 * d_model
+    entropy_neuron = check_int(entropy_neuron, "entropy_neuron", min=0, max=d_mlp - 1)
+    logit_neuron = check_int(logit_neuron, "logit_neuron", min=0, max=d_mlp - 1)
+    if entropy_neuron == logit_neuron:
+        raise InvalidInputError(f"entropy_neuron and logit_neuron must be two neurons, got {entropy_neuron} twice.")
+    out_norm = check_float(out_norm, "out_norm", min=0.0, min_inclusive=False)
+    read_scale = check_float(read_scale, "read_scale", min=0.0, min_inclusive=False)
+    seed = check_seed(seed)
+    tok = tiny_tokenizer()
+    spec = _spec(n_layers=n_layers, d_model=d_model, n_heads=4, n_kv_heads=2, d_head=16, d_mlp=d_mlp,
+                 d_vocab=len(tok), n_ctx=256)
+    spec = dataclasses.replace(spec, name="tiny-confidence", path=Path("tiny-confidence"))
+    w = {k: v.double() for k, v in _random_llama_weights(spec, seed)}
+    g = torch.Generator().manual_seed(seed + 1)
+    m = torch.randn(d_model, generator=g, dtype=torch.float64)
+    m /= m.norm()
+    lm = w["lm_head.weight"]
+    lm -= (lm @ m)[:, None] * m[None, :]
+    gain = w["model.norm.weight"]
+    null = m / gain
+    null /= null.norm()
+    top = torch.linalg.svd(lm * gain[None, :], full_matrices=False)[2][0]
+    last = f"model.layers.{n_layers - 1}.mlp."
+    down, gate, up = w[last + "down_proj.weight"], w[last + "gate_proj.weight"], w[last + "up_proj.weight"]
+    for j, direction in ((entropy_neuron, null), (logit_neuron, top)):
+        down[:, j] = out_norm * direction
+        r = torch.randn(d_model, generator=g, dtype=torch.float64)
+        r /= r.norm()
+        gate[j] = read_scale * r
+        up[j] = read_scale * r
+    model = from_weights(spec, ((k, v.float()) for k, v in w.items()), tok, kind)
+    return model, PlantedNeurons(layer=n_layers - 1, entropy_neuron=entropy_neuron, logit_neuron=logit_neuron,
+                                 null_direction=null, logit_direction=top, out_norm=out_norm)

@@ -652,3 +652,58 @@ SECTIONS: Dict[str, Section] = {
                 _localize, requires=("sula_prompts",), default=False, after=("sula",)),
     ]
 }
+
+
+# ------------------------------------------------------------------------------------------------ confidence
+# (one block, kept apart from the sections above: METHODS.md §15)
+#: the confidence section's sizes, quick and full (its own, so QUICK/FULL stay the other sections')
+CONFIDENCE_SIZES = {True: {"n_per_k": 4, "n_candidates": 3, "n_random_neurons": 6, "n_random_axes": 1},
+                    False: {"n_per_k": 12, "n_candidates": 5, "n_random_neurons": 20, "n_random_axes": 3}}
+
+
+def _confidence(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    z = CONFIDENCE_SIZES[bool(ctx.quick)]
+    items = bl.sula.make_prompts(ctx.model, n_per_k=z["n_per_k"], seed=ctx.seed)
+    res = bl.confidence(ctx.model, items, n_candidates=z["n_candidates"], n_random_neurons=z["n_random_neurons"],
+                        n_random_axes=z["n_random_axes"], n_boot=max(int(ctx.sizes["n_boot"]), 10), seed=ctx.seed,
+                        progress=ctx.progress)
+    out = SectionOutput(settings={"layer": res.layer, "axis_layer": res.axis_layer, "k": res.screen.k,
+                                  "n_prompts": res.n_prompts, **z, "n_boot": ctx.sizes["n_boot"]})
+    method = "95% paired percentile bootstrap over prompts (within k)"
+    for j in res.entropy_neurons[:3] or res.screen.top(1):
+        for path in ("total", "direct", "mediated"):
+            e = res.effect(j, path=path)
+            out.metrics.append(Metric(
+                f"confidence.neuron{j}.{path}", f"neuron {res.layer}.{j} mean-ablated: ΔH ({path})", e, "bits",
+                baseline=(0.0, "random neurons of the layer") if e.null_interval else None,
+                baseline_range=e.null_interval, ci_method=method,
+                note="entropy neuron (rule: " + res.neuron_rule + ")" if j in res.entropy_neurons else
+                     "top of the screen by ‖P_k w_out‖; not an entropy neuron by the rule"))
+    ov = res.axis_overlap
+    out.metrics.append(Metric("confidence.axis_overlap", "entropy axis: overlap with W_U's bottom-k null space", ov,
+                              "fraction", ci=None, baseline=(ov.null, "Haar direction: Beta(k/2, (d−k)/2)"),
+                              baseline_range=ov.null_interval, note=ov.ci_method))
+    sh = res.axis_norm_share
+    out.metrics.append(Metric("confidence.axis_norm_share", "entropy axis removed: share of ΔH through the final "
+                              "norm's scale", sh, "fraction",
+                              baseline=(sh.null, "random directions removed") if sh.null is not None else None,
+                              baseline_range=sh.null_interval, ci_method=sh.ci_method,
+                              verdict={"pass": None, "text": f"{res.verdict.upper()}: {res.answer} (rule: "
+                                                             f"{res.axis_rule})"}))
+    out.tables["confidence_screen"] = res.screen.table
+    out.tables["confidence_effects"] = res.effects
+    out.tables["confidence_axis"] = res.axis
+    out.figure("Entropy neurons: ΔH total vs direct (final norm's scale frozen)", res.plot)
+    out.notes.append(res.answer)
+    out.notes.append(f"{res.norm}; direct effect: {res.direct_method}; {res.screen.unigram_proxy}")
+    return out
+
+
+SECTIONS["confidence"] = Section(
+    "confidence", "The confidence mechanism: entropy neurons, W_U's null space, the final norm's temperature",
+    "METHODS.md §15 (Stolfo et al., arXiv 2406.16254): the last MLP layer's neurons screened by ‖w_out‖, LogitVar "
+    "and null-space fraction against Haar bands; the top ones mean-ablated, total vs direct (final norm's scale "
+    "frozen) effect on the entropy, against random neurons; the ridge entropy axis's null-space overlap and the "
+    "share of its removal's effect that goes through the norm. Opt-in: bayes-lens confidence, or --sections "
+    "confidence.", _confidence, default=False)

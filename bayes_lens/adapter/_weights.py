@@ -1,0 +1,107 @@
+"""The adapter's weights facet: the unembedding, the final norm, an MLP's output weights, TL's projection kernel.
+
+Part of :mod:`bayes_lens.adapter` (METHODS.md §15, the confidence mechanism). What the logits read of the
+residual stream x (the input of the final norm) at one token is, with the norm's scale s frozen,
+
+    logits = W_Uᵀ · diag(g) · C · x / s + b_U,
+
+g the final norm's gain (Gemma's ``(1 + w)`` on a bridge, which holds Hugging Face's raw ``w``; TL's own
+Gemma conversion already adds 1), C = I − 11ᵀ/d for a LayerNorm (it centres x) and I for an RMSNorm, s the
+RMS (or the standard deviation) of x plus ε (:func:`final_norm`). On a HookedTransformer whose layer norms
+were folded (``fold_ln``, normalization type ``LNPre``/``RMSPre``) g is already inside W_U and is 1 here.
+A final logit soft-cap (Gemma 2/3: c·tanh(logit / c)) acts after the unembedding, outside this linear map.
+:func:`mlp_out_weights` is layer l's W_out ``[d_mlp, d_model]`` (row j: what neuron j writes, w_out),
+the same tensor on both model kinds (``blocks.{l}.mlp.W_out``). :func:`projection_kernel` is TransformerLens
+4.3's ``tools.analysis.projection_kernel`` (‖UᵀV‖²_F of two orthonormal bases, Haar moments
+``random_projection_kernel_moments``) where it exists, else None (TL 3.9): callers fall back to numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import UnsupportedModelError
+from ._models import is_bridge, resolve_layer
+
+__all__ = ["FinalNorm", "final_norm", "unembedding", "mlp_out_weights", "projection_kernel"]
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().double().cpu().numpy()
+
+
+@dataclass(frozen=True, eq=False)
+class FinalNorm:
+    """The final norm as a linear map with its scale frozen: ``gain`` g ``[d]`` (float64; ones when folded into
+    W_U), ``centred`` (a LayerNorm subtracts the mean of x first), ``eps``, ``kind`` (``"rms"``/``"layer"``),
+    ``gain_rule`` (how g was read, in words), ``softcap`` (the final logit soft-cap c, or None)."""
+
+    gain: np.ndarray
+    centred: bool
+    eps: float
+    kind: str
+    gain_rule: str
+    softcap: Optional[float]
+
+
+def _is_gemma(model) -> bool:
+    cfg = model.cfg
+    arch = str(getattr(cfg, "original_architecture", "") or getattr(cfg, "architecture", "") or "")
+    return "gemma" in arch.lower() or "gemma" in type(getattr(model.ln_final, "original_component", None)).__name__.lower()
+
+
+def final_norm(model) -> FinalNorm:
+    """The final norm of ``model`` (module docstring), or UnsupportedModelError when it has none bayes_lens reads."""
+    cfg = model.cfg
+    ln = getattr(model, "ln_final", None)
+    ntype = str(getattr(cfg, "normalization_type", None) or "RMS")
+    if ln is None:
+        raise UnsupportedModelError("the model has no final norm (ln_final); the confidence analysis needs one.")
+    d = int(cfg.d_model)
+    w = getattr(ln, "w", None)
+    if w is None:
+        w = getattr(ln, "weight", None)
+    centred = ntype.upper().startswith("LN")
+    if w is None or ntype.endswith("Pre"):
+        gain, rule = np.ones(d), "folded into W_U (no gain on the norm)"
+    elif is_bridge(model) and _is_gemma(model):
+        gain, rule = 1.0 + _np(w), "1 + w (Gemma's norm on a bridge holds Hugging Face's raw w)"
+    else:
+        gain, rule = _np(w), "w"
+    cap = getattr(cfg, "output_logits_soft_cap", None) or getattr(cfg, "final_logit_softcapping", None)
+    cap = float(cap) if cap is not None and float(cap) > 0 else None
+    return FinalNorm(gain=gain.reshape(d), centred=centred, eps=float(getattr(cfg, "eps", 1e-5) or 1e-5),
+                     kind="layer" if centred else "rms", gain_rule=rule, softcap=cap)
+
+
+def unembedding(model) -> np.ndarray:
+    """W_U ``[d_model, d_vocab]`` as float64 (both kinds' ``model.W_U``)."""
+    return _np(model.W_U)
+
+
+def mlp_out_weights(model, layer: int) -> np.ndarray:
+    """Layer ``layer``'s MLP output weights W_out ``[d_mlp, d_model]`` (float64; row j is neuron j's w_out), or
+    UnsupportedModelError for an MLP without one neuron per hidden unit (a mixture of experts)."""
+    layer = resolve_layer(model, layer)
+    mlp = model.blocks[layer].mlp
+    w = getattr(mlp, "W_out", None)
+    if w is None or w.ndim != 2:
+        raise UnsupportedModelError(f"layer {layer}'s MLP has no [d_mlp, d_model] W_out ({type(mlp).__name__}; a "
+                                    "mixture of experts has one per expert); the neuron screen needs a dense MLP.")
+    w = _np(w)
+    d = int(model.cfg.d_model)
+    return w if w.shape[1] == d else w.T
+
+
+def projection_kernel():
+    """``(projection_kernel, orthonormal_subspace, random_projection_kernel_moments)`` of TransformerLens 4.3's
+    ``tools.analysis.projection_kernel``, or None where the installed TransformerLens has none (3.9)."""
+    try:
+        from transformer_lens.tools.analysis.projection_kernel import (orthonormal_subspace, projection_kernel as pk,
+                                                                       random_projection_kernel_moments)
+    except ImportError:
+        return None
+    return pk, orthonormal_subspace, random_projection_kernel_moments
