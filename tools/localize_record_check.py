@@ -1,8 +1,9 @@
 """Check that bl.localize still gives the recorded SmolLM2 numbers of docs/readme_numbers.json (recipe
 ``localize-smollm2``) for one layer: the held-out R², the Δ MAE and swap point estimates and the Haar bands.
 
-Issue 47's "every recorded number still reproduces to the digit", for the parts of the table the later rule change
-(issue 49: intervals, matched nulls, Holm) left as they were: it reruns the recipe's call at one layer (the draws,
+The redesign into one intervention object and one runner promised that every recorded number still reproduces to the
+digit; this checks it for the parts of the table the later rule change (intervals, matched nulls, Holm) left as
+they were: it reruns the recipe's call at one layer (the draws,
 folds and bootstrap indices are keyed per layer, so one layer's rows are the recorded ones) with the Haar null only,
 and prints the largest difference per column.
 

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .. import adapter
 from ..metrics.stats import keyed_rng
 
 __all__ = ["VERDICTS", "readable", "verdict", "band_columns", "mediator_columns", "angle", "layer_rows", "rule_text",
@@ -213,14 +214,15 @@ def gate(model_logodds_or_entropy: np.ndarray, exact: np.ndarray, mass: np.ndarr
 
 def _subspace_overlap(u: np.ndarray, basis: np.ndarray) -> float:
     """‖Bᵀu‖²/‖u‖² - TransformerLens 4.3's projection kernel of span(u) and span(B) where it is present."""
-    try:
-        import torch
-        from transformer_lens.tools.analysis.projection_kernel import orthonormal_subspace, projection_kernel
-    except ImportError:
+    tools = adapter.projection_kernel()
+    if tools is None:
         return float(np.sum((basis.T @ u) ** 2) / float(u @ u))
+    import torch
+
+    pk, orthonormal_subspace, _ = tools
     a = orthonormal_subspace(torch.tensor(u[:, None], dtype=torch.float64), rank=1)
     b = orthonormal_subspace(torch.tensor(basis, dtype=torch.float64), rank=basis.shape[1])
-    return float(projection_kernel(a, b).score)
+    return float(pk(a, b).score)
 
 
 def angle(u: np.ndarray, basis: np.ndarray, *, premise: str = "independent", rows: Optional[np.ndarray] = None,
