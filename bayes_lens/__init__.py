@@ -84,6 +84,7 @@ _LAZY = {
     "patched": ("bayes_lens.ablation", "patched"),
     "compare_patched": ("bayes_lens.ablation", "compare_patched"),
     "localize": ("bayes_lens.ablation", "localize"),
+    "steering": ("bayes_lens.steering", None),   # a callable module: bl.steering(model, items, ...)
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
     "reproduce": ("bayes_lens.reproduction", "reproduce"),
