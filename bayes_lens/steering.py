@@ -398,7 +398,7 @@ def _rule_text(margin: float, n_boot: int) -> str:
             "positive rates measured per direction on simulated null log-odds (fpr_* columns).")
 
 
-def steering(model, items, *, layer="middle", site: str = "resid_post", alphas: Sequence[float] = (-1, -0.5, 0, 0.5, 1),
+def steering(model, items, *, layer="middle", site: str = "resid_post", alphas: Sequence[float] = (-0.5, -0.25, 0, 0.25, 0.5),
              alpha_unit: str = "norm", directions: Sequence[str] = DIRECTIONS, user=None, label: int = 0,
              positions: str = "all", n_random: int = 3, folds: int = 5, n_boot: int = 1000, n_null: int = 200,
              margin: float = 0.1, seed: int = 0, batch_size: int = 16, progress: Optional[bool] = None) -> Steering:
