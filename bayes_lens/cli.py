@@ -487,7 +487,8 @@ def _add_steering_parser(sub) -> None:
     p.add_argument("--layer", type=_layer_arg, default="middle", help="layer to steer at (default: middle)")
     p.add_argument("--site", default="resid_post", choices=["resid_post", "v", "z"], help="site (default: resid_post)")
     p.add_argument("--alphas", type=_float_list, default=None,
-                   help="comma-separated strengths, 0 included (default: -0.5,-0.25,0,0.25,0.5; --quick -0.5,0,0.5)")
+                   help="comma-separated strengths, 0 included, written with = since they start with a minus: --alphas=-0.5,0,0.5 "
+                   "(default: -0.5,-0.25,0,0.25,0.5; --quick -0.5,0,0.5)")
     p.add_argument("--alpha-unit", default="norm", choices=["norm", "sigma", "raw"],
                    help="unit of α: the site's mean final-token norm, each direction's coordinate SD, or raw "
                    "(default: norm)")
