@@ -460,7 +460,7 @@ def _run_windtunnel(args) -> int:
     return run_command(args)
 
 
-# --- bayes-lens steering (issue 51, METHODS.md §15): one block --------------------------------------------
+# --- bayes-lens steering (METHODS.md §15): one block ------------------------------------------------------
 def _float_list(text: str) -> List[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]

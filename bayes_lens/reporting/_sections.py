@@ -655,7 +655,7 @@ SECTIONS: Dict[str, Section] = {
 
 
 # ------------------------------------------------------------------------------------------------ steering
-# Opt-in (issue 51, METHODS.md §15): steering as a prior. Its own sizes, its own prompts; one block.
+# Opt-in (METHODS.md §15): steering as a prior. Its own sizes, its own prompts; one block.
 STEERING_SIZES = {True: {"n_per_k": 12, "alphas": (-0.5, 0.0, 0.5), "n_random": 2, "n_null": 100},
                   False: {"n_per_k": 25, "alphas": (-0.5, -0.25, 0.0, 0.25, 0.5), "n_random": 5, "n_null": 200}}
 
