@@ -87,6 +87,7 @@ _LAZY = {
     "confidence": ("bayes_lens._confidence", "confidence"),
     "Confidence": ("bayes_lens._confidence", "Confidence"),
     "screen_neurons": ("bayes_lens._confidence", "screen_neurons"),
+    "steering": ("bayes_lens.steering", None),   # a callable module: bl.steering(model, items, ...)
     "martingale": ("bayes_lens.martingale", None),
     "cot_length": ("bayes_lens.cot", "cot_length"),
     "reproduce": ("bayes_lens.reproduction", "reproduce"),

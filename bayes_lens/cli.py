@@ -12,6 +12,7 @@ Sub-commands (each has ``--help``):
   per row: PASS / FAIL against a paper's own number (the papers' models), MATCHES RECORD / DIFFERS FROM RECORD
   against bayes_lens's own recorded run (the offline models), or NOT COMPARABLE (Paper A: the released code's
   proxies beside the true definitions)
+* ``steering``    - steering as a prior: does a direction shift the prior or reweight the evidence (METHODS.md §16)
 * ``codelength``  - Paper B v3: excess code length against the exact Dirichlet/KT reference and the plug-in
 * ``windtunnel``  - ``train`` / ``eval`` the small wind-tunnel models (when that package is installed)
 * ``shard``       - sharded runs: ``plan`` / ``run`` (torchrun, SLURM, any runner) / ``merge`` / ``status``
@@ -464,6 +465,88 @@ def _run_windtunnel(args) -> int:
     return run_command(args)
 
 
+# --- bayes-lens steering (METHODS.md §16): one block ------------------------------------------------------
+def _float_list(text: str) -> List[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as -0.5,0,0.5, got {text!r}") from None
+
+
+def _layer_arg(text: str):
+    if text == "middle":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'middle' or a layer index, got {text!r}") from None
+
+
+def _add_steering_parser(sub) -> None:
+    help_text = ("steering as a prior: steer by α along the label contrast, the entropy axis and controls; fit the "
+                 "answer log-odds on α, the exact evidence LLR_Bayes and their product; does the direction shift the "
+                 "prior or reweight the evidence?")
+    p = sub.add_parser("steering", help=help_text, description=help_text)
+    _add_model_args(p)
+    p.add_argument("--task", default="sula", choices=["sula", "categorical"], help="the task (default: sula)")
+    p.add_argument("--layer", type=_layer_arg, default="middle", help="layer to steer at (default: middle)")
+    p.add_argument("--site", default="resid_post", choices=["resid_post", "v", "z"], help="site (default: resid_post)")
+    p.add_argument("--alphas", type=_float_list, default=None,
+                   help="comma-separated strengths, 0 included, written with = since they start with a minus: --alphas=-0.5,0,0.5 "
+                   "(default: -0.5,-0.25,0,0.25,0.5; --quick -0.5,0,0.5)")
+    p.add_argument("--alpha-unit", default="norm", choices=["norm", "sigma", "raw"],
+                   help="unit of α: the site's mean final-token norm, each direction's coordinate SD, or raw "
+                   "(default: norm)")
+    p.add_argument("--n-per-k", type=_nonneg_int, default=None, help="prompts per k (default: 25; --quick 12)")
+    p.add_argument("--n-random", type=_nonneg_int, default=None, help="Haar directions (default: 5; --quick 2)")
+    p.add_argument("--n-boot", type=_nonneg_int, default=1000, help="bootstrap resamples (default: 1000)")
+    p.add_argument("--n-null", type=_nonneg_int, default=None,
+                   help="null data sets per direction for the false-positive rates (default: 200; --quick 100)")
+    p.add_argument("--quick", action="store_true", help="small sizes: a few minutes on 2 cores (default: off)")
+    p.add_argument("--out", default=None, help="folder for steering.csv, steering_grid.csv, steering.json "
+                   "(default: none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
+    p.set_defaults(func=_cmd_steering)
+
+
+def _cmd_steering(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ._results import jsonable
+    from ._validate import check_output_dir
+
+    out = check_output_dir(args.out, "--out") if args.out else None  # before the model load
+    quick = bool(args.quick)
+    alphas = args.alphas if args.alphas is not None else ([-0.5, 0.0, 0.5] if quick else [-0.5, -0.25, 0.0, 0.25, 0.5])
+    n_per_k = args.n_per_k if args.n_per_k is not None else (12 if quick else 25)
+    n_random = args.n_random if args.n_random is not None else (2 if quick else 5)
+    n_null = args.n_null if args.n_null is not None else (100 if quick else 200)
+    if args.no_progress:
+        os.environ["BAYES_LENS_PROGRESS"] = "0"
+    import bayes_lens as bl
+
+    model, _ = _load(args)
+    ks = (0, 1, 2, 4, 8)
+    items = (bl.sula.make_prompts(model, ks=ks, n_per_k=n_per_k, seed=args.seed) if args.task == "sula" else
+             bl.tasks.categorical_prompts(model, n_symbols=3, ks=ks, n_per_k=n_per_k, seed=args.seed))
+    res = bl.steering(model, items, layer=args.layer, site=args.site, alphas=alphas, alpha_unit=args.alpha_unit,
+                      n_random=n_random, n_boot=args.n_boot, n_null=n_null, seed=args.seed,
+                      progress=not args.no_progress)
+    print(repr(res))
+    print(f"rule: {res.rule}")
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        res.table.to_csv(Path(out) / "steering.csv", index=False)
+        res.grid.to_csv(Path(out) / "steering_grid.csv", index=False)
+        doc = {"steering": {"table": jsonable(res.table.to_dict("records")), "evidence_weight": res.evidence_weight.to_dict(),
+                            "layer": res.layer, "site": res.site, "alphas": list(res.alphas),
+                            "alpha_unit": res.alpha_unit, "rule": res.rule, "seconds": res.seconds}}
+        (Path(out) / "steering.json").write_text(json.dumps(doc, indent=1))
+        print(f"written: {out}/steering.json, {out}/steering.csv, {out}/steering_grid.csv")
+    return 0
+
+
 def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     """The ``bayes-lens`` parser (``argv`` is accepted for compatibility and unused: building the parser
     imports no torch, so every ``--help`` answers from argparse alone)."""
@@ -513,6 +596,7 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for codelength.json and a per-position CSV (default: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: bars on)")
     p.set_defaults(func=_cmd_codelength)
+    _add_steering_parser(sub)
     help_text = ("does my run match the paper? paper-a, paper-b or falck: the paper's value, ours, the band and a "
                  "verdict per row: PASS / FAIL against the paper's own number (Pythia-410M, Phi-2, Llama-3.2-1B), "
                  "MATCHES RECORD / DIFFERS FROM RECORD against bayes_lens's own earlier recorded run of the same "

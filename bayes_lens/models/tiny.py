@@ -61,7 +61,7 @@ from ..errors import InvalidInputError, UnsupportedModelError
 from .gguf import LlamaSpec, from_weights
 
 __all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "tiny_hf_model", "family_support", "TINY_WORDS",
-           "FAMILIES", "FAMILY_KINDS", "planted_model", "PlantedDirections",
+           "FAMILIES", "FAMILY_KINDS", "planted_model", "PlantedDirections", "steering_model", "SteeringTruth",
            "PLANTED_RMS_EPS", "confidence_model", "PlantedNeurons"]
 
 # Words the tiny tokenizer keeps whole (with a leading space).
@@ -496,9 +496,10 @@ def _orthonormal(n: int, g: torch.Generator, exact: Tuple[int, ...]) -> Tensor:
 
 
 def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: float, prior: float,
-                     evidence_scale: float, seed: int):
+                     evidence_scale: float, seed: int, sink_score: float = _SINK_SCORE, amplifier=None):
     """``(weights, planted)``: the planted model's HF-named weights (float64) and the directions they plant
-    (mediator, readout_only, their value roles in KV head 0, the value gain)."""
+    (mediator, readout_only, their value roles in KV head 0, the value gain, and - with ``amplifier`` =
+    (bias G, gain a, κ) - the amplifier direction, else None; see :func:`steering_model`)."""
     weights = {}
     g = torch.Generator().manual_seed(seed)
     d, dh, nh, nkv, dm, vocab = (spec.d_model, spec.d_head, spec.n_heads, spec.n_kv_heads, spec.d_mlp,
@@ -514,9 +515,11 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
     # into the planted head's output and amplified by its gain e^score)
     basis = _orthonormal(d, g, exact=(d - 1, d - 2))
     ro, label, med, const, bos = (basis[:, i] for i in range(5))
-    n_tok = (d - 5) // 2
-    tok_sub = basis[:, 5:5 + n_tok]      # token identity (junk the distractors read)
-    junk = basis[:, 5 + n_tok:]          # where distractors write; nothing that matters reads it
+    first = 5 if amplifier is None else 6   # with an amplifier, column 5 is its direction (nothing else reads it)
+    amp = None if amplifier is None else basis[:, 5]
+    n_tok = (d - first) // 2
+    tok_sub = basis[:, first:first + n_tok]      # token identity (junk the distractors read)
+    junk = basis[:, first + n_tok:]              # where distractors write; nothing that matters reads it
     read = torch.stack([const, bos, label], 1)
     read = torch.cat([read, tok_sub, junk], 1)  # what distractors may read: all but med, ro
 
@@ -537,15 +540,19 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
     unembed = rnd(vocab, junk.shape[1] + n_tok, scale=0.3 * d ** -0.5) @ torch.cat([tok_sub, junk], 1).T
     unembed -= _LABEL_LOGIT * const[None, :]   # every other token 10 nats below the labels
     bias = math.log(prior / (1 - prior))
+    # with an amplifier the mediator coordinate reaches the unembedding multiplied by 1 + κ·silu(G) (the neuron
+    # below, at α = 0): the read is divided by it, so the clean posterior stays the exact one
+    amp_gain = 1.0 if amplifier is None else 1.0 + amplifier[2] * float(torch.nn.functional.silu(
+        torch.tensor(float(amplifier[0]), **f64)))
     for sign, tid in ((1.0, label_ids[0]), (-1.0, label_ids[1])):
-        unembed[tid] = sign * (0.5 * log_odds / evidence_scale) * med + (sign * 0.5 * bias) * const
+        unembed[tid] = sign * (0.5 * log_odds / evidence_scale / amp_gain) * med + (sign * 0.5 * bias) * const
     weights["lm_head.weight"] = unembed
 
     half = dh // 2
     sink = half - 1                       # the slowest rotary pair (sink, sink + half): ~no rotation
-    sigma = math.sqrt(_SINK_SCORE * math.sqrt(dh))
+    sigma = math.sqrt(sink_score * math.sqrt(dh))
     v_basis = _orthonormal(dh, g, exact=(0, 1))  # value roles 0, 1 (planted) are coordinates 0, 1
-    v_scale = math.sqrt(evidence_scale * math.exp(_SINK_SCORE))
+    v_scale = math.sqrt(evidence_scale * math.exp(sink_score))
     group = nh // nkv
     for li in range(spec.n_layers):
         pre = f"model.layers.{li}."
@@ -570,10 +577,18 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
         weights[pre + "self_attn.k_proj.weight"] = k.reshape(nkv * dh, d)
         weights[pre + "self_attn.v_proj.weight"] = v.reshape(nkv * dh, d)
         weights[pre + "self_attn.o_proj.weight"] = o.reshape(d, nh * dh)
-        weights[pre + "mlp.gate_proj.weight"] = reads(dm, 2.0)
-        weights[pre + "mlp.up_proj.weight"] = reads(dm)
-        weights[pre + "mlp.down_proj.weight"] = writes(dm, 0.5)
-    return weights, (med, ro, v_basis[:, 0], v_basis[:, 1], v_scale)
+        gate, up, down = reads(dm, 2.0), reads(dm), writes(dm, 0.5)
+        if amplifier is not None and li == layer + 1:
+            # neuron 0: silu(G + a·(x·amp))·(x·med) written back along med, κ-scaled: the mediator times
+            # 1 + κ·silu(G + a·α) - multiplicative in the evidence (silu(z) = z to 1e-8 for z ≥ 20)
+            big, a, kappa = amplifier
+            gate[0] = big * const + a * amp
+            up[0] = med
+            down[:, 0] = kappa * med
+        weights[pre + "mlp.gate_proj.weight"] = gate
+        weights[pre + "mlp.up_proj.weight"] = up
+        weights[pre + "mlp.down_proj.weight"] = down
+    return weights, (med, ro, v_basis[:, 0], v_basis[:, 1], v_scale, amp)
 
 
 def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_model: int = 64,
@@ -621,6 +636,13 @@ def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_
     >>> res.mae_bits.value < 0.01
     True
     """
+    return _build_planted(kind, layer=layer, n_layers=n_layers, d_model=d_model, n_heads=n_heads, gqa=gqa, d_head=d_head,
+                          labels=labels, p=p, prior=prior, evidence_scale=evidence_scale, seed=seed)[:2]
+
+
+def _build_planted(kind, *, layer, n_layers, d_model, n_heads, gqa, d_head, labels, p, prior, evidence_scale, seed,
+                   sink_score: float = _SINK_SCORE, amplifier=None, rope_base: float = 10000.0):
+    """(model, PlantedDirections, amplifier direction or None): :func:`planted_model`'s construction, checked."""
     from .._validate import check_float, check_int, check_probability, check_seed
     from ..sula import label_token_ids
 
@@ -645,10 +667,10 @@ def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_
     spec = _spec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads // 2 if gqa else n_heads,
                  d_head=d_head, d_mlp=4 * d_model, d_vocab=len(tok), n_ctx=256)
     spec = dataclasses.replace(spec, name="tiny-planted", path=Path("tiny-planted"), rms_eps=PLANTED_RMS_EPS,
-                               metadata={"tokenizer.ggml.add_bos_token": True})
-    weights, (med, ro, v_med, v_ro, v_scale) = _planted_weights(
+                               rope_base=float(rope_base), metadata={"tokenizer.ggml.add_bos_token": True})
+    weights, (med, ro, v_med, v_ro, v_scale, amp) = _planted_weights(
         spec, layer=layer, label_ids=label_ids, bos_id=int(tok.bos_token_id), p=p, prior=prior,
-        evidence_scale=evidence_scale, seed=seed)
+        evidence_scale=evidence_scale, seed=seed, sink_score=sink_score, amplifier=amplifier)
     model = from_weights(spec, ((k, w.float()) for k, w in weights.items()), tok, kind)
     n_kv = spec.n_kv_heads
 
@@ -739,3 +761,68 @@ def confidence_model(kind: str = "hooked", *, n_layers: int = 2, d_model: int = 
     model = from_weights(spec, ((k, v.float()) for k, v in w.items()), tok, kind)
     return model, PlantedNeurons(layer=n_layers - 1, entropy_neuron=entropy_neuron, logit_neuron=logit_neuron,
                                  null_direction=null, logit_direction=top, out_norm=out_norm)
+    return model, planted, (None if amp is None else amp.float())
+
+
+@dataclass(frozen=True, eq=False)
+class SteeringTruth:
+    """The ground truth :func:`steering_model` returns with its model (METHODS.md §15).
+
+    Steering by α (raw units: the length of the added vector) along a unit direction at ``hook_name``
+    (``blocks.{layer}.hook_resid_post``), at every position or the final one, moves the label log-odds
+    (nats) by exactly: ``prior_direction`` → ``beta_alpha_prior``·α (β_int = 0: a prior shift);
+    ``evidence_direction`` → ``beta_int_evidence``·α·LLR_Bayes (β_α = 0: the evidence reweighted). The
+    unsteered model's log-odds are the exact Bayes log-odds (β_e = 1, β_0 = logit(prior)). ``planted``
+    is the :class:`PlantedDirections` of the underlying planted model (its mediator is
+    ``prior_direction``).
+    """
+
+    layer: int
+    site: str
+    hook_name: str
+    prior_direction: Tensor
+    evidence_direction: Tensor
+    beta_alpha_prior: float
+    beta_int_evidence: float
+    planted: PlantedDirections
+
+
+def steering_model(kind: str = "hooked", *, d_model: int = 64, seed: int = 0, bias: float = 30.0,
+                   gain: float = 5.0, kappa: float = 1.0):
+    """A tiny llama of ``kind`` with two planted steering directions of known effect: one adds exactly to the
+    prior log-odds, one multiplies the evidence (METHODS.md §15; the test of ``bl.steering``).
+
+    Returns ``(model, SteeringTruth)``. Built as :func:`planted_model` (2 layers, the evidence summed by
+    layer 0's head into the mediator m at ``blocks.0.hook_resid_post``, linear norms, every other weight
+    a distractor that reads neither planted direction), with two changes:
+
+    * an *amplifier*: neuron 0 of layer 1's MLP computes silu(G + a·(x·e))·(x·m) and writes it back along m
+      times κ (G = ``bias``, a = ``gain``, κ = ``kappa``; e = ``evidence_direction``, a residual role that no
+      other weight reads). The unembedding reads m divided by 1 + κ·silu(G), so the clean log-odds are the
+      exact Bayes ones. Steering by α along e makes the mediator (1 + κ·silu(G + aα))/(1 + κ·silu(G)) times
+      the evidence: log-odds = LLR_Bayes·(1 + β_int·α) with β_int = κa/(1 + κG) (silu(z) = z to within
+      z·e^-z ≤ 4e-8 while G + aα ≥ 20, i.e. |α| ≤ 2 with the defaults);
+    * the attention sink's score is 20 (planted_model: 10) and the rotary base 10⁷ (planted_model: 10⁴), so
+      the head's sum of the labels is exact in float32: each token's share of the sink is e⁻²⁰, and the
+      sink pair turns by < 10⁻⁵ rad over a prompt (at base 10⁴ its score drifts by ~0.1% of the sum).
+
+    Steering along m by α adds log(p/(1−p))·α to the log-odds whatever the evidence (the amplifier
+    multiplies m, steering included, and the read divides it back out): β_α = log(p/(1−p)) = 2.197 nats per
+    unit α, β_int = 0.
+
+    >>> model, truth = steering_model("bridge")
+    >>> truth.hook_name, round(truth.beta_alpha_prior, 4), round(truth.beta_int_evidence, 4)
+    ('blocks.0.hook_resid_post', 2.1972, 0.1613)
+    """
+    from .._validate import check_float
+
+    bias = check_float(bias, "bias", min=20.0)
+    gain = check_float(gain, "gain", min=0.0, min_inclusive=False)
+    kappa = check_float(kappa, "kappa", min=0.0, min_inclusive=False)
+    model, planted, amp = _build_planted(kind, layer=0, n_layers=2, d_model=d_model, n_heads=4, gqa=True, d_head=16,
+                                         labels=("dax", "lug"), p=0.9, prior=0.5, evidence_scale=1.0, seed=seed,
+                                         sink_score=20.0, amplifier=(bias, gain, kappa), rope_base=1e7)
+    truth = SteeringTruth(layer=0, site="resid_post", hook_name=planted.hook_name, prior_direction=planted.mediator,
+                          evidence_direction=amp, beta_alpha_prior=planted.log_odds_per_example,
+                          beta_int_evidence=kappa * gain / (1.0 + kappa * bias), planted=planted)
+    return model, truth

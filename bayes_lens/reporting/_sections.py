@@ -707,3 +707,55 @@ SECTIONS["confidence"] = Section(
     "frozen) effect on the entropy, against random neurons; the ridge entropy axis's null-space overlap and the "
     "share of its removal's effect that goes through the norm. Opt-in: bayes-lens confidence, or --sections "
     "confidence.", _confidence, default=False)
+
+
+# ------------------------------------------------------------------------------------------------ steering
+# Opt-in (METHODS.md §16): steering as a prior. Its own sizes, its own prompts; one block.
+STEERING_SIZES = {True: {"n_per_k": 12, "alphas": (-0.5, 0.0, 0.5), "n_random": 2, "n_null": 100},
+                  False: {"n_per_k": 25, "alphas": (-0.5, -0.25, 0.0, 0.25, 0.5), "n_random": 5, "n_null": 200}}
+
+
+def _steering(ctx: Context) -> SectionOutput:
+    bl = _bl()
+    z = dict(STEERING_SIZES[bool(ctx.quick)], **(ctx.sizes.get("steering") or {}))
+    model = ctx.model
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4, 8), n_per_k=int(z["n_per_k"]), seed=ctx.seed)
+    res = bl.steering(model, items, alphas=tuple(z["alphas"]), n_random=int(z["n_random"]),
+                      n_boot=max(int(ctx.sizes["n_boot"]), 10), n_null=int(z["n_null"]), seed=ctx.seed,
+                      progress=ctx.progress)
+    out = SectionOutput(settings={"layer": res.layer, "site": res.site, "positions": res.positions,
+                                  "alphas": list(res.alphas), "alpha_unit": res.alpha_unit, "n_prompts": res.n_prompts,
+                                  "n_random": int(z["n_random"]), "n_boot": res.n_boot, "n_null": res.n_null,
+                                  "margin": res.margin})
+    ew = res.evidence_weight
+    out.metrics.append(Metric("steering.evidence_weight", "SULA: the unsteered model's evidence weight β_e "
+                              "(log-odds per nat of exact evidence)", ew, "nats per nat", baseline=(1.0, "exact Bayes"),
+                              note="least squares of the model's log-odds on LLR_Bayes", verdict={"pass": None, "text": (
+                                  "informational: β_e = 1 is exact Bayes, < 1 under-weights the evidence")}))
+    for r in res.table[res.table["kind"] != "random"].itertuples():
+        out.metrics.append(Metric(
+            f"steering.L{res.layer}.{r.direction}.beta_int",
+            f"layer {res.layer}, steering along {r.direction}: interaction β_int (change of the evidence weight per "
+            f"unit α, α in {res.alpha_unit} units)", r.beta_int, f"per alpha ({res.alpha_unit})",
+            (r.beta_int_ci_low, r.beta_int_ci_high), (0.0, "prior shift (β_int = 0)"),
+            note=f"β_α {r.beta_alpha:.3g} [{r.beta_alpha_ci_low:.3g}, {r.beta_alpha_ci_high:.3g}], margin ±{r.margin:.3g}; "
+                 f"null rates: β_int test {r.fpr_int_test:.0%}, prior-shift verdict {r.fpr_prior_shift:.0%}"
+                 + ("" if r.reliable else " (not reliable: the residuals are not exchangeable noise)"),
+            ci_method="95% paired percentile bootstrap over prompts (within k), widened by √(n/(n − S))",
+            verdict={"pass": None, "text": f"{r.verdict.upper()} (informational; METHODS.md §16)"}))
+    out.tables["steering"] = res.table
+    out.tables["steering_grid"] = res.grid
+    first = str(res.table["direction"].iloc[0])
+    out.figure(f"Steering along {first}: the model's log-odds against LLR_Bayes, one line per α",
+               lambda: res.plot(first))
+    out.notes.append(f"rule: {res.rule}")
+    out.notes.append(f"{res.seconds:.0f} s for {len(res.table)} directions × {len(res.alphas) - 1} steered strengths.")
+    return out
+
+
+SECTIONS["steering"] = Section(
+    "steering", "Steering as a prior: does a direction shift the prior or reweight the evidence?",
+    "bl.steering (METHODS.md §16, after arXiv 2511.00617): SULA log-odds under steering by α along the cross-fitted "
+    "label contrast, the entropy axis and controls (Haar, norm-matched, label-shuffled), fit y = β₀ + β_α·α + "
+    "β_e·LLR_Bayes + β_int·α·LLR_Bayes against the exact posterior. Opt-in: --sections steering, or bayes-lens "
+    "steering.", _steering, default=False)
