@@ -754,6 +754,67 @@ def test_harmonic_scan_false_move_rate_is_at_most_its_level():
     assert (np.abs(kept.period - 15) < 1).mean() > 0.95
 
 
+def _ar1_series(phi, n_series, seed, snr=0.3):
+    """A pure P = 15 sinusoid (SNR 0.3) in stationary unit-variance AR(1) noise: [M, B]."""
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal((_NS.size, n_series))
+    x = np.empty_like(e)
+    x[0] = e[0]
+    for t in range(1, _NS.size):
+        x[t] = phi * x[t - 1] + np.sqrt(1 - phi ** 2) * e[t]
+    s = np.sin(2 * np.pi * _NS / 15)
+    return (0.3 / _NS + s / s.std() * np.sqrt(snr))[:, None] + x
+
+
+def test_select_period_warns_when_a_lone_series_has_autocorrelated_noise():
+    """Issue 52 §10: on a lone series (no sequences=) the 2P/3P test assumes white noise; under AR(1)
+    noise φ = 0.7 it moves a true P = 15 to 30/45 in most series. select_period now checks the residuals
+    at S (Ljung–Box, 10 lags, at 1%) and warns. Measured (this generator, seed 22): 500 of 500 AR(1)
+    φ = 0.7 series warn (66.6% of them moved); on 3,000 white-noise series the check fires on 1.4% (nominal
+    1%; bound here 3% on 300); the per-sequence path (Hotelling's test, which allows correlated noise)
+    does not check and does not warn."""
+    import warnings
+
+    from bayes_lens.martingale import AutocorrelatedNoiseWarning, residual_autocorrelation
+
+    G = _ar1_series(0.7, 30, seed=21)
+    for b in range(G.shape[1]):
+        with pytest.warns(AutocorrelatedNoiseWarning, match="sequences="):
+            bl.martingale.select_period(_NS, G[:, b], min_period=4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AutocorrelatedNoiseWarning)
+        moved = _moved(bl.martingale.select_period(_NS, G, min_period=4.0))
+    assert moved >= 10                      # what the warning is about: far above 1% of 30
+    # white noise: the check's false-alarm rate, and most single series pass without a warning
+    W = _ar1_series(0.0, 300, seed=22)
+    short = np.array([bl.martingale.refine_period(_NS, W[:, b], 15.0)[0] for b in range(300)])
+    p, r1 = residual_autocorrelation(_NS, W[:, :300], short)
+    assert np.mean(p < 0.01) <= 0.03
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for b in range(20):
+            bl.martingale.select_period(_NS, W[:, b], min_period=4.0)
+    assert sum(issubclass(w.category, AutocorrelatedNoiseWarning) for w in caught) <= 3
+    # the statistic against an independent computation: numpy lstsq residuals, Ljung–Box by hand
+    from scipy import stats
+
+    y = G[:, 0]
+    X = np.column_stack([1 / _NS, np.ones_like(_NS)] + [f(2 * np.pi * k * _NS / 15.0) for k in (1, 2, 3)
+                                                       for f in (np.sin, np.cos)])
+    e = y - X @ np.linalg.lstsq(X, y, rcond=None)[0]
+    e = e - e.mean()
+    r = np.array([np.dot(e[k:], e[:-k]) / np.dot(e, e) for k in range(1, 11)])
+    q = _NS.size * (_NS.size + 2) * np.sum(r ** 2 / (_NS.size - np.arange(1, 11)))
+    p0, r10 = residual_autocorrelation(_NS, y, 15.0)
+    np.testing.assert_allclose([p0[0], r10[0]], [stats.chi2.sf(q, 10), r[0]], rtol=1e-8, atol=1e-300)
+    assert r10[0] > 0.5
+    # the per-sequence path is unchanged: no residual check, no warning
+    D = _per_sequence_gaps(0.0, 8, 3, seed=23)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutocorrelatedNoiseWarning)
+        bl.martingale.select_period(_NS, None, sequences=D, min_period=4.0)
+
+
 def test_harmonic_scan_power_at_snr_03_is_near_the_oracle():
     """P = 30 at SNR 0.3 (white noise, 1,000 series, FFT peak 254/17 = 14.9 in all of them): the scan
     finds 30 in ≥ 72% (the old rule: 64.2%, the issue's 26 of 40), within 10 points of an oracle that

@@ -58,7 +58,7 @@ from ._predict import (DEFAULT_TEMPLATE, BernoulliTemplate, CategoricalTemplate,
 from ._references import (blr_predictive, coarsen_gaussian, coarsened_blr, dirichlet_categorical,
                           dirichlet_log_marginal, kt, plugin_mle)
 from ._spectrum import (SpectrumResult, dominant_periods, harmonic_fit, per_position_gap, positional_spectrum,
-                        refine_period, select_period)
+                        refine_period, select_period, AutocorrelatedNoiseWarning, residual_autocorrelation)
 
 __all__ = [
     "BernoulliTemplate",
@@ -84,6 +84,8 @@ __all__ = [
     "harmonic_fit",
     "refine_period",
     "select_period",
+    "AutocorrelatedNoiseWarning",
+    "residual_autocorrelation",
     "per_position_gap",
     "permutation_average",
     "PermutationResult",

@@ -41,7 +41,8 @@ from .._files import sha256_file
 
 __all__ = ["Metric", "SectionOutput", "Context", "Section", "run_report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.1.0"  # 1.1: a baseline may carry the 95% range of its null ("low", "high")
+SCHEMA_VERSION = "1.2.0"  # 1.1: a baseline may carry the 95% range of its null ("low", "high");
+#                          1.2: model.n_weights and model.parameters_note (optional)
 _DETAILS_MAX_BYTES = 2_000_000
 CI_METHOD = "95% percentile bootstrap over prompts (seeded)"
 
@@ -201,7 +202,40 @@ def model_identity(model, source: Optional[str]) -> dict:
     out = {k: v for k, v in dataclasses.asdict(info).items()}
     out["source"] = source
     out["n_parameters"] = int(sum(p.numel() for p in model.parameters()))
+    weights, why = _checkpoint_weights(model)
+    out["n_weights"] = int(weights)  # the checkpoint's: a tied unembedding once, no all-zero biases
+    out["parameters_note"] = why
     return out
+
+
+def _checkpoint_weights(model) -> Tuple[int, str]:
+    """``(the checkpoint's weight count, why it differs from sum(p.numel() for p in model.parameters()))``.
+
+    The same reading as ``bayes-lens info``'s first count (the CLI's ``_parameter_counts``; tested equal): a
+    ``HookedTransformer`` of a model with tied embeddings (SmolLM2) stores the unembedding as its own copy
+    of ``W_E.T`` and has every bias even where the checkpoint has none (zeros), so SmolLM2-135M reads
+    163.0 M as loaded for its 134.5 M weights; a GGUF model's dequantization changes neither count."""
+    import torch
+
+    loaded = sum(p.numel() for p in model.parameters())
+    seen, unique, copies, zero_biases = set(), 0, 0, 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
+            continue
+        seen.add(p.data_ptr())
+        unique += p.numel()
+        last = name.split(".")[-1].lstrip("_")
+        if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
+            zero_biases += p.numel()
+    w_u, w_e = getattr(model, "W_U", None), getattr(model, "W_E", None)
+    if isinstance(w_u, torch.Tensor) and isinstance(w_e, torch.Tensor) and w_u.shape == w_e.T.shape \
+            and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
+            any(p is w_u for p in model.parameters()):
+        copies = w_u.numel()
+    parts = ([f"{loaded - unique:,} in parameters that share one storage"] if loaded != unique else []) + \
+        ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
+        ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
+    return unique - copies - zero_biases, "; ".join(parts)
 
 
 def _safe_name(s: str) -> str:

@@ -9,10 +9,12 @@ reader could not read "0.36 bits" or "30%" off it. Within a row everything drawn
 and 95% interval, the baseline and its null range, the papers' values, a pass threshold) has the
 same units, which is the comparison a row makes. Each panel's title line names the quantity and
 gives the value and interval in words, so the numbers do not depend on reading ticks, and the mark at
-its right end is the verdict: ✓ pass, ✗ fail, ? inconclusive (an INCONCLUSIVE verdict or a WIDE
+its right end, in a column of its own (the right margin), is the verdict: ✓ pass, ✗ fail, ? inconclusive (an INCONCLUSIVE verdict or a WIDE
 interval), – no rule. Hovering a point shows the full label and verdict sentence.
 
-:func:`headline_rows` picks the rows from a report document; :func:`headline_figure` draws them.
+:func:`headline_rows` picks the rows from a report document; :func:`headline_figure` draws them;
+:func:`answer_lines` answers the report's question in two or three lines of words (calibration to the
+exact posterior, geometry against its null, the ablation), read off the same verdicts and baselines.
 Pure functions of the document: no model runs here.
 """
 
@@ -25,7 +27,7 @@ from ._format import format_ci, format_value
 from ._references import reference_number
 from ._verdicts import split_wide, verdict
 
-__all__ = ["HEADLINE_KEYS", "headline_rows", "headline_figure", "mark", "MARKS"]
+__all__ = ["HEADLINE_KEYS", "headline_rows", "headline_figure", "mark", "MARKS", "answer_lines", "compare_to_baseline"]
 
 # (metric key, short label) in the order of the figure; "geometry.<domain>.pc12_diff" rows follow the
 # value manifold for every restricted domain the report has
@@ -69,6 +71,109 @@ def mark(m: dict) -> str:
         return "fail"
     text, wide = split_wide(v.get("text", ""))
     return "inconclusive" if wide or text.startswith(("INCONCLUSIVE", "POOR FIT")) else "none"
+
+
+def compare_to_baseline(m: dict) -> str:
+    """'above' / 'below' when the 95% CI excludes the baseline, '≈' when it includes it, '' without one."""
+    b = (m.get("baseline") or {}).get("value")
+    v = m.get("value")
+    if b is None or v is None:
+        return ""
+    ci = m.get("ci") or {}
+    lo, hi = ci.get("low"), ci.get("high")
+    if lo is not None and hi is not None:
+        if lo > b:
+            return "above"
+        if hi < b:
+            return "below"
+        return "≈ (CI includes it)"
+    return "above (no CI)" if v > b else "below (no CI)" if v < b else "equal"
+
+
+def _text_of(m: Optional[dict]) -> str:
+    return split_wide(((_verdict_of(m) or {}) if m else {}).get("text", ""))[0]
+
+
+def _calibration_line(by_key: dict) -> Optional[str]:
+    mae, r = by_key.get("sula.mae_bits"), by_key.get("sula.pearson")
+    parts = []
+    if mae and mae.get("value") is not None:
+        side, b = compare_to_baseline(mae), (mae.get("baseline") or {}).get("value")
+        v = _fmt(mae["value"], "bits")
+        if b is None or not side:
+            parts.append(f"MAE {v}")
+        else:
+            bt = _fmt(b, "bits")
+            parts.append({"below": f"MAE {v}, below the evidence-blind baseline's {bt} (it uses the evidence)",
+                          "above": f"MAE {v}, above the evidence-blind baseline's {bt} (worse than ignoring "
+                                   "the evidence)"}.get(
+                side.split(" (")[0], f"MAE {v}, not distinguishable from the evidence-blind baseline's {bt}"))
+    if r and r.get("value") is not None:
+        t = _text_of(r)
+        rv = f"r = {format_value(r['value'], 'correlation')}"
+        parts.append(f"its entropy follows the Bayes entropy ({rv}, CI excludes 0)" if t.startswith("CI excludes 0")
+                     else f"no evidence that its entropy follows Bayes's ({rv}, CI includes 0)"
+                     if t.startswith("CI includes 0") else rv)
+    return "; ".join(parts) or None
+
+
+def _geometry_line(by_key: dict) -> Optional[str]:
+    parts = []
+    pc = by_key.get("geometry.mixed.pc12")
+    if pc and pc.get("value") is not None and (pc.get("baseline") or {}).get("value") is not None:
+        side = compare_to_baseline(pc).split(" (")[0]
+        v, b = _fmt(pc["value"], "fraction"), _fmt(pc["baseline"]["value"], "fraction")
+        parts.append({"above": f"yes for the value manifold (PC1+PC2 {v}, CI above the null's {b})",
+                      "below": f"no: the value manifold's PC1+PC2 {v} is below the null's {b}"}.get(
+            side, f"not shown: the value manifold's PC1+PC2 {v} is within reach of the null's {b} (CI includes it)"))
+    judged = [(short, mark(by_key[k])) for k, short in (("geometry.key_orthogonality", "key orthogonality"),
+                                                        ("geometry.focusing_reduction", "attention focusing"))
+              if k in by_key and by_key[k].get("value") is not None]
+    if judged:
+        words = {"pass": "PASS", "fail": "FAIL", "inconclusive": "inconclusive", "none": "no rule"}
+        parts.append("Paper A's thresholds: " + ", ".join(f"{s} {words[mk]}" for s, mk in judged))
+    return "; ".join(parts) or None
+
+
+def _ablation_line(by_key: dict) -> Optional[str]:
+    parts = []
+    removed, clean = by_key.get("ablation.corr_removed"), by_key.get("ablation.corr_clean")
+    if removed and removed.get("value") is not None:
+        t = _text_of(removed)
+        geo = ("removing the entropy axis breaks the geometry (ρ after removal: CI includes 0)"
+               if "includes 0" in t else "removing the entropy axis does not break the geometry (ρ after removal: "
+               "CI excludes 0)" if "excludes 0" in t else f"ρ after removal {format_value(removed['value'], 'correlation')}")
+        if clean and _text_of(clean).startswith("CI includes 0"):
+            geo += ", but there was little to break (clean ρ: CI includes 0)"
+        parts.append(geo)
+    marks = [mark(by_key[k]) for k in ("ablation.delta_mae_bits", "ablation.delta_pearson")
+             if k in by_key and by_key[k].get("value") is not None]
+    if marks:
+        parts.append("calibration changes" if "fail" in marks else "calibration survives"
+                     if all(mk == "pass" for mk in marks) else "whether calibration survives is inconclusive")
+    return "; ".join(parts) or None
+
+
+#: the report's question, part by part: (label, the function that answers it from the summary)
+_ANSWERS = (("Calibration to the exact posterior", _calibration_line),
+            ("Geometry above its null", _geometry_line),
+            ("Ablation", _ablation_line))
+
+
+def answer_lines(doc: dict) -> List[tuple]:
+    """The report's question ("does this model carry, and use, Bayesian geometry?") answered in words:
+    ``[(label, answer), ...]`` for calibration to the exact posterior (SULA MAE against the evidence-blind
+    baseline, the entropy correlation's verdict), the geometry against its null (the value manifold's
+    PC1+PC2 against the Gaussian null, Paper A's thresholds) and the ablation (whether the geometry breaks,
+    whether calibration survives). Each is read off the same verdicts and baselines the figure marks; a
+    part whose numbers the report does not have is left out."""
+    by_key = {m["key"]: m for m in doc.get("summary", [])}
+    out = []
+    for label, answer in _ANSWERS:
+        text = answer(by_key)
+        if text:
+            out.append((label, text))
+    return out
 
 
 def headline_rows(doc: dict) -> List[dict]:
@@ -127,7 +232,8 @@ def headline_figure(doc: dict):
         return None
     import plotly.graph_objects as go
 
-    label_px, band_px, tick_px, gap_px = 17, 20, 13, 4
+    label_px, band_px, tick_px, gap_px = 17, 18, 13, 4
+    mark_px = 22  # the verdict column: a right margin of its own, so no axis, marker or label runs under a mark
     slot = label_px + band_px + tick_px + gap_px
     mt, mb = 4, 0
     plot_h = slot * len(rows) - gap_px
@@ -137,7 +243,7 @@ def headline_figure(doc: dict):
         return 1 - px / plot_h
 
     fig = go.Figure()
-    layout = dict(height=height, margin=dict(l=10, r=10, t=mt, b=mb, autoexpand=True), showlegend=False,
+    layout = dict(height=height, margin=dict(l=10, r=mark_px, t=mt, b=mb, autoexpand=True), showlegend=False,
                   plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", hovermode="closest", autosize=True,
                   font=dict(size=11, color="#1d232b"), hoverlabel=dict(font_size=12, align="left"))
     annotations, shapes = [], []
@@ -171,7 +277,7 @@ def headline_figure(doc: dict):
                  + ("  <span style='color:#a15c00'>WIDE</span>" if wide else ""))
         annotations.append(dict(xref="paper", yref="paper", x=0, y=y(top), xanchor="left", yanchor="top",
                                 text=label, showarrow=False, font=dict(size=12), align="left"))
-        annotations.append(dict(xref="paper", yref="paper", x=1, y=y(top), xanchor="right", yanchor="top",
+        annotations.append(dict(xref="paper", yref="paper", x=1, y=y(top), xanchor="left", yanchor="top", xshift=4,
                                 text=f"<b>{sym}</b>", showarrow=False, font=dict(size=14, color=colour),
                                 hovertext=_wrap(f"{word.upper()}: {text}" if text else word), name=f"mark-{mk}"))
         b = m.get("baseline") or {}

@@ -14,7 +14,7 @@ import json
 from typing import Any, Optional, Sequence, Tuple
 
 from ._format import format_ci, format_value
-from ._headline import MARKS, headline_figure
+from ._headline import MARKS, answer_lines, compare_to_baseline, headline_figure
 from ._references import PAPERS, methods_text
 from ._verdicts import split_wide, verdict
 
@@ -30,9 +30,11 @@ _CSS = """
 pre.methods{white-space:pre-wrap;font-size:12px;max-height:40em;overflow:auto}
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
  margin:0;color:#1d232b;background:#f6f7f9;line-height:1.45}
-header{background:#1f2a44;color:#fff;padding:14px 32px}
+header{background:#1f2a44;color:#fff;padding:10px 32px}
 header h1{margin:0 0 4px 0;font-size:24px;font-weight:600}
 header .sub{opacity:.85;font-size:14px}
+header ul#answers{margin:4px 0 0 0;padding-left:18px;font-size:13px;line-height:1.35}
+header ul#answers li{margin:1px 0}
 main{max-width:1180px;margin:0 auto;padding:6px 32px 48px}
 section{background:#fff;border:1px solid #e1e4e8;border-radius:8px;padding:16px 20px;margin:18px 0}
 h2{font-size:19px;margin:0 0 8px 0}
@@ -58,7 +60,7 @@ td.cmp.above,td.cmp.below{color:#1f3f8a;font-weight:600}td.cmp{white-space:nowra
 ul.caveats li{margin:4px 0;font-size:13px}
 ul.glance{margin:4px 0;padding-left:20px}ul.glance li{margin:3px 0;font-size:14px}.errline{color:#a1261d}
 .tablewrap{overflow-x:auto;max-width:100%}
-.bl-figure.bl-headline{min-height:0;margin:4px 0 6px 0}
+.bl-figure.bl-headline{min-height:0;margin:4px 0 6px 0;overflow-x:auto}
 #headline{padding-top:10px}#headline h2{margin-bottom:2px}
 .legend{font-size:12px;color:#4b5563;margin:2px 0 0 0;line-height:1.7}
 .legend span.k{white-space:nowrap;margin-right:12px}
@@ -150,23 +152,6 @@ def _baseline_html(b: Optional[dict], units: str) -> str:
            if b.get("low") is not None and b.get("high") is not None else "")
     return (f"<span title='{_e(b.get('label', ''))}{' (null 95% range)' if rng else ''}'>"
             f"{format_value(b.get('value'), units)}<span class='muted'>{rng}</span></span>")
-
-
-def compare_to_baseline(m: dict) -> str:
-    """'above' / 'below' when the 95% CI excludes the baseline, '≈' when it includes it, '' without one."""
-    b = (m.get("baseline") or {}).get("value")
-    v = m.get("value")
-    if b is None or v is None:
-        return ""
-    ci = m.get("ci") or {}
-    lo, hi = ci.get("low"), ci.get("high")
-    if lo is not None and hi is not None:
-        if lo > b:
-            return "above"
-        if hi < b:
-            return "below"
-        return "≈ (CI includes it)"
-    return "above (no CI)" if v > b else "below (no CI)" if v < b else "equal"
 
 
 def _short_verdict(text: str) -> str:
@@ -337,11 +322,40 @@ def _headline_html(doc: dict, figure=None) -> str:
     return "".join(parts)
 
 
+def _status_badge(status: str, n_err: int) -> str:
+    """The run's status (report.json's ``status``: every section finished, or not), labelled as such: it is
+    not a verdict on the model."""
+    what = ("every section ran; not a verdict on the model" if status == "ok" and not n_err else
+            f"{n_err} section(s) did not finish; see them below")
+    return (f"<span class='badge {status}' id='run-status' title='report.json status: whether the report ran, "
+            f"not what it found'>report run: {_e(status)} ({_e(what)})</span>")
+
+
+def _answers_html(doc: dict) -> str:
+    """Two or three lines under the title answering its question in words (:func:`answer_lines`)."""
+    lines = answer_lines(doc)
+    if not lines:
+        return ""
+    return ("<ul id='answers'>" + "".join(f"<li><b>{_e(label)}:</b> {_e(text)}</li>" for label, text in lines)
+            + "</ul>")
+
+
+def _parameters_card(m: dict) -> str:
+    """``n_parameters`` (``sum(p.numel() for p in model.parameters())``) with why it differs from the
+    checkpoint's weight count, when the report recorded both (a HookedTransformer stores a tied
+    unembedding as its own copy of ``W_E.T`` and every bias, zeros included)."""
+    text = f"{m['n_parameters'] / 1e6:.1f} M"
+    weights, note = m.get("n_weights"), m.get("parameters_note")
+    if weights is not None and weights != m["n_parameters"]:
+        text += f" ({weights / 1e6:.1f} M weights in the checkpoint; the rest: {note})"
+    return text
+
+
 def _cards(doc: dict) -> str:
     m = doc["model"]
     facts = [("model", m["name"]), ("kind", m["kind"]),
              ("layers × heads (KV)", f"{m['n_layers']} × {m['n_heads']} ({m['n_kv_heads']})"),
-             ("parameters (as loaded)", f"{m['n_parameters'] / 1e6:.1f} M"),
+             ("parameters (as loaded)", _parameters_card(m)),
              ("seed / mode", f"{doc['settings']['seed']} / {'quick' if doc['settings']['quick'] else 'full'}"),
              ("run time", f"{doc['timings_s'].get('total', 0):.0f} s")]
     return "<div class='grid'>" + "".join(
@@ -392,8 +406,7 @@ def render_html(doc: dict, figures: Sequence[Sequence[Tuple[str, Any]]], tables:
         f"<div class='sub'>Does this model carry, and use, Bayesian geometry? "
         f"Created {_e(doc['created_utc'])} · bayes_lens {_e(doc['environment']['bayes_lens'])} · "
         f"TransformerLens {_e(doc['environment']['transformer_lens'])} · schema {_e(doc['schema_version'])} "
-        f"<span class='badge {status}'>{status}{'' if not n_err else f': {n_err} section(s) not ok'}</span>"
-        f"</div></header><main>",
+        f"{_status_badge(status, n_err)}</div>{_answers_html(doc)}</header><main>",
         _headline_html(doc, headline_figure(doc)),
         _cards(doc),
         _summary_html(summary, nav),

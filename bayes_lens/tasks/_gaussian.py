@@ -20,8 +20,10 @@ answer): with h = ½·10^(−decimals) (printing rounds), digit 0 ↔ x ∈ [0, 
 together cover [0, ∞). The predictive CDF is integrated over these bins exactly (normal / Student-t
 CDFs). The conditioning data are the *printed* values (what the model sees); the rounding to
 ``decimals`` decimals is not modelled (its variance, 10^(−2·decimals)/12, is below 0.1% of σ² at the
-defaults). The outcome is the first digit of x_{k+1} drawn from the same μ, σ, redrawn while it prints
-negative (so it follows the renormalized predictive exactly).
+defaults). The outcome is the first digit of x_{k+1} drawn from the same μ, σ; while it prints negative
+the *whole item* (μ, σ, x₁ … x_{k+1}) is redrawn, so that, given the shown values, the outcome follows
+the renormalized predictive the item states (redrawing only x_{k+1} with μ kept would not: its law
+would be E_{μ | values}[P(j | μ) / P(x ≥ 0 | μ)], up to 0.065 in total variation at the defaults).
 
 Example
 -------
@@ -49,7 +51,7 @@ from ._protocol import TaskItem, TaskPrompts, answer_token_ids, get_tokenizer
 __all__ = ["gaussian_prompts", "gaussian_predictive", "leading_digit_probs", "GAUSSIAN_VERSION", "PRIORS"]
 
 #: Bumped whenever the same arguments would generate different items.
-GAUSSIAN_VERSION = "gaussian-1"
+GAUSSIAN_VERSION = "gaussian-2"
 #: The conjugate priors :func:`gaussian_prompts` offers.
 PRIORS = ("normal", "nig")
 _DIGITS = tuple(str(d) for d in range(10))
@@ -128,7 +130,8 @@ def gaussian_prompts(model, *, prior: str = "normal", mu0: float = 5.0, tau0: fl
     ks, n_per_k:
         Numbers of values shown (each ≥ 1), and prompts per k.
     seed:
-        Seeds every draw (μ, σ, the values, the outcome), in that order per prompt.
+        Seeds every draw (μ, σ, the values, the next value), in that order per try; a prompt whose next
+        value prints negative is redrawn whole.
     """
     seed = check_seed(seed)
     tok = get_tokenizer(model)
@@ -152,20 +155,23 @@ def gaussian_prompts(model, *, prior: str = "normal", mu0: float = 5.0, tau0: fl
     items = []
     for k in ks:
         for _ in range(n_per_k):
-            if prior == "normal":
-                sd = spec["sigma"]
-                mu = rng.normal(spec["mu0"], spec["tau0"])
-            else:
-                sd = float(np.sqrt(spec["b0"] / rng.gamma(spec["a0"], 1.0)))
-                mu = rng.normal(spec["mu0"], sd / np.sqrt(spec["kappa0"]))
-            shown = [_fmt(x, decimals) for x in rng.normal(mu, sd, size=k)]
-            values = [float(s) for s in shown]
+            # the whole item (μ, σ, the values, the next value) is redrawn while the next value prints
+            # negative: keeping μ and redrawing only x_{k+1} would give P(outcome | values) =
+            # E_{μ | values}[P(j | μ) / P(x ≥ 0 | μ)], not the renormalized predictive the item states.
             for _ in range(_MAX_REDRAWS):
+                if prior == "normal":
+                    sd = spec["sigma"]
+                    mu = rng.normal(spec["mu0"], spec["tau0"])
+                else:
+                    sd = float(np.sqrt(spec["b0"] / rng.gamma(spec["a0"], 1.0)))
+                    mu = rng.normal(spec["mu0"], sd / np.sqrt(spec["kappa0"]))
+                shown = [_fmt(x, decimals) for x in rng.normal(mu, sd, size=k)]
                 nxt = _fmt(rng.normal(mu, sd), decimals)
                 if nxt[0].isdigit():
                     break
             else:  # pragma: no cover - needs a prior far below 0
                 raise InvalidInputError("the next number printed negative 10,000 times; choose mu0 well above 0.")
+            values = [float(s) for s in shown]
             post = leading_digit_probs(gaussian_predictive(values, **spec), decimals=decimals)
             text = delimiter.join(shown) + delimiter
             items.append(TaskItem(text, task="gaussian", answers=answers, posterior=tuple(float(p) for p in post), k=k,
@@ -176,6 +182,6 @@ def gaussian_prompts(model, *, prior: str = "normal", mu0: float = 5.0, tau0: fl
     definition = (f"x_i ~ N(mu, sigma^2) printed with {decimals} decimals; prior {prior!r} (conjugate); posterior[j] = "
                   "P(next printed number starts with digit j | printed values, it starts with a digit), the "
                   "normal (known sigma) or Student-t (NIG) posterior predictive integrated over the leading-digit "
-                  "bins; outcome = first digit of x_{k+1} (redrawn while negative).")
+                  "bins; outcome = first digit of x_{k+1} (the whole item redrawn while it is negative).")
     return TaskPrompts(items, task="gaussian", seed=seed, generator_version=GAUSSIAN_VERSION, params=params,
                        posterior_definition=definition)

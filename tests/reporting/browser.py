@@ -133,7 +133,9 @@ _MEASURE = """<script>window.addEventListener('load',function(){setTimeout(funct
    top:r.top+window.scrollY,bottom:r.bottom+window.scrollY,
    texts:boxes('.infolayer .annotation-text-g, .infolayer [class^="g-x"][class$="title"], '+
                '.infolayer [class^="g-y"][class$="title"], .xtick text, .ytick text'),
-   areas:boxes('.bglayer rect.bg')});});
+   areas:boxes('.bglayer rect.bg'),
+   points:boxes('.scatterlayer .point, .scatterlayer .errorbar path'),
+   ticks:boxes('.xaxislayer-above text, .yaxislayer-above text')});});
  parent.postMessage(JSON.stringify(out),'*');},400);});</script>"""
 
 
@@ -143,9 +145,10 @@ def measure(html: Union[str, Path], *, width: int, height: int, budget_ms: int =
 
     ``{"innerWidth", "innerHeight", "docScrollWidth", "figures": [{"id", "scrollWidth", "clientWidth",
     "svgWidth", "boxClientWidth", "left", "right", "boxLeft", "boxRight", "top", "bottom", "texts",
-    "areas"}, ...]}`` in CSS pixels (tops and bottoms from the top of the page; ``texts``: the boxes
-    ``{text, l, t, r, b}`` of a figure's subplot titles, axis titles and tick labels, ``areas``: its
-    plot areas, both in viewport pixels). A copy of the page with a measuring script is loaded in an
+    "areas", "points", "ticks"}, ...]}`` in CSS pixels (tops and bottoms from the top of the page; ``texts``: the
+    boxes ``{text, l, t, r, b}`` of a figure's annotations (subplot titles, a forest row's label and
+    verdict mark), axis titles and tick labels (of the first axes), ``areas``: its plot areas, ``points``:
+    its markers and error bars, ``ticks``: the tick labels of every axis, all in viewport pixels). A copy of the page with a measuring script is loaded in an
     iframe of exactly that size (see :func:`screenshot`).
     """
     src = Path(html)

@@ -17,7 +17,7 @@ import pytest
 
 import bayes_lens as bl
 from bayes_lens.reporting import Metric, _html, validate
-from bayes_lens.reporting._headline import headline_figure, headline_rows, mark
+from bayes_lens.reporting._headline import MARKS as MARKS_, answer_lines, compare_to_baseline, headline_figure, headline_rows, mark
 from bayes_lens.reporting._references import reference_number
 from bayes_lens.reporting._verdicts import WIDE_WARNING
 from browser import find_chromium, measure, overlaps, screenshot
@@ -148,6 +148,80 @@ def test_first_screen_html_has_the_figure_first_and_the_sentences_one_click_away
             "<span class='muted'>FAIL (calibration changes): Δ r = +0.039") in table
 
 
+# ------------------------------------------------------------------------------------ the answer in words
+def _answer_doc(pc12_ci, pearson_text, removed_text, delta_marks):
+    def v(p):
+        return {"pass": p, "text": {True: "PASS (calibration survives): x", False: "FAIL (calibration changes): x",
+                                    None: "INCONCLUSIVE: x"}[p]}
+    rows = [_m("geometry.mixed.pc12", 0.5, "fraction", pc12_ci, {"value": 0.34, "label": "null"}),
+            _m("geometry.key_orthogonality", 0.1, "cosine", (0.09, 0.11), {"value": 0.1, "label": "g"},
+               verdict={"pass": True, "text": "PASS: x"}),
+            _m("geometry.focusing_reduction", 0.01, "fraction", (0.0, 0.02), verdict={"pass": False, "text": "FAIL: x"}),
+            _m("sula.mae_bits", 0.43, "bits", (0.35, 0.49), {"value": 0.62, "label": "evidence-blind"}),
+            _m("sula.pearson", 0.47, "correlation", (0.16, 0.73), verdict={"pass": None, "text": pearson_text}),
+            _m("ablation.corr_clean", 0.4, "correlation", (0.2, 0.6), verdict={"pass": None, "text": "CI excludes 0: x"}),
+            _m("ablation.corr_removed", 0.0, "correlation", (-0.1, 0.1), verdict={"pass": None, "text": removed_text}),
+            _m("ablation.delta_mae_bits", 0.0, "bits", (-0.01, 0.01), verdict=v(delta_marks[0])),
+            _m("ablation.delta_pearson", 0.0, "correlation", (-0.01, 0.01), verdict=v(delta_marks[1]))]
+    return dict(_doc(rows), sections={})
+
+
+def test_answer_lines_read_the_same_verdicts_as_the_figure():
+    """Issue 53 §2: the first screen answers its question in words, each part from the verdicts and
+    baselines the figure marks (synthetic documents, every branch)."""
+    lines = dict(answer_lines(_answer_doc((0.4, 0.6), "CI excludes 0: follows", "CI includes 0: (geometry breaks)",
+                                          (True, True))))
+    assert list(lines) == ["Calibration to the exact posterior", "Geometry above its null", "Ablation"]
+    assert lines["Calibration to the exact posterior"] == (
+        "MAE 0.430 bits, below the evidence-blind baseline's 0.620 bits (it uses the evidence); its entropy "
+        "follows the Bayes entropy (r = 0.470, CI excludes 0)")
+    assert lines["Geometry above its null"] == ("yes for the value manifold (PC1+PC2 50.0%, CI above the null's "
+                                                "34.0%); Paper A's thresholds: key orthogonality PASS, attention "
+                                                "focusing FAIL")
+    assert lines["Ablation"] == ("removing the entropy axis breaks the geometry (ρ after removal: CI includes 0); "
+                                 "calibration survives")
+    lines = dict(answer_lines(_answer_doc((0.3, 0.6), "CI includes 0: no evidence", "CI excludes 0: x",
+                                          (True, False))))
+    assert "no evidence that its entropy follows" in lines["Calibration to the exact posterior"]
+    assert lines["Geometry above its null"].startswith("not shown: ")
+    assert lines["Ablation"] == ("removing the entropy axis does not break the geometry (ρ after removal: CI "
+                                 "excludes 0); calibration changes")
+    lines = dict(answer_lines(_answer_doc((0.1, 0.2), "CI includes 0: x", "CI includes 0: x", (True, None))))
+    assert lines["Geometry above its null"].startswith("no: ")
+    assert lines["Ablation"].endswith("whether calibration survives is inconclusive")
+    assert answer_lines(_doc([])) == []  # a report without these numbers says nothing rather than guessing
+
+
+def test_parameter_card_explains_the_count_in_place():
+    """Issue 53 §2: "163.0 M parameters (as loaded)" for SmolLM2-135M is explained on the card: a
+    HookedTransformer stores the tied unembedding as its own copy of W_E.T (28.3 M) and every bias (zeros)."""
+    from bayes_lens.cli import _parameter_counts
+    from bayes_lens.models.tiny import tiny_model
+    from bayes_lens.reporting._core import model_identity
+
+    m = {"n_parameters": 162_997_632, "n_weights": 134_515_008,
+         "parameters_note": "28,311,552 in a separate copy of the tied unembedding; 171,072 in all-zero biases"}
+    card = _html._parameters_card(m)
+    assert card.startswith("163.0 M (134.5 M weights in the checkpoint; the rest: 28,311,552 in a separate copy")
+    assert _html._parameters_card({"n_parameters": 5_000_000}) == "5.0 M"           # a 1.1 document
+    assert _html._parameters_card(dict(m, n_weights=162_997_632)) == "163.0 M"      # the two agree: no note
+    import torch
+    from bayes_lens.adapter import has_hooked_transformer
+
+    for model in ([tiny_model("hooked")] if has_hooked_transformer() else []) + [tiny_model("bridge")]:
+        ident = model_identity(model, None)
+        assert (ident["n_parameters"], ident["n_weights"], ident["parameters_note"]) == _parameter_counts(model)
+        assert ident["n_parameters"] == sum(p.numel() for p in model.parameters())
+    if not has_hooked_transformer():
+        return
+    model = tiny_model("hooked")   # tie the unembedding as TL does for SmolLM2: its own copy of W_E.T
+    with torch.no_grad():
+        model.unembed.W_U.copy_(model.embed.W_E.T)
+    ident = model_identity(model, None)
+    assert ident["n_parameters"] - ident["n_weights"] >= model.unembed.W_U.numel()
+    assert f"{model.unembed.W_U.numel():,} in a separate copy of the tied unembedding" in ident["parameters_note"]
+
+
 # ------------------------------------------------------------------------------------ the real page
 def test_tiny_report_headline_and_baseline_band(tiny_report):
     validate(tiny_report)
@@ -162,6 +236,35 @@ def test_tiny_report_headline_and_baseline_band(tiny_report):
     assert {"sula.mae_bits", "sula.pearson", "ablation.delta_mae_bits", "martingale.A"} <= set(keys)
     # no verdict sentence repeats the WIDE warning anywhere on the page
     assert htmllib.escape(WIDE_WARNING, quote=True) not in html and WIDE_WARNING not in html
+
+
+def test_tiny_report_answers_its_question_under_the_title(tiny_report):
+    """Issue 53 §2 on a real report of the tiny model: two or three lines under the title, in the header
+    before the figure, that say what the verdicts say; the status badge says it is the run's status."""
+    html = tiny_report.html.read_text(encoding="utf-8")
+    head = html[html.index("<header>"):html.index("</header>")]
+    assert html.index("id='answers'") < html.index("id='headline'")
+    lines = answer_lines(tiny_report)
+    assert 2 <= len(lines) <= 3
+    for label, text in lines:
+        assert f"<li><b>{label}:</b> {htmllib.escape(text, quote=True)}</li>" in head
+    by_key = {m["key"]: m for m in tiny_report["summary"]}
+    got = dict(lines)
+    side = compare_to_baseline(by_key["geometry.mixed.pc12"])
+    assert got["Geometry above its null"].startswith({"above": "yes", "below": "no"}.get(side, "not shown"))
+    marks = [mark(by_key[k]) for k in ("ablation.delta_mae_bits", "ablation.delta_pearson")]
+    assert got["Ablation"].endswith("calibration changes" if "fail" in marks else "calibration survives"
+                                    if marks == ["pass", "pass"] else "inconclusive")
+    mae = by_key["sula.mae_bits"]
+    assert ("below the evidence-blind" in got["Calibration to the exact posterior"]) == (
+        mae["ci"]["high"] < mae["baseline"]["value"])
+    # the badge: the run's status, not a verdict on the model
+    assert "report run: ok (every section ran; not a verdict on the model)" in head
+    assert "<span class='badge ok'>ok</span>" not in head
+    # the parameter card carries the checkpoint's count and why they differ, when they do
+    m = tiny_report["model"]
+    assert m["n_weights"] <= m["n_parameters"]
+    assert _html._parameters_card(m) in html
 
 
 @needs_chromium
@@ -182,11 +285,41 @@ def test_figures_stay_in_their_boxes_and_the_headline_is_on_the_first_screen(tin
     for fid in ("fig-geometry-0", "fig-sula-0", "fig-ablation-0"):
         assert figs[fid]["texts"] and overlaps(figs[fid]) == [], fid
     head = figs["fig-headline"]
-    assert head["top"] < 0.35 * height
-    if width >= 1000:  # on a laptop the whole figure is on the first screen
-        assert head["bottom"] <= height
+    if width >= 1000:  # on a laptop the answer in words and the whole figure are on the first screen
+        assert head["top"] < 0.35 * height and head["bottom"] <= height
+    else:  # on a phone the answer in words fills the first screen's top; the figure starts on it
+        assert head["top"] < 0.65 * height
     png = screenshot(tiny_report.html, tmp_path / f"first_screen_{width}.png", width=width, height=height)
     from PIL import Image
 
     with Image.open(png) as im:
         assert im.size == (width, height)
+
+
+@needs_chromium
+@pytest.mark.parametrize("width,height", WIDTHS)
+def test_headline_forest_fits_a_phone_and_a_laptop(tiny_report, width, height):
+    """Issue 53 §3: at 390 px (a phone) and 1366 px, nothing of the forest plot is cut off: its drawing is no
+    wider than its box, every row label, tick label, verdict mark, marker and error bar lies inside the box,
+    and the verdict marks sit in a column of their own (the right margin), clear of every plot area, every
+    marker and every label. (Measured in an iframe of exactly that width: Chromium's headless window is at
+    least 500 px wide, so a plain --window-size=390 screenshot crops a 500-px layout and cuts off its right
+    part.) If a drawing were ever wider than its box, the box scrolls (overflow-x: auto) instead of cutting."""
+    m = measure(tiny_report.html, width=width, height=height)
+    f = {x["id"]: x for x in m["figures"]}["fig-headline"]
+    assert f["svgWidth"] <= f["boxClientWidth"] + 0.5 and f["scrollWidth"] <= f["boxClientWidth"], f
+    lo, hi = f["boxLeft"] - 0.5, f["boxRight"] + 0.5
+    n_rows = len(headline_rows(tiny_report))
+    assert len(f["texts"]) >= 2 * n_rows and f["ticks"] and len(f["points"]) >= n_rows
+    for t in f["texts"] + f["ticks"] + f["points"]:
+        assert lo <= t["l"] and t["r"] <= hi, (width, t)
+    marks = [t for t in f["texts"] if t["text"] in {sym for sym, _, _ in MARKS_.values()}]
+    labels = [t for t in f["texts"] if t not in marks]
+    assert len(marks) == n_rows
+    right_of_points = max(p["r"] for p in f["points"])
+    for mk in marks:
+        assert mk["l"] >= right_of_points - 0.5, mk              # the verdict column is right of every axis's drawing
+        for other in labels + f["points"]:
+            assert not (min(mk["r"], other["r"]) - max(mk["l"], other["l"]) > 0.5
+                        and min(mk["b"], other["b"]) - max(mk["t"], other["t"]) > 0.5), (mk, other)
+    assert m["docScrollWidth"] <= width

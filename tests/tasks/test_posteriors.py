@@ -150,6 +150,34 @@ def test_gaussian_items_carry_the_exact_posterior_in_the_papers_format(tok, prio
     np.testing.assert_allclose(items[0].prior_posterior, _leading_digit_by_printing(prior_dist, 1), atol=1e-10)
 
 
+def _outcome_law(items):
+    """Per digit j, z_j = Σ_i (1[outcome_i = j] − p_ij) / √Σ_i p_ij(1 − p_ij), p_i the posterior item i
+    states (N(0, 1) when each outcome is drawn from its item's posterior), and Pearson's χ² of the pooled
+    counts against Σ_i p_i (digits with an expected count < 5 pooled; conservative for unequal p_i)."""
+    P = np.array([it.posterior for it in items])
+    O = np.bincount([it.outcome for it in items], minlength=10).astype(float)
+    E, V = P.sum(0), (P * (1 - P)).sum(0)
+    z = np.where(V > 0, (O - E) / np.sqrt(np.maximum(V, 1e-300)), 0.0)
+    big = E >= 5
+    Oc, Ec = np.append(O[big], O[~big].sum()), np.append(E[big], E[~big].sum())
+    Oc, Ec = Oc[Ec > 0], Ec[Ec > 0]
+    chi2 = float(((Oc - Ec) ** 2 / Ec).sum())
+    return z, stats.chi2.sf(chi2, Oc.size - 1)
+
+
+@pytest.mark.parametrize("prior, mu0, n", [("normal", 1.0, 2000), ("nig", 1.5, 1000)])
+def test_gaussian_outcomes_follow_the_posterior_each_item_states(tok, prior, mu0, n):
+    """Simulation: the outcomes' law is the posterior each item states (the renormalized predictive given
+    the shown values). A low μ₀, where the next value often prints negative, makes the old generator's
+    error large: it kept μ and redrew only x_{k+1}, so its outcome law was E_{μ|x}[P(j|μ)/P(x≥0|μ)]
+    (digit 0 about 0.05 too often; on these items z₀ = +5.5). decimals=2 keeps the unmodelled rounding
+    (variance 1e-4/12) far below what these items resolve. Tolerance: every |z_j| < 4 (each two-sided
+    6e-5) and the pooled χ² p-value > 0.001; the seeds are fixed."""
+    items = tasks.gaussian_prompts(tok, prior=prior, mu0=mu0, tau0=1.0, decimals=2, ks=(1, 3), n_per_k=n, seed=1)
+    z, p = _outcome_law(items)
+    assert np.abs(z).max() < 4 and p > 1e-3, (z.round(2), p)
+
+
 def test_gaussian_bad_inputs(tok):
     with pytest.raises(bl.InvalidInputError, match="every k"):
         tasks.gaussian_prompts(tok, ks=(0, 1))
