@@ -89,6 +89,7 @@ from ._hooks import (  # noqa: F401
 )
 from ._weights import (  # noqa: F401
     FinalNorm,
+    parameter_counts,
     final_norm,
     mlp_out_weights,
     projection_kernel,
@@ -155,6 +156,7 @@ __all__ = [
     "masks_left_padding_from_tokens",
     "FinalNorm",
     "final_norm",
+    "parameter_counts",
     "unembedding",
     "mlp_out_weights",
     "projection_kernel",

@@ -19,14 +19,14 @@ the same tensor on both model kinds (``blocks.{l}.mlp.W_out``). :func:`projectio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Tuple, Optional
 
 import numpy as np
 
 from ..errors import UnsupportedModelError
 from ._models import is_bridge, resolve_layer
 
-__all__ = ["FinalNorm", "final_norm", "unembedding", "mlp_out_weights", "projection_kernel"]
+__all__ = ["FinalNorm", "final_norm", "unembedding", "mlp_out_weights", "projection_kernel", "parameter_counts"]
 
 
 def _np(t) -> np.ndarray:
@@ -105,3 +105,37 @@ def projection_kernel():
     except ImportError:
         return None
     return pk, orthonormal_subspace, random_projection_kernel_moments
+
+
+def parameter_counts(model) -> Tuple[int, int, str]:
+    """``(as loaded, the checkpoint's weights, why they differ)``.
+
+    "As loaded" is ``sum(p.numel() for p in model.parameters())``. A ``HookedTransformer`` of a model
+    with tied embeddings (SmolLM2) stores the unembedding as its own copy of ``W_E.T``, and it has
+    every bias (``b_Q`` ... ``b_U``) even where the checkpoint has none (all zeros); the bridge keeps
+    the checkpoint's modules (TL 3.9's with one zero ``lm_head`` bias, TL 4.3's with none). So it reads
+    163.0 M on the HookedTransformer, 134.6 M on TL 3.9's bridge and 134.5 M on TL 4.3's for the one
+    134.5 M-weight SmolLM2-135M. The checkpoint's count drops a ``W_U`` equal to ``W_E.T``, all-zero
+    bias tensors and a second name for one storage, so it is the same for both kinds and both majors.
+    """
+    import torch
+
+    loaded = sum(p.numel() for p in model.parameters())
+    seen, unique, copies, zero_biases = set(), 0, 0, 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
+            continue
+        seen.add(p.data_ptr())
+        unique += p.numel()
+        last = name.split(".")[-1].lstrip("_")
+        if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
+            zero_biases += p.numel()
+    w_u, w_e = getattr(model, "W_U", None), getattr(model, "W_E", None)
+    if isinstance(w_u, torch.Tensor) and isinstance(w_e, torch.Tensor) and w_u.shape == w_e.T.shape \
+            and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
+            any(p is w_u for p in model.parameters()):
+        copies = w_u.numel()
+    parts = ([f"{loaded - unique:,} in parameters that share one storage"] if loaded != unique else []) + \
+        ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
+        ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
+    return loaded, unique - copies - zero_biases, "; ".join(parts)

@@ -209,33 +209,12 @@ def model_identity(model, source: Optional[str]) -> dict:
 
 
 def _checkpoint_weights(model) -> Tuple[int, str]:
-    """``(the checkpoint's weight count, why it differs from sum(p.numel() for p in model.parameters()))``.
+    """``(the checkpoint's weight count, why it differs from the count as loaded)``:
+    :func:`bayes_lens.adapter.parameter_counts` (the CLI's ``info`` prints the same)."""
+    from ..adapter import parameter_counts
 
-    The same reading as ``bayes-lens info``'s first count (the CLI's ``_parameter_counts``; tested equal): a
-    ``HookedTransformer`` of a model with tied embeddings (SmolLM2) stores the unembedding as its own copy
-    of ``W_E.T`` and has every bias even where the checkpoint has none (zeros), so SmolLM2-135M reads
-    163.0 M as loaded for its 134.5 M weights; a GGUF model's dequantization changes neither count."""
-    import torch
-
-    loaded = sum(p.numel() for p in model.parameters())
-    seen, unique, copies, zero_biases = set(), 0, 0, 0
-    for name, p in model.named_parameters():
-        if p.data_ptr() in seen:  # one storage shared by two names (tied weights) counts once
-            continue
-        seen.add(p.data_ptr())
-        unique += p.numel()
-        last = name.split(".")[-1].lstrip("_")
-        if (last.startswith("b_") or last == "bias") and p.device.type != "meta" and not torch.count_nonzero(p):
-            zero_biases += p.numel()
-    w_u, w_e = getattr(model, "W_U", None), getattr(model, "W_E", None)
-    if isinstance(w_u, torch.Tensor) and isinstance(w_e, torch.Tensor) and w_u.shape == w_e.T.shape \
-            and w_u.data_ptr() != w_e.data_ptr() and torch.equal(w_u, w_e.T) and \
-            any(p is w_u for p in model.parameters()):
-        copies = w_u.numel()
-    parts = ([f"{loaded - unique:,} in parameters that share one storage"] if loaded != unique else []) + \
-        ([f"{copies:,} in a separate copy of the tied unembedding"] if copies else []) + \
-        ([f"{zero_biases:,} in all-zero biases"] if zero_biases else [])
-    return unique - copies - zero_biases, "; ".join(parts)
+    _, weights, why = parameter_counts(model)
+    return weights, why
 
 
 def _safe_name(s: str) -> str:
