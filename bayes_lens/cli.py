@@ -45,7 +45,7 @@ from typing import List, Optional
 
 from ._entry import guarded
 from ._cli_text import DEVICE_HELP, KIND_HELP, MODEL_HELP, MODEL_NAMES
-from ._validate import check_device
+from ._validate import check_device, check_output_dir
 from ._windtunnel_args import add_windtunnel_parser
 from .errors import InvalidInputError
 from .shard.cli import add_subparsers as add_shard
@@ -319,6 +319,8 @@ def _cmd_analysis(args) -> int:
     if args.engine != "local" and args.shard_dir is None:
         raise InvalidInputError(f"--engine {args.engine} runs shards: pass --shard-dir DIR, a folder every rank "
                                 "reaches.")
+    if args.shard_dir is not None:  # a shard folder that cannot be written must fail now, not after the run
+        check_output_dir(args.shard_dir, "--shard-dir")
     if args.no_progress:
         os.environ["BAYES_LENS_PROGRESS"] = "0"
     model, load_s = _load(args)

@@ -539,3 +539,17 @@ def test_report_help_lists_every_section(capsys):
         assert name in out, name
     assert "tasks" in out and "opt-in" in out
     assert "adds the sections it needs" in out
+
+
+def test_a_shard_dir_that_cannot_be_written_fails_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """Issue 52: `localize --shard-dir` on a place that cannot hold a folder fails at once (exit 2, one line), not
+    after the run; the model is never loaded."""
+    from bayes_lens import cli
+
+    monkeypatch.setattr(cli, "_load", lambda args: (_ for _ in ()).throw(AssertionError("the model was loaded")))
+    blocker = tmp_path / "a file"
+    blocker.write_text("x")
+    rc = cli.main(["localize", "--quick", "--out", str(tmp_path / "out"), "--shard-dir", str(blocker / "shards"),
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--shard-dir" in err and "is a file" in err

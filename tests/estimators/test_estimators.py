@@ -103,4 +103,5 @@ def test_a_new_estimator_reaches_localize_as_one_class():
     row = t[t["subspace"] == "pls k=2"].iloc[0]
     assert row["kind"] == "estimator" and row["rank"] == 2 and np.isfinite(row["r2"])
     assert np.isfinite(row["delta_mae_bits"]) and np.isfinite(row["band_high"])
-    assert ((t["kind"] == "random") & (t["rank"] == 2)).sum() == 2
+    assert ((t["kind"] == "random") & (t["rank"] == 2)).sum() == 2 * 2  # 2 draws of each null (Haar, covariance)
+    assert row["null"] == "cov"  # a fitted subspace is tested against the null drawn like it
