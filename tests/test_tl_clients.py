@@ -465,3 +465,36 @@ def test_readme_tl_patching_example_runs_on_the_real_model(smol):
     per_pos = ns["per_pos"]
     assert per_pos.shape == (ns["corrupt_toks"].shape[1],)
     assert (per_pos - corrupted).abs().max() > 1e-6  # patching the coordinate changes the entropy somewhere
+
+
+@pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
+@pytest.mark.parametrize("route", ["run_with_saes", "run_with_hooks_with_saes", "add_sae_first"])
+def test_patched_reaches_the_activation_an_sae_replaced(route):
+    """bl.patched around SAELens's own calls (the SAE spliced inside run_with_saes / run_with_hooks_with_saes, after the
+    block began, or before it with add_sae) removes the axis from what flows on, the SAE's hook_sae_output: the same
+    logits as a hook written by hand there, and nothing left on the model or the SAE afterwards."""
+    m, make_sae = _sae_model()
+    sae = make_sae("blocks.1.hook_resid_post")
+    axis = _axis(m, site="resid_post", layers=(1,))
+    u = axis.axes_[1]
+    toks = _tokens(m, 13)
+    out_name = "blocks.1.hook_resid_post.hook_sae_output"
+    by_hand_fn = _by_hand(u, lambda v, u: v - (v @ u)[..., None] * u)
+    with torch.no_grad():
+        plain = m.run_with_saes(toks, saes=[sae])
+        want = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=[(out_name, by_hand_fn)])
+        if route == "add_sae_first":
+            m.add_sae(sae)
+            try:
+                with bl.patched(m, axis.removal()):
+                    got = m(toks)
+            finally:
+                m.reset_saes()
+        else:
+            with bl.patched(m, axis.removal()):
+                got = getattr(m, route)(toks, saes=[sae])
+        after = m.run_with_saes(toks, saes=[sae])
+    assert (got - plain).abs().max() > 1e-4  # it acted (the release before this fix left it a no-op)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(after, plain, atol=0, rtol=0)  # nothing left behind
+    assert not m.embed._forward_pre_hooks

@@ -343,7 +343,9 @@ def patched(model, patches):
 
     ``patches`` is a :class:`Patch`, a list of patches, or any ``[(hook_name, fn)]`` list; an empty
     list runs the clean model. Every patch hooks its site's own hook point (``hook_v``), as
-    ``model.hooks(fwd_hooks=list(patch))`` would; nothing is attached. Hook points are checked first
+    ``model.hooks(fwd_hooks=list(patch))`` would; nothing is attached. Where an SAELens SAE replaces that hook
+    point (``add_sae``, or inside ``run_with_saes`` / ``run_with_hooks_with_saes`` in the block) the patch acts
+    on the SAE's ``hook_sae_output``, the activation that flows on (:func:`bayes_lens.adapter.following_saes`). Hook points are checked first
     (:func:`check_patches`: a misspelt or out-of-range hook is an error, never a silent no-op), and a
     patch whose axis has the wrong dimension for the model is refused. The hooks are added as the
     runner adds a run's ``fwd_hooks`` (:func:`bayes_lens.adapter.added_hooks`). The model's lock is
@@ -357,5 +359,5 @@ def patched(model, patches):
     False
     """
     pairs = check_patches(model, patches)
-    with adapter.model_lock(model), adapter.added_hooks(model, pairs):
+    with adapter.model_lock(model), adapter.added_hooks(model, pairs), adapter.following_saes(model, pairs):
         yield model

@@ -287,6 +287,47 @@ _LEVEL = [10 ** 6]  # TL context levels of hooks added by added_hooks (far above
 
 
 @contextlib.contextmanager
+def following_saes(model, fwd_hooks: Sequence):
+    """While active, a ``(hook_name, fn)`` pair whose hook point an SAELens SAE has replaced
+    (``HookedSAETransformer.add_sae``, also inside ``run_with_saes`` / ``run_with_hooks_with_saes``, which splice
+    the SAE after this block began) is applied at that SAE's ``hook_sae_output``, the activation that flows on.
+
+    A forward pre-hook on the embedding (which every pass runs, also TransformerLens's ``run_with_hooks``, which calls
+    ``forward`` directly) looks the names up at the start of every pass and hooks the spliced SAE's output point for
+    that pass; the next pass, and the end of the block, take those hooks off again, so nothing is left on the user's
+    SAE. Models that cannot hold SAEs are left alone.
+    """
+    pairs = [(n, fn) for n, fn in fwd_hooks if isinstance(n, str)]
+    embed = getattr(model, "embed", None)
+    if not pairs or not hasattr(model, "acts_to_saes") or not isinstance(embed, torch.nn.Module):
+        yield
+        return
+    live: list = []
+
+    def clear():
+        while live:
+            live.pop().remove()
+
+    def spliced(module, args):
+        clear()
+        for name, fn in pairs:
+            try:
+                target = model.get_submodule(name)
+            except AttributeError:
+                continue
+            point = getattr(target, "hook_sae_output", None)
+            if point is not None and isinstance(point, torch.nn.Module):
+                live.append(point.register_forward_hook(lambda mod, inp, out, fn=fn: fn(out, hook=mod)))
+
+    pre = embed.register_forward_pre_hook(spliced)
+    try:
+        yield
+    finally:
+        pre.remove()
+        clear()
+
+
+@contextlib.contextmanager
 def added_hooks(model, fwd_hooks: Sequence, resolver: Optional[HookResolver] = None):
     """``model.hooks(fwd_hooks=...)`` on hook points resolved by ``resolver``; removed on exit, also on error.
 
