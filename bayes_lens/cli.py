@@ -548,8 +548,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         if name == "report":
             p.add_argument("--sections", default=None,
                            help="comma-separated subset of geometry,sula,ablation,martingale,tasks,localize,"
-                           "confidence; a section adds the sections it needs (ablation and localize add sula) "
-                           "(default: geometry,sula,ablation,martingale; tasks, localize and confidence are opt-in)")
+                           "confidence,steering; a section adds the sections it needs (ablation and localize add "
+                           "sula) (default: geometry,sula,ablation,martingale; tasks, localize, confidence and "
+                           "steering are opt-in)")
         p.set_defaults(func=_cmd_analysis)
     # neither registration imports torch (the commands import what they need when they run)
     add_windtunnel_parser(sub, _run_windtunnel)

@@ -26,9 +26,16 @@ def _entropy_bits(logits):
     return -(np.exp(lp) * lp).sum(-1) / np.log(2)
 
 
+@pytest.fixture(autouse=True)
+def _no_grad():
+    """Each test without autograd, restored after it (a module-level set_grad_enabled(False) leaked into the
+    wind-tunnel training tests that run later in the same process)."""
+    with torch.no_grad():
+        yield
+
+
 @pytest.fixture(scope="module", params=KINDS)
 def planted(request):
-    torch.set_grad_enabled(False)
     return confidence_model(request.param)
 
 
@@ -175,7 +182,6 @@ def test_bad_inputs_say_what_to_do(planted):
 
 @pytest.mark.real
 def test_smollm2_one_neuron_against_numpy():
-    torch.set_grad_enabled(False)
     model = bl.load_model()
     L = model.cfg.n_layers - 1
     scr = bl.screen_neurons(model, n_random=20)

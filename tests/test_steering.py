@@ -12,7 +12,13 @@ from bayes_lens.steering import fit_terms, null_rates
 
 from conftest import KINDS
 
-torch.set_grad_enabled(False)
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    """Each test without autograd, restored after it (a module-level set_grad_enabled(False) leaked into the
+    wind-tunnel training tests that run later in the same process)."""
+    with torch.no_grad():
+        yield
 
 
 def _kinds():

@@ -684,7 +684,7 @@ def _build_planted(kind, *, layer, n_layers, d_model, n_heads, gqa, d_head, labe
         readout_only=ro.float(), v_hook_name=f"blocks.{layer}.attn.hook_v", v_mediator=flat_v(v_med),
         v_readout_only=flat_v(v_ro), labels=labels, label_ids=label_ids, evidence_scale=evidence_scale,
         log_odds_per_example=math.log(p / (1 - p)), prior=prior, v_scale=v_scale)
-    return model, planted
+    return model, planted, (None if amp is None else amp.float())
 
 
 # ---------------------------------------------------------------------------------------------- confidence
@@ -761,12 +761,11 @@ def confidence_model(kind: str = "hooked", *, n_layers: int = 2, d_model: int = 
     model = from_weights(spec, ((k, v.float()) for k, v in w.items()), tok, kind)
     return model, PlantedNeurons(layer=n_layers - 1, entropy_neuron=entropy_neuron, logit_neuron=logit_neuron,
                                  null_direction=null, logit_direction=top, out_norm=out_norm)
-    return model, planted, (None if amp is None else amp.float())
 
 
 @dataclass(frozen=True, eq=False)
 class SteeringTruth:
-    """The ground truth :func:`steering_model` returns with its model (METHODS.md §15).
+    """The ground truth :func:`steering_model` returns with its model (METHODS.md §16).
 
     Steering by α (raw units: the length of the added vector) along a unit direction at ``hook_name``
     (``blocks.{layer}.hook_resid_post``), at every position or the final one, moves the label log-odds
@@ -790,7 +789,7 @@ class SteeringTruth:
 def steering_model(kind: str = "hooked", *, d_model: int = 64, seed: int = 0, bias: float = 30.0,
                    gain: float = 5.0, kappa: float = 1.0):
     """A tiny llama of ``kind`` with two planted steering directions of known effect: one adds exactly to the
-    prior log-odds, one multiplies the evidence (METHODS.md §15; the test of ``bl.steering``).
+    prior log-odds, one multiplies the evidence (METHODS.md §16; the test of ``bl.steering``).
 
     Returns ``(model, SteeringTruth)``. Built as :func:`planted_model` (2 layers, the evidence summed by
     layer 0's head into the mediator m at ``blocks.0.hook_resid_post``, linear norms, every other weight
