@@ -300,4 +300,5 @@ def rule_text(*, folds: int, min_r2: float, operation: str, swap: bool, n_random
             f" exceeds {min_effect} bits and its one-sided prediction-interval p-value against {n_random} draws of "
             f"its matched null ({nulls_txt} subspaces of the same rank at the same layer: covariance-matched for "
             f"fitted candidates) is at most {alpha} after Holm's correction over {family} (family-wise error ≤ "
-            f"{alpha}); intervals: stratified Student-t (95%)")
+            f"{alpha} if the null statistic is normal; the per-test size is measured on Haar null candidates only, "
+            f"METHODS.md §13); intervals: stratified Student-t (95%)")

@@ -244,8 +244,8 @@ class Intervention:
         return replace(self, source=src, prompts=pr)
 
     # --- applying it ---
-    def _tensors(self, device, dtype) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-        key = (str(device), dtype)
+    def _tensors(self, device) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        key = str(device)
         cache = self.__dict__.setdefault("_cache", {})
         if key not in cache:
             b = None if self.basis is None else torch.from_numpy(self.basis.copy()).to(device)
@@ -267,7 +267,7 @@ class Intervention:
         sel = np.arange(b) if self.prompts is None else np.flatnonzero(np.isin(idx, self.prompts))
         if not len(sel):
             return act
-        directions, source = self._tensors(act.device, None)
+        directions, source = self._tensors(act.device)
         ref = source
         if source is not None and source.ndim == 2 and indices is None and source.shape[0] != b:
             raise InvalidInputError(f"{what} holds {source.shape[0]} per-prompt rows but the batch has {b} prompts "
