@@ -46,10 +46,11 @@ batch), and a sharded run names its folders by their digests. **Resumed runs** (
 intervention at ``resid_post`` of layer L changes nothing below it, so the clean pass can keep the
 stream after L (:class:`StreamKeeper`, read-only hooks of that pass) and ``collect(...,
 resume=kept)`` applies the interventions to the kept stream and runs only the later blocks
-(TransformerLens's ``start_at_layer``: the HookedTransformer skips the earlier blocks; the TL 4.3
-bridge accepts it but still runs them; the TL 3 bridge has none, :meth:`KeptStream.check` says so and
-the caller runs whole passes). So k interventions at layer L cost about 1 + k·(1 − (L + 1)/n_layers)
-passes. No other module of bayes_lens calls the model's forward (the wind tunnel's training and the
+(:func:`bayes_lens.adapter.run_from_layer`: TransformerLens's ``start_at_layer`` on the HookedTransformer;
+on both bridges, whose own ``start_at_layer`` still runs the earlier blocks or is absent, the forward runs
+with the wrapped layers of blocks 0..L passing their input on; :meth:`KeptStream.check` compares the first
+batch with the whole pass and the caller falls back to whole passes where a kind differs). So k
+interventions at layer L cost about 1 + k·(1 − (L + 1)/n_layers) passes on every kind. No other module of bayes_lens calls the model's forward (the wind tunnel's training and the
 CLI's generation aside).
 
 Example
@@ -800,9 +801,9 @@ class KeptStream:
     def run_batches(self, interventions=(), hooks_for=None, *, progress=None, desc: str = "resumed"
                     ) -> Iterator[Batch]:
         """One :class:`Batch` (with its final-token logits) per kept batch: ``interventions`` applied to the kept
-        stream, ``hooks_for(batch)`` hooked, and the blocks after the layer run (``start_at_layer``)."""
+        stream, ``hooks_for(batch)`` hooked, and only the blocks after the layer run
+        (:func:`bayes_lens.adapter.run_from_layer`)."""
         model = self.model
-        n_layers = int(adapter.model_info(model).n_layers)
         for batch, resid in progress_bar(self.batches, desc=desc, total=len(self.batches), enabled=progress,
                                          unit="batch"):
             x = resid
@@ -811,8 +812,7 @@ class KeptStream:
             hooks = [] if hooks_for is None else list(hooks_for(batch))
             with adapter.model_lock(model), torch.inference_mode(), \
                     adapter.final_token_unembedding(model, batch.last_index), adapter.added_hooks(model, hooks):
-                logits = model(x, start_at_layer=self.layer + 1, attention_mask=batch.attention_mask,
-                               return_type="logits") if self.layer + 1 < n_layers else model.unembed(model.ln_final(x))
+                logits = adapter.run_from_layer(model, x, self.layer, batch.tokens, batch.attention_mask)
             yield dataclasses.replace(batch, logits=logits[:, -1])
 
     def check(self, token_ids, clean_logprobs, tol: float = 1e-3) -> Optional[str]:

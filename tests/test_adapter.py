@@ -213,3 +213,79 @@ def test_hook_resolver_follows_a_hook_point_replaced_after_its_table_was_read(ti
     assert seen == [torch.Size([1, 3, model.cfg.d_model])]
     with pytest.raises(bl.MissingHookError, match="hook_nonexistent"):
         HookResolver(model)("blocks.0.hook_nonexistent")
+
+
+# ------------------------------------------------------------------ running the blocks after a layer
+
+
+def _kept_and_whole(model, layer, texts, later=None):
+    """(tokens, mask, the stream after ``layer``, whole-pass logits, the whole pass's resid_post at ``later``)
+    from one plain TransformerLens run_with_hooks (no bayes_lens runner)."""
+    from bayes_lens.adapter import encode_prompts, pad_batch
+
+    toks, mask = pad_batch(model, encode_prompts(model, texts), padding_side="right")
+    kept = {}
+    hooks = [(hook_name(model, layer, "resid_post"), lambda a, hook: kept.__setitem__("x", a.detach().clone()))]
+    if later is not None:
+        hooks.append((hook_name(model, later, "resid_post"), lambda a, hook: kept.__setitem__("y", a.detach().clone())))
+    with torch.inference_mode():
+        logits = model.run_with_hooks(toks, attention_mask=mask, fwd_hooks=hooks, return_type="logits")
+    return toks, mask, kept["x"], logits, kept.get("y")
+
+
+_TEXTS = ["The cat sat on the mat and", "2 + 2 =", "A longer prompt with several words in it, to pad the rest"]
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_run_from_layer_equals_the_whole_pass_and_skips_the_earlier_blocks(tiny, layer):
+    """adapter.run_from_layer from the stream kept after ``layer`` gives TransformerLens's whole-pass logits at every
+    real position (right padding), fires the later blocks' hooks with the whole pass's values, and does not run the
+    earlier blocks' attention (on both bridges too: their own start_at_layer runs them or is absent)."""
+    from bayes_lens.adapter import run_from_layer
+
+    n = model_info(tiny).n_layers
+    later = layer + 1 if layer + 1 < n else None
+    toks, mask, x, whole, y = _kept_and_whole(tiny, layer, _TEXTS, later)
+    seen, attn = {}, []
+    handles = [tiny.blocks[j].attn.register_forward_pre_hook(lambda m, a, j=j: attn.append(j)) for j in range(n)]
+    try:
+        hooks = [] if later is None else [(hook_name(tiny, later, "resid_post"),
+                                           lambda a, hook: seen.__setitem__("y", a.detach().clone()))]
+        with torch.inference_mode(), bl.adapter.added_hooks(tiny, hooks):
+            got = run_from_layer(tiny, x, layer, toks, mask)
+    finally:
+        for h in handles:
+            h.remove()
+    real = mask.bool()
+    torch.testing.assert_close(got[real], whole[real], atol=1e-5, rtol=1e-5)
+    assert attn == list(range(layer + 1, n))
+    if later is not None:
+        torch.testing.assert_close(seen["y"][real], y[real], atol=1e-5, rtol=1e-5)
+    # an edited stream: the result is the whole pass with that edit hooked at the layer (TL's own hook route)
+    bump = torch.zeros_like(x)
+    bump[:, :, 0] = 3.0
+    with torch.inference_mode():
+        edited = tiny.run_with_hooks(toks, attention_mask=mask, return_type="logits",
+                                     fwd_hooks=[(hook_name(tiny, layer, "resid_post"), lambda a, hook: a + bump)])
+        mine = run_from_layer(tiny, x + bump, layer, toks, mask)
+    torch.testing.assert_close(mine[real], edited[real], atol=1e-5, rtol=1e-5)
+
+
+def test_run_from_layer_puts_every_block_back_when_a_hook_raises(tiny):
+    """A hook that raises inside the resumed forward leaves no block passing its input on afterwards."""
+    from bayes_lens.adapter import run_from_layer
+
+    toks, mask, x, whole, _ = _kept_and_whole(tiny, 0, _TEXTS)
+
+    def boom(a, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"), torch.inference_mode(), \
+            bl.adapter.added_hooks(tiny, [(hook_name(tiny, 1, "resid_post"), boom)]):
+        run_from_layer(tiny, x, 0, toks, mask)
+    for block in tiny.blocks:
+        inner = getattr(block, "original_component", None)
+        assert inner is None or "forward" not in vars(inner)
+    with torch.inference_mode():
+        again = tiny(toks, attention_mask=mask, return_type="logits")
+    torch.testing.assert_close(again[mask.bool()], whole[mask.bool()])

@@ -469,7 +469,7 @@ class _Run:
             why = "the clean pass ran elsewhere (its stream was not kept here)" if r is None else \
                 r.check(self.answer_ids, self.clean_lp)
             if why is not None:
-                warnings.warn(f"{type(self.model).__name__} does not resume after layer {layer} (start_at_layer: "
+                warnings.warn(f"{type(self.model).__name__} does not resume after layer {layer} ("
                               f"{why}); localize runs a whole pass per intervention there instead (same numbers, "
                               "slower).", UserWarning, stacklevel=4)
                 r = None

@@ -30,6 +30,7 @@ facet           what it owns
 ``_tokens``     tokenizing, padding and masks, users' ``ActivationCache`` objects
 ``_runtime``    devices and the per-model lock
 ``_weights``    the unembedding, the final norm's gain and kind, an MLP's output weights, TL's projection kernel
+``_resume``     running only the blocks after a layer from a kept residual stream, on every kind
 ==============  =====================================================================================
 
 Example
@@ -96,6 +97,7 @@ from ._weights import (  # noqa: F401
     projection_kernel,
     unembedding,
 )
+from ._resume import run_from_layer  # noqa: F401
 from ._tokens import (  # noqa: F401
     cache_contents,
     cache_has,
@@ -162,4 +164,5 @@ __all__ = [
     "unembedding",
     "mlp_out_weights",
     "projection_kernel",
+    "run_from_layer",
 ]

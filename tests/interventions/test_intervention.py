@@ -180,7 +180,7 @@ def test_bad_interventions_are_refused_with_the_fix():
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_resumed_run_equals_the_whole_pass(kind):
     """collect(..., resume=kept) from the clean pass's kept stream after layer 0 gives the whole pass's numbers
-    (where the kind can resume; the TL 3 bridge says why it cannot)."""
+    on every kind (the bridges by passing blocks 0..L's input on, adapter.run_from_layer)."""
     model = _model(kind)
     d = model.cfg.d_model
     iv = Intervention(layer=0, site="resid_post", basis=orthonormal(np.random.default_rng(2).normal(size=(d, 2))))
@@ -188,12 +188,7 @@ def test_a_resumed_run_equals_the_whole_pass(kind):
     clean = bl.collect.collect(model, TEXTS, token_ids=[1, 2], fwd_hooks=keeper, progress=False)
     kept = keeper.stream(0, len(TEXTS))
     why = kept.check([1, 2], clean.token_logprobs().double().numpy())
-    from importlib.metadata import version
-
-    if kind == "bridge" and version("transformer-lens").startswith("3."):
-        assert why is not None and "start_at_layer" in why
-        return
-    assert why is None
+    assert why is None  # every kind resumes, both bridges included
     whole = bl.collect.collect(model, TEXTS, token_ids=[1, 2], resid_layers=[1], interventions=[iv], progress=False)
     resumed = bl.collect.collect(model, TEXTS, token_ids=[1, 2], resid_layers=[1], interventions=[iv], resume=kept,
                                  progress=False)
