@@ -101,6 +101,7 @@ COUNT_RULES = {
     "n_null": 1,
     "n_random_seeds": 0,
     "batch_size": 1,
+    "rows": 1,
     "n_bins": 1,
     "n_per_k": 1,
     "n_shards": 1,

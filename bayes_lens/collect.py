@@ -84,7 +84,7 @@ from .hookpoints import HOOK_POINTS
 from .reads import AttentionEntropy, CacheView, FinalRows, Read, missing_hook, read_from_spec, reads_for, unique
 from .reduced import ReducedCache
 
-__all__ = ["Batch", "forward_batches", "collect", "run_order", "reduce_cache", "check_prompts", "use_runner",
+__all__ = ["Batch", "forward_batches", "collect", "collect_each", "run_order", "reduce_cache", "check_prompts", "use_runner",
            "check_runnable", "StreamKeeper", "KeptStream", "RunOptions"]
 
 #: the runner of ``bl.shard.sharded(...)`` (an object with ``collect(model, prompts, **kw)``), or None
@@ -731,6 +731,64 @@ def collect(model, prompts: Sequence[str], *, value_layers=(), resid_layers=(), 
                         attention_positions=positions)
 
 
+def collect_each(model, prompts: Sequence[str], conditions: Sequence, *, resume: Optional["KeptStream"] = None,
+                 token_ids=None, reads: Optional[Sequence[Read]] = None, batch_size: int = 16,
+                 progress: Optional[bool] = None, desc: str = "collect", rows: int = 64) -> List[ReducedCache]:
+    """:func:`collect` once per condition (a list of intervention lists), as a list of reduced caches equal to
+    ``[collect(model, prompts, token_ids=..., reads=..., interventions=c, resume=resume) for c in conditions]``.
+
+    Resumed from a :class:`KeptStream`, conditions share passes: up to ``rows`` rows (prompts × conditions)
+    per forward (:meth:`KeptStream.run_stacked`), and conditions that act at the final position only, with no
+    hook-based read, run only that position on kinds whose key-value cache allows it. Otherwise (whole passes,
+    or inside ``bl.shard.sharded``: each condition is its own sharded run, named by its digests) one
+    :func:`collect` per condition."""
+    prompts = check_prompts(prompts)
+    conditions = [_check_interventions(model, c) for c in conditions]
+    if resume is None or _RUNNER.get() is not None:
+        return [collect(model, prompts, token_ids=token_ids, reads=reads, interventions=c, resume=resume,
+                        batch_size=batch_size, progress=progress, desc=desc) for c in conditions]
+    rows = check_count(rows, "rows")
+    for c in conditions:
+        wrong = [iv for iv in c if iv.layer != resume.layer or iv.site != "resid_post"]
+        if wrong or resume.n_prompts != len(prompts):
+            raise InvalidInputError(f"a stacked run resumed after layer {resume.layer} takes interventions at that "
+                                    f"layer's resid_post only, for the {resume.n_prompts} prompts kept; "
+                                    + (f"{wrong[0]!r} is elsewhere." if wrong else f"got {len(prompts)} prompts."))
+    bound = [_bind(model, (), (), False, "last", token_ids, 0, reads) for _ in conditions]
+    if any(r.read.logits == "all" for b in bound for r in b):
+        raise InvalidInputError("a resumed run computes the logits at the final token only.")
+    names = [name for r in bound[0] for name in r.hook_names]
+    if names:
+        adapter.check_hooks(model, names)
+    hooked = any(r.hook_names for r in bound[0])
+
+    def hooks_for(j, batch):
+        return [pair for r in bound[j] for pair in r.hooks(batch)]
+
+    ntoks = []
+    for batch, logits in resume.run_stacked(conditions, hooks_for if hooked else None, rows=rows,
+                                            progress=progress, desc=desc):
+        for j, fl in enumerate(logits):
+            fl = fl.float()
+            check_finite(fl, "the final-token logits", batch.indices)
+            done = dataclasses.replace(batch, logits=fl)
+            for r in bound[j]:
+                r.after_pass(done, fl)
+        ntoks.append(batch.attention_mask.sum(1).long().cpu())
+    back = inverse_order(run_order(prompts))
+    n_tokens = torch.cat(ntoks)
+    out = []
+    for b in bound:
+        parts: Dict[str, Tensor] = {}
+        for r in b:
+            parts.update(r.finish(len(prompts)))
+        if back is not None:
+            parts = {k: v[back] for k, v in parts.items()}
+        out.append(ReducedCache(parts, n_tokens=n_tokens[back] if back is not None else n_tokens,
+                                indices=torch.arange(len(prompts)), attention_positions="last"))
+    return out
+
+
 def _check_interventions(model, interventions) -> tuple:
     """``interventions`` as a tuple of :class:`~bayes_lens.interventions.Intervention`, each fitting ``model``
     (layer in range, the site's width)."""
@@ -793,6 +851,8 @@ class KeptStream:
 
     def __init__(self, model, layer: int, batches):
         self.model, self.layer, self.batches = model, int(layer), list(batches)
+        self._prefix: Dict[tuple, object] = {}  # (batch number, final index) -> the clean prefix's key-value cache
+        self._final_ok: Optional[bool] = None
 
     @property
     def n_prompts(self) -> int:
@@ -815,6 +875,97 @@ class KeptStream:
                 logits = adapter.run_from_layer(model, x, self.layer, batch.tokens, batch.attention_mask)
             yield dataclasses.replace(batch, logits=logits[:, -1])
 
+    def run_stacked(self, conditions, hooks_for=None, *, rows: int = 64, progress=None, desc: str = "resumed"
+                    ) -> Iterator[tuple]:
+        """Several conditions per pass: for each kept batch, ``(batch, [final logits [b, vocab] per condition])``.
+
+        ``conditions`` is a list of intervention tuples (each at this layer's ``resid_post``); ``hooks_for(j,
+        batch)`` the hooks of condition ``j``. Up to ``rows`` rows (prompts × conditions) share one forward:
+        each prompt's row is repeated once per condition (consecutively), each condition's hooks see their own
+        rows only (``act[j::m]``, written back when a hook returns a tensor). When every intervention acts at
+        the final position only and no hook is asked for, and the kind's key-value cache reproduces the whole
+        prompt (:meth:`final_position_ok`), only the final position runs the later blocks against the clean
+        prefix's cached keys and values (:func:`bayes_lens.adapter.run_final_from_layer`)."""
+        model, conditions = self.model, [tuple(c) for c in conditions]
+        final = hooks_for is None and all(iv.positions == "final" for c in conditions for iv in c) \
+            and self.final_position_ok()
+        for bi, (batch, resid) in enumerate(progress_bar(self.batches, desc=desc, total=len(self.batches),
+                                                         enabled=progress, unit="batch")):
+            b = resid.shape[0]
+            step = max(1, rows // b)
+            out = []
+            for s in range(0, len(conditions), step):
+                chunk = conditions[s:s + step]
+                out += self._stacked_pass(bi, batch, resid, chunk, None if hooks_for is None else
+                                          [(lambda bt, j=s + j: hooks_for(j, bt)) for j in range(len(chunk))], final)
+            yield batch, out
+
+    def _stacked_pass(self, bi: int, batch, resid, chunk, hook_fns, final: bool) -> List[Tensor]:
+        model, m, b = self.model, len(chunk), resid.shape[0]
+        xs = []
+        for c in chunk:
+            x = resid
+            for iv in c:
+                x = iv.apply(x, indices=batch.indices, last_index=batch.last_index)
+            xs.append(x)
+        hooks = []
+        for j, fn in enumerate(hook_fns or []):
+            hooks += [(name, _rows_of(f, j, m)) for name, f in fn(batch)]
+        with adapter.model_lock(model), torch.inference_mode():
+            if final:
+                return self._final_pass(bi, batch, xs)
+            x = torch.stack(xs, 1).reshape(b * m, *resid.shape[1:])
+            last = batch.last_index.repeat_interleave(m)
+            with adapter.final_token_unembedding(model, last), adapter.added_hooks(model, hooks):
+                logits = adapter.run_from_layer(model, x, self.layer, batch.tokens.repeat_interleave(m, 0),
+                                                batch.attention_mask.repeat_interleave(m, 0))
+        logits = logits[:, -1].reshape(b, m, -1)
+        return [logits[:, j] for j in range(m)]
+
+    def _final_pass(self, bi: int, batch, xs) -> List[Tensor]:
+        """The final-position route: per group of rows with one final index, the clean prefix's cache (kept)
+        and one stacked final-position forward."""
+        model, m = self.model, len(xs)
+        b = xs[0].shape[0]
+        out = None
+        for t in torch.unique(batch.last_index).tolist():
+            rows = torch.nonzero(batch.last_index == t).flatten()
+            key = (bi, int(t))
+            if key not in self._prefix:
+                self._prefix[key] = adapter.prefix_cache(model, batch.tokens[rows, :t]) if t > 0 else None
+            x = torch.stack([x_[rows, t] for x_ in xs], 1).reshape(len(rows) * m, 1, -1)
+            if self._prefix[key] is None:  # a one-token prompt: the whole prompt is the final position
+                logits = adapter.run_from_layer(model, x, self.layer, batch.tokens[rows, :1].repeat_interleave(m, 0),
+                                                batch.attention_mask[rows, :1].repeat_interleave(m, 0))
+            else:
+                logits = adapter.run_final_from_layer(model, x, self.layer, batch.tokens[rows, t:t + 1],
+                                                      self._prefix[key], repeats=m)
+            logits = logits[:, -1].reshape(len(rows), m, -1)
+            if out is None:
+                out = logits.new_zeros(b, m, logits.shape[-1])
+            out[rows] = logits
+        return [out[:, j] for j in range(m)]
+
+    def final_position_ok(self, tol: float = 1e-4) -> bool:
+        """Whether this kind's final-position route reproduces the whole-prompt resume (the first batch's logits at
+        the final token, unpatched, within ``tol``): decided once. On the HookedTransformer TransformerLens's
+        frozen key-value cache does it; on the TL bridges (transformers 5) the bridge's attention leaves the
+        Hugging Face cache empty, so the whole-prompt resume runs instead (same numbers)."""
+        if self._final_ok is None:
+            batch, resid = self.batches[0]
+            try:
+                with adapter.model_lock(self.model), torch.inference_mode():
+                    got = self._final_pass(0, batch, [resid])[0]
+                    with adapter.final_token_unembedding(self.model, batch.last_index):
+                        ref = adapter.run_from_layer(self.model, resid, self.layer, batch.tokens,
+                                                     batch.attention_mask)[:, -1]
+                self._final_ok = bool(torch.allclose(got.float(), ref.float(), atol=tol, rtol=0))
+            except Exception:  # noqa: BLE001 - a kind without the route: the whole-prompt resume instead
+                self._final_ok = False
+            if not self._final_ok:
+                self._prefix.clear()
+        return self._final_ok
+
     def check(self, token_ids, clean_logprobs, tol: float = 1e-3) -> Optional[str]:
         """None when the unpatched resume of the first batch reproduces the clean pass's log-probabilities of
         ``token_ids`` (``clean_logprobs`` ``[n, K]``), else why not (in words); one batch decides, so a kind that
@@ -830,6 +981,18 @@ class KeptStream:
         idx = self.batches[0][0].indices.numpy()
         worst = float(np.max(np.abs(got.numpy() - np.asarray(clean_logprobs, dtype=np.float64)[idx])))
         return None if worst <= tol else f"the resumed log-probabilities differ from the whole pass by {worst:.3g}"
+
+
+def _rows_of(fn, j: int, m: int):
+    """A hook that shows ``fn`` only the rows of condition ``j`` of ``m`` stacked ones (``act[j::m]``) and writes
+    back what it returns."""
+    def hook(act, hook=None):
+        out = fn(act[j::m], hook=hook)
+        if out is not None:
+            act[j::m] = out
+            return act
+        return None
+    return hook
 
 
 @dataclass(frozen=True)

@@ -624,8 +624,8 @@ def test_resuming_from_the_kept_stream_gives_the_whole_pass_numbers(kind, operat
 def test_the_kept_stream_comes_from_the_clean_pass(kind):
     """Forward passes and block-0 attention calls counted on the model: the stream the interventions resume from
     is kept by the clean pass itself (no pass of its own), the resume is checked on the first batch only, and each
-    intervention then runs the later blocks of every batch only: block 0's attention runs in the clean pass and
-    nowhere else, on every kind (both bridges skip it too)."""
+    intervention then runs the later blocks of every batch only, the interventions of a layer stacked into shared
+    passes: block 0's attention runs in the clean pass and nowhere else, on every kind (both bridges skip it too)."""
     import warnings
 
     model = _model(kind)
@@ -643,7 +643,9 @@ def test_the_kept_stream_comes_from_the_clean_pass(kind):
             h.remove()
     batches, interventions = 2, len(loc.table)
     assert interventions == 3
-    assert len(calls) == batches + 1 + batches * interventions  # clean, the one-batch check, the resumed passes
+    # the clean pass, the one-batch check, then one stacked pass per batch for all three interventions (8 prompts
+    # × 3 conditions fit the 64 rows a pass takes)
+    assert len(calls) == batches + 1 + batches
     assert len(attn0) == batches  # the earlier block ran in the clean pass only
 
 

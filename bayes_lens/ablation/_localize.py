@@ -75,7 +75,7 @@ import torch
 
 from .. import adapter
 from .._inputs import classify
-from ..collect import RunOptions, StreamKeeper, collect, reduce_cache, runner_active
+from ..collect import RunOptions, StreamKeeper, collect, collect_each, reduce_cache, runner_active
 from ..estimators import FixedBasis, PC1Axis, RidgeAxis, SubspaceEstimator, TopKFrame, fold_ids, standardized_pc_basis
 from ..interventions import (Intervention, crossfitted, haar_draw, head_blocks, orthonormal, resample_donors,
                              swap_donors)
@@ -365,10 +365,21 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             readers[layer] = (best.name, best.basis[:, 0])
     clean_rho = {k: coordinate_corr_rows(run.X[k] @ u, run.h_clean if target == "model" else run.y, run.idx,
                                          "spearman")[0] for k, (_, u) in readers.items()}
+    removed, swapped = {}, {}  # candidate number -> its posteriors: one stacked call per layer and kind of edit
+    for layer in run.layers:
+        mine = [i for i, c in enumerate(candidates) if c.layer == layer]
+        later = [k for k in readers if k > layer]
+        got = run.posteriors(layer, [_removal(run, candidates[i]) for i in mine], later,
+                             f"localize: layer {layer}, {len(mine)} removals")
+        removed.update(zip(mine, got))
+        if design.swap:
+            got = run.posteriors(layer, [_swap(run, candidates[i]) for i in mine], [],
+                                 f"localize: layer {layer}, {len(mine)} swaps")
+            swapped.update((i, g[0]) for i, g in zip(mine, got))
     records, down_records = [], []
-    for c in progress_bar(candidates, desc="localize: interventions", enabled=options.progress):
+    for ci, c in enumerate(candidates):
         later = [k for k in readers if k > c.layer]
-        p, rows = run.posterior(c, _removal(run, c), later, f"localize: {c.name}")
+        p, rows = removed[ci]
         h = entropy_bits(p)
         m = run.metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null}
@@ -383,7 +394,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                                  "rho_patched": float(r[0]), "delta_rho": float(diff[0]), "delta_rho_ci_low": lo,
                                  "delta_rho_ci_high": hi, "degenerate": degenerate})
         if design.swap:
-            ps, _ = run.posterior(c, _swap(run, c), [], f"localize: swap {c.name}")
+            ps = swapped[ci]
             # bits closer to the donor's clean output: KL(q_donor ‖ p_clean) − KL(q_donor ‖ p_swapped)
             move = (kl_categorical_bits(run.p_clean[run.donors], run.p_clean, eps=1e-9)
                     - kl_categorical_bits(run.p_clean[run.donors], ps, eps=1e-9))
@@ -476,15 +487,15 @@ class _Run:
             self.streams[layer] = r
         return self.streams[layer]
 
-    def posterior(self, c, interventions, read_layers, desc):
-        """(the answer posterior ``[n, K]``, ``{layer: [n, d]}`` final-token rows of the site at ``read_layers``)
-        with ``interventions`` applied, through the runner."""
-        rc = collect(self.model, self.texts, token_ids=self.answer_ids, reads=[FinalRows(k, self.site)
-                                                                                for k in read_layers],
-                     interventions=interventions, resume=self.stream(c.layer), batch_size=self.batch_size,
-                     progress=False, desc=desc)
-        return (answer_posterior(rc.token_logprobs())[0],
-                {k: rc.value_rows(k, self.site).double().numpy() for k in read_layers})
+    def posteriors(self, layer: int, conditions, read_layers, desc):
+        """Per condition (an intervention list at ``layer``): (the answer posterior ``[n, K]``, ``{layer: [n, d]}``
+        final-token rows of the site at ``read_layers``), through the runner; resumed conditions share passes
+        (:func:`~bayes_lens.collect.collect_each`)."""
+        rcs = collect_each(self.model, self.texts, conditions, token_ids=self.answer_ids,
+                           reads=[FinalRows(k, self.site) for k in read_layers], resume=self.stream(layer),
+                           batch_size=self.batch_size, progress=self.progress, desc=desc)
+        return [(answer_posterior(rc.token_logprobs())[0],
+                 {k: rc.value_rows(k, self.site).double().numpy() for k in read_layers}) for rc in rcs]
 
 
 def _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options):
@@ -550,7 +561,7 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
     run = _Run(model=model, items=items, texts=texts, bayes=bayes, n=n, d=d, site=site, layers=layers,
                 strata=strata, outcome=outcome, answer_ids=answer_ids, keeper=keeper, p_clean=p_clean,
                 h_clean=h_clean, y=_target(target, items, h_clean, p_clean), X=X, fid=fid, design=design,
-                operation=operation, seed=seed, batch_size=options.batch_size,
+                operation=operation, seed=seed, batch_size=options.batch_size, progress=options.progress,
                 idx=np.concatenate([np.arange(n)[None, :], bootstrap_indices(n, design.n_boot, seed=seed,
                                                                              strata=strata)]),
                 donors=swap_donors(items, seed=seed) if design.swap else None,

@@ -97,7 +97,7 @@ from ._weights import (  # noqa: F401
     projection_kernel,
     unembedding,
 )
-from ._resume import run_from_layer  # noqa: F401
+from ._resume import prefix_cache, run_final_from_layer, run_from_layer  # noqa: F401
 from ._tokens import (  # noqa: F401
     cache_contents,
     cache_has,
@@ -165,4 +165,6 @@ __all__ = [
     "mlp_out_weights",
     "projection_kernel",
     "run_from_layer",
+    "prefix_cache",
+    "run_final_from_layer",
 ]

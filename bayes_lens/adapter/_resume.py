@@ -72,3 +72,74 @@ def run_from_layer(model, resid: Tensor, layer: int, tokens: Tensor, attention_m
         raise ValueError(f"the kept stream's shape {list(resid.shape[:2])} is not the tokens' {list(tokens.shape)}")
     with _skipped_blocks(model, layer, resid):
         return model(tokens, attention_mask=attention_mask, return_type="logits")
+
+
+# ------------------------------------------------------------------ an edit at the final position only
+
+
+def _tl_kv_cache_class():
+    try:
+        from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache as cls
+    except ImportError:  # pragma: no cover - older TransformerLens names
+        from transformer_lens.past_key_value_caching import HookedTransformerKeyValueCache as cls
+    return cls
+
+
+def prefix_cache(model, tokens: Tensor):
+    """The model's own key-value cache of the clean pass over ``tokens`` ``[g, t]`` (unpadded rows of one length):
+    TransformerLens's frozen ``TransformerLensKeyValueCache`` on a HookedTransformer, the Hugging Face cache that
+    ``return_type="logits_and_cache"`` hands back on a bridge. Opaque: pass it to :func:`run_final_from_layer`."""
+    from ._hooks import final_token_unembedding
+
+    ones = torch.ones_like(tokens)
+    last = torch.full((tokens.shape[0],), tokens.shape[1] - 1, dtype=torch.long)
+    if not is_bridge(model):
+        cache = _tl_kv_cache_class().init_cache(model.cfg, model.cfg.device, tokens.shape[0])
+        model(tokens, attention_mask=ones, past_kv_cache=cache, return_type=None)
+        cache.freeze()
+        return cache
+    with final_token_unembedding(model, last):
+        _, cache = model(tokens, attention_mask=ones, use_cache=True, return_type="logits_and_cache")
+    return cache
+
+
+def _repeated_tl_cache(cache, repeats: int, first: int):
+    """A frozen copy of a TransformerLens cache with every row repeated ``repeats`` times (consecutively) in the
+    entries of blocks ``first`` onwards (the earlier blocks do not run)."""
+    import dataclasses
+
+    entries = [e if j < first or repeats == 1 else dataclasses.replace(
+        e, past_keys=e.past_keys.repeat_interleave(repeats, 0), past_values=e.past_values.repeat_interleave(repeats, 0),
+        frozen=True) for j, e in enumerate(cache.entries)]
+    return dataclasses.replace(cache, entries=entries,
+                               previous_attention_mask=cache.previous_attention_mask.repeat_interleave(repeats, 0),
+                               frozen=True)
+
+
+def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor, cache, repeats: int = 1) -> Tensor:
+    """Logits ``[g·repeats, 1, vocab]`` at the final position when only that position's ``hook_resid_post`` of
+    ``layer`` changed: ``resid`` ``[g·repeats, 1, d_model]`` is the edited final row (each prompt's ``repeats``
+    edits consecutively), ``final_tokens`` ``[g, 1]`` the final tokens and ``cache`` the clean prefix's
+    (:func:`prefix_cache`). Causal attention makes the earlier positions' later blocks equal to the clean pass's,
+    so only the final position runs the blocks after ``layer``, against the cached keys and values; the cache
+    is left as it was (TransformerLens's is frozen; a bridge's is copied)."""
+    import copy
+
+    n_layers = int(model_info(model).n_layers)
+    g, t = final_tokens.shape[0], None
+    if not is_bridge(model):
+        t = cache.previous_attention_mask.shape[1]
+        if layer + 1 >= n_layers:
+            return model.unembed(model.ln_final(resid))
+        stacked = _repeated_tl_cache(cache, repeats, layer + 1)
+        mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=resid.device)
+        return model(resid, start_at_layer=layer + 1, past_kv_cache=stacked, attention_mask=mask,
+                     return_type="logits")
+    c = copy.deepcopy(cache)
+    if repeats > 1:
+        c.batch_repeat_interleave(repeats)
+    t = int(c.get_seq_length())
+    toks = final_tokens.repeat_interleave(repeats, 0)
+    mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=toks.device)
+    with _skipped_blocks(model, layer, resid):
+        return model(toks, attention_mask=mask, past_key_values=c, use_cache=True, return_type="logits")
