@@ -13,7 +13,8 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   site, K-fold cross-fitted, with its bootstrap interval and shuffled-target null. *Readable*: the
   interval lies above the null's 95th percentile and above ``min_r2``.
 * **Interventions**: the candidate subspace S (orthonormal basis B, rank k) at the layer's site, at
-  every position: ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
+  every position (``positions="all"``; ``"final"`` the last token; ``"answers"`` every demonstration's answer
+  token, :func:`bayes_lens.ablation.answer_positions`, one tuple of positions per prompt): ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
   replaced by its mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
   as causal scrubbing and the IOI circuit's resample ablation: the component replaced by the same
   component of another prompt j, a seeded uniform draw among the fitting prompts, :func:`resample_donors`;
@@ -95,15 +96,21 @@ from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._patch import Patch, PatchPart
+from ._positions import answer_positions
 from ._readout import Readout, cross_fitted_readout
 
 __all__ = ["localize", "Localization", "Design", "subspace_patch", "swap_donors", "resample_donors", "head_blocks",
-           "default_layers", "TARGETS", "OPERATIONS"]
+           "default_layers", "TARGETS", "OPERATIONS", "POSITIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 SITES = ("resid_post", "v", "z")
 OPERATIONS = ("removal", "mean", "resample")
 _OP = {"removal": "remove", "mean": "mean", "resample": "resample"}
+#: where the removal (mean-, resample-ablation) acts: every position, each prompt's last token, or every
+#: demonstration's answer token (:func:`bayes_lens.ablation.answer_positions`)
+POSITIONS = ("all", "final", "answers")
+_WHERE = {"all": "at every position", "final": "at the final position",
+          "answers": "at every demonstration's answer position"}
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,8 @@ def _settings(design, options, kw) -> tuple:
     unknown = sorted(set(kw) - set(fields))
     if unknown:
         raise InvalidInputError(f"localize() got unknown keyword(s) {unknown}; it takes layers, site, ranks, "
-                                f"estimators, bases, target, operation, clean, design, options, and by name any field "
+                                f"estimators, bases, target, operation, positions, clean, design, options, and by name "
+                                f"any field "
                                 f"of Design or RunOptions: {sorted(fields)}.")
     design = replace(design, **{k: v for k, v in kw.items() if fields[k] == "design"})
     options = replace(options, **{k: v for k, v in kw.items() if fields[k] == "options"})
@@ -223,7 +231,9 @@ class Localization(Result):
     rule in words), ``downstream`` (one row per layer × subspace × later layer tested: the Spearman ρ of
     that layer's best readout with the target, clean and patched, Δρ with its paired interval and the
     random band), ``gate`` (does the model follow the exact posterior at all: ρ, p, answer mass, the rule),
-    ``n_tests`` (the family Holm's correction ran over) and ``alpha`` (its family-wise level)."""
+    ``n_tests`` (the family Holm's correction ran over), ``alpha`` (its family-wise level) and ``positions``
+    (where the removal acted: ``"all"``, ``"final"``, ``"answers"``; the swap acts at the final position; the table's
+    ``positions`` and ``swap_positions`` columns say the same per row)."""
 
     table: object
     layers_table: object
@@ -236,6 +246,7 @@ class Localization(Result):
     gate: Optional[dict] = None
     n_tests: Optional[int] = None
     alpha: Optional[float] = None
+    positions: str = "all"
 
     def gate_sentence(self) -> str:
         """Whether the model follows the task's exact posterior, and what the verdicts are therefore about."""
@@ -259,7 +270,8 @@ class Localization(Result):
             rows.append((f"layer {r['layer']}", r["verdict"], f"angle {fmt(r['angle_deg'], 3)}°",
                          f"p = {fmt(p, 3)}" if np.isfinite(p) else (r.get("angle_note") or "no p-value")))
         fam = "" if self.n_tests is None else f"; {self.n_tests} tests, family-wise α = {self.alpha}"
-        head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation}) on "
+        head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation} "
+                f"{_WHERE.get(self.positions, self.positions)}) on "
                 f"{self.n_prompts} prompts{fam}")
         g = self.gate_sentence()
         return (f"{g}\n{head}" if g else head), rows
@@ -315,7 +327,7 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
 
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
              estimators: Sequence = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
-             operation: str = "removal", clean=None, design: Optional[Design] = None,
+             operation: str = "removal", positions: str = "all", clean=None, design: Optional[Design] = None,
              options: Optional[RunOptions] = None, **settings) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
@@ -326,7 +338,11 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     ``"pca"`` (rank-one axes) or any :mod:`bayes_lens.estimators` estimator (``PLSSubspace(rank=4)``: a new
     estimator is one class); ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces;
     ``target`` (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"``, ``"mean"`` or ``"resample"``; ``design`` the test's statistics (:class:`Design`: ``n_random``,
+    ``"removal"``, ``"mean"`` or ``"resample"``; ``positions`` where that operation acts: ``"all"`` (default),
+    ``"final"`` (each prompt's last token) or ``"answers"`` (every demonstration's answer token of each prompt, found
+    in its tokenization by :func:`bayes_lens.ablation.answer_positions`; SULA and the categorical task, or items with
+    ``demonstration_answers``; a prompt with k = 0 is left unpatched; the swap stays at the final position);
+    ``design`` the test's statistics (:class:`Design`: ``n_random``,
     ``folds``, ``n_boot``, ``n_null``, ``swap``, ``min_effect_bits``, ``min_r2``); ``options`` how the model runs
     (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). Any field of the
     two may also be passed by name (``n_random=40, batch_size=8``). Each intervention is one forward pass over the
@@ -354,7 +370,11 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         warnings.warn(f"n_random={design.n_random}: fewer than 20 null draws per layer and rank make the mediator "
                       "test's p-values coarse and its size unmeasured; use n_random ≥ 40 (the default).",
                       UserWarning, stacklevel=2)
+    check_choice(positions, "positions", POSITIONS)
+    items = list(items)
+    where = answer_positions(model, items) if positions == "answers" else positions  # before any pass: fails fast
     run = _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options)
+    run.positions = where
     _check_bases(bases, run.layers, estimators, ranks)
     candidates = _candidates(run, estimators, bases, ranks)
     readers = {}  # the downstream readout at each layer: its best rank-one readout (fitted on every prompt)
@@ -371,7 +391,8 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         p, rows = run.posterior(c, _removal(run, c), later, f"localize: {c.name}")
         h = entropy_bits(p)
         m = run.metrics(h, p)
-        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null}
+        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null,
+               "positions": positions}
         for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
             name, u = readers[k]
             r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else run.y, run.idx, "spearman",
@@ -388,7 +409,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             move = (kl_categorical_bits(run.p_clean[run.donors], run.p_clean, eps=1e-9)
                     - kl_categorical_bits(run.p_clean[run.donors], ps, eps=1e-9))
             mv, lo_, hi_ = mean_interval(move, run.strata)
-            rec.update(swap_bits=mv, swap_ci_low=lo_, swap_ci_high=hi_)
+            rec.update(swap_bits=mv, swap_ci_low=lo_, swap_ci_high=hi_, swap_positions="final")
         ro = c.readout
         rec.update(r2=ro.r2.value if ro else np.nan, r2_ci_low=ro.r2.ci_low if ro else np.nan,
                    r2_ci_high=ro.r2.ci_high if ro else np.nan, r2_null_q95=ro.null_r2_q95 if ro else np.nan,
@@ -407,12 +428,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     about = "the model's own entropy" if target == "model" or not run.gate["follows"] else "Bayesian uncertainty"
     rows_of_layers = layer_rows(table, run.layers, {(c.layer, c.name): c.basis for c in candidates}, swap=design.swap,
                                 clean_mae=float(run.clean_m["mae"][0]), rows_of=run.X, about=about, seed=run.seed)
-    rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=operation, swap=design.swap,
+    rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=f"{operation} {_WHERE[positions]}",
+                     swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
                      n_tests=n_tests, nulls=design.nulls)
     return Localization(table=table, layers_table=pd.DataFrame.from_records(rows_of_layers), n_prompts=run.n, site=site,
                         target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True),
-                        gate=run.gate, n_tests=n_tests, alpha=design.alpha)
+                        gate=run.gate, n_tests=n_tests, alpha=design.alpha, positions=positions)
 
 
 _DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "null", "readout_layer", "readout", "rho_clean", "rho_patched",
@@ -657,7 +679,7 @@ def _bases(c: _Candidate) -> Dict[int, np.ndarray]:
 
 
 def _removal(run, c: _Candidate):
-    """The candidate's removal / mean- / resample-ablation: one intervention per fold, at every position."""
+    """The candidate's removal / mean- / resample-ablation: one intervention per fold, at ``run.positions``."""
     bases = _bases(c)
     fold_of = np.zeros(run.n, dtype=np.int64) if c.fold_bases is None else run.fid
     x = run.X[c.layer]
@@ -667,7 +689,8 @@ def _removal(run, c: _Candidate):
         src = {f: (x.mean(0) if c.fold_bases is None else x[run.fid != f].mean(0)) for f in bases}
     else:
         src = None
-    return crossfitted(c.layer, run.site, bases, fold_of, op=_OP[run.operation], source_of_fold=src, label=c.name)
+    return crossfitted(c.layer, run.site, bases, fold_of, op=_OP[run.operation], positions=run.positions,
+                       source_of_fold=src, label=c.name)
 
 
 def _swap(run, c: _Candidate):
