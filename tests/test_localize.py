@@ -1225,3 +1225,56 @@ def test_localize_at_the_answers_inside_sharded_and_resumed_gives_the_one_proces
     assert (inside["positions"] == "answers").all()
     assert not np.allclose(ref["delta_mae_bits"], bl.localize(model, items, resume=False, **_form_kw())
                            .to_dataframe()["delta_mae_bits"])  # the answers are not every position
+
+
+# ------------------------------------------------------------------ seed variance (Design.reseeds)
+
+
+@pytest.mark.filterwarnings("ignore:n_random")
+def test_one_seed_has_spread_columns_of_zero():
+    """Without reseeds the spread columns are there and say one seed: SD 0, min = max = the number, every call
+    agreed by that one seed; null rows carry NaN."""
+    model = tiny_model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
+    loc = bl.localize(model, items, layers=[1], ranks=(1,), n_random=3, folds=2, n_boot=20, n_null=3, progress=False)
+    t = loc.to_dataframe()
+    real = t[t["kind"] != "random"]
+    assert loc.seeds == (0,) and (t["n_seeds"] == 1).all() and (loc.layers_table["verdict_seeds_agree"] == 1).all()
+    for col in bl.ablation.SEEDED:
+        assert (real[f"{col}_seed_sd"] == 0).all(), col
+        np.testing.assert_array_equal(real[f"{col}_seed_min"], real[col])
+        np.testing.assert_array_equal(real[f"{col}_seed_max"], real[col])
+        assert t[t["kind"] == "random"][f"{col}_seed_sd"].isna().all()
+    assert (real[["verdict_seeds_agree", "mediator_seeds_agree", "readable_seeds_agree"]] == 1).all().all()
+    with pytest.raises(InvalidInputError, match="reseeds"):
+        bl.ablation.Design(reseeds=-1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_planted_mediator_verdict_is_stable_across_seeds(kind):
+    """Design(reseeds=2): three seeds (new folds, bootstrap, nulls, null draws, donors). The planted mediator is
+    "readout and mediator" and the unread copy "readout only" under every seed; the spread columns are the SD and
+    range over the seeds, equal to the numbers of a run made directly with the third seed."""
+    from bayes_lens.models.tiny import planted_model
+
+    if kind == "hooked":
+        _model("hooked")
+    model, planted = planted_model(kind)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=6)
+    kw = dict(layers=[planted.layer], ranks=(1,), estimators=("ridge",), target="log_odds",
+              bases={"mediator": planted.mediator.numpy(), "readout_only": planted.readout_only.numpy()},
+              n_random=20, folds=4, n_boot=100, n_null=10, progress=False)
+    loc = bl.localize(model, items, reseeds=2, **kw)
+    t = loc.to_dataframe().set_index("subspace")
+    assert loc.seeds == (0, 1, 2) and "seeds [0, 1, 2]" in str(loc)
+    assert t.loc["mediator", "verdict"].startswith("readout and mediator")
+    assert t.loc["mediator", "verdict_seeds_agree"] == 3 and t.loc["mediator", "mediator_seeds_agree"] == 3
+    assert t.loc["readout_only", "verdict"] == "readout only" and t.loc["readout_only", "verdict_seeds_agree"] == 3
+    assert int(loc.layers_table["verdict_seeds_agree"].iloc[0]) == 3
+    assert t.loc["mediator", "removal_p_holm_seed_max"] <= 0.05
+    third = bl.localize(model, items, seed=2, **kw).to_dataframe().set_index("subspace")
+    vals = np.array([t.loc["mediator", "swap_bits"], third.loc["mediator", "swap_bits"]])
+    assert t.loc["mediator", "swap_bits_seed_min"] <= vals.min()
+    assert t.loc["mediator", "swap_bits_seed_max"] >= vals.max()
+    assert t.loc["mediator", "swap_bits_seed_sd"] > 0  # the donors change with the seed
+    assert t.loc["ridge axis", "r2_seed_min"] <= third.loc["ridge axis", "r2"] <= t.loc["ridge axis", "r2_seed_max"]

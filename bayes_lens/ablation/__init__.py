@@ -77,13 +77,14 @@ from ._localize import (Design, Localization, default_layers, head_blocks, local
 from ._patch import Patch, PatchPart, patched
 from ._positions import answer_positions, demonstration_answers
 from ._readout import Readout, cross_fitted_readout
+from ._seeds import SEEDED, seed_columns
 from ._statistic import StatisticPatch, patch_statistic, sufficient_statistic
 
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect", "localize", "Localization", "Design", "subspace_patch",
            "cross_fitted_readout", "Readout", "patch_statistic", "StatisticPatch", "sufficient_statistic",
            "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis", "answer_positions",
-           "demonstration_answers"]
+           "demonstration_answers", "seed_columns", "SEEDED"]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402
 

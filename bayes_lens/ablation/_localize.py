@@ -14,8 +14,9 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   interval lies above the null's 95th percentile and above ``min_r2``.
 * **Interventions**: the candidate subspace S (orthonormal basis B, rank k) at the layer's site, at
   every position (``positions="all"``; ``"final"`` the last token; ``"answers"`` every demonstration's answer
-  token, :func:`bayes_lens.ablation.answer_positions`, one tuple of positions per prompt): ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
-  replaced by its mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
+  token, :func:`bayes_lens.ablation.answer_positions`, one tuple of positions per prompt):
+  ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component replaced by its
+  mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
   as causal scrubbing and the IOI circuit's resample ablation: the component replaced by the same
   component of another prompt j, a seeded uniform draw among the fitting prompts, :func:`resample_donors`;
   r_j is j's final-token row, the reference distribution mean-ablation averages). Fitted subspaces are cross-fitted: the prompts of
@@ -97,6 +98,7 @@ from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._patch import Patch, PatchPart
 from ._positions import answer_positions
+from ._seeds import layer_seed_columns, seed_columns
 from ._readout import Readout, cross_fitted_readout
 
 __all__ = ["localize", "Localization", "Design", "subspace_patch", "swap_donors", "resample_donors", "head_blocks",
@@ -119,7 +121,11 @@ class Design:
     bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` draws per null, layer and rank (40 by
     default; fewer than 20 warns), ``nulls`` the null families drawn (``"haar"``; ``"cov"`` covariance-matched,
     the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``swap`` also
-    run the interchange, and the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``.
+    run the interchange, the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``, and ``reseeds`` R:
+    rerun the whole test with the seeds ``seed + 1 … seed + R`` (new folds, bootstrap resamples, shuffled nulls,
+    null subspaces and donors; the clean pass and every intervention again, so the call costs 1 + R times as
+    much) and report beside each row the spread of its verdict-bearing numbers over the 1 + R seeds and how many
+    agree on its verdict (:func:`bayes_lens.ablation.seed_columns`; 0: one seed, spread 0).
 
     >>> Design(n_random=40).n_random
     40
@@ -134,6 +140,7 @@ class Design:
     min_r2: float = 0.1
     nulls: tuple = ("haar", "cov")
     alpha: float = 0.05
+    reseeds: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "nulls", tuple(check_choices(self.nulls, "nulls", ("haar", "cov"))))
@@ -144,6 +151,7 @@ class Design:
         for name in ("n_random", "folds", "n_boot"):
             object.__setattr__(self, name, check_count(getattr(self, name), name))
         object.__setattr__(self, "n_null", check_count(self.n_null, "n_null", allow_zero=True))
+        object.__setattr__(self, "reseeds", check_count(self.reseeds, "reseeds"))
         object.__setattr__(self, "swap", check_bool(self.swap, "swap"))
         object.__setattr__(self, "min_effect_bits", check_float(self.min_effect_bits, "min_effect_bits", min=0.0))
         object.__setattr__(self, "min_r2", check_float(self.min_r2, "min_r2"))
@@ -233,7 +241,9 @@ class Localization(Result):
     random band), ``gate`` (does the model follow the exact posterior at all: ρ, p, answer mass, the rule),
     ``n_tests`` (the family Holm's correction ran over), ``alpha`` (its family-wise level) and ``positions``
     (where the removal acted: ``"all"``, ``"final"``, ``"answers"``; the swap acts at the final position; the table's
-    ``positions`` and ``swap_positions`` columns say the same per row)."""
+    ``positions`` and ``swap_positions`` columns say the same per row), ``seeds`` (the seeds run: the reported one
+    first, then ``Design.reseeds`` more; the table's ``*_seed_sd/min/max`` and ``*_seeds_agree`` columns are over
+    them)."""
 
     table: object
     layers_table: object
@@ -247,6 +257,7 @@ class Localization(Result):
     n_tests: Optional[int] = None
     alpha: Optional[float] = None
     positions: str = "all"
+    seeds: tuple = (0,)
 
     def gate_sentence(self) -> str:
         """Whether the model follows the task's exact posterior, and what the verdicts are therefore about."""
@@ -270,6 +281,8 @@ class Localization(Result):
             rows.append((f"layer {r['layer']}", r["verdict"], f"angle {fmt(r['angle_deg'], 3)}°",
                          f"p = {fmt(p, 3)}" if np.isfinite(p) else (r.get("angle_note") or "no p-value")))
         fam = "" if self.n_tests is None else f"; {self.n_tests} tests, family-wise α = {self.alpha}"
+        if len(self.seeds) > 1:
+            fam += f"; spread over seeds {list(self.seeds)}"
         head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation} "
                 f"{_WHERE.get(self.positions, self.positions)}) on "
                 f"{self.n_prompts} prompts{fam}")
@@ -344,7 +357,10 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     ``demonstration_answers``; a prompt with k = 0 is left unpatched; the swap stays at the final position);
     ``design`` the test's statistics (:class:`Design`: ``n_random``,
     ``folds``, ``n_boot``, ``n_null``, ``swap``, ``min_effect_bits``, ``min_r2``); ``options`` how the model runs
-    (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). Any field of the
+    (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). ``reseeds=R``
+    (a :class:`Design` field) reruns everything seeded - and so the clean pass and every intervention: R more
+    times the cost - with R other seeds and adds each number's spread over the seeds and how many agree on each
+    verdict (the seed variance, apart from the bootstrap's sampling variance). Any field of the
     two may also be passed by name (``n_random=40, batch_size=8``). Each intervention is one forward pass over the
     prompts (a cross-fitted one: K interventions over 1/K of them each, in one pass); at ``resid_post`` it resumes
     from the clean stream kept after its layer (checked against the whole pass, with a fallback).
@@ -432,9 +448,17 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
                      swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
                      n_tests=n_tests, nulls=design.nulls)
-    return Localization(table=table, layers_table=pd.DataFrame.from_records(rows_of_layers), n_prompts=run.n, site=site,
+    layers_table = pd.DataFrame.from_records(rows_of_layers)
+    again = [localize(model, items, layers=run.layers, site=site, ranks=ranks, estimators=estimators, bases=bases,
+                      target=target, operation=operation, positions=positions, clean=clean,
+                      design=replace(design, reseeds=0), options=replace(options, seed=seed), **cache_kw)
+             for seed in range(options.seed + 1, options.seed + 1 + design.reseeds)]  # seed variance: all again
+    table = seed_columns(table, [a.table for a in again])
+    layers_table = layer_seed_columns(layers_table, [a.layers_table for a in again])
+    return Localization(table=table, layers_table=layers_table, n_prompts=run.n, site=site,
                         target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True),
-                        gate=run.gate, n_tests=n_tests, alpha=design.alpha, positions=positions)
+                        gate=run.gate, n_tests=n_tests, alpha=design.alpha, positions=positions,
+                        seeds=tuple(range(options.seed, options.seed + 1 + design.reseeds)))
 
 
 _DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "null", "readout_layer", "readout", "rho_clean", "rho_patched",

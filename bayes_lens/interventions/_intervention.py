@@ -77,7 +77,7 @@ def _is_seq(x) -> bool:
 
 
 def _check_positions(pos):
-    """``"all"`` / ``"final"``, a shared tuple of position indices, or per-prompt tuples (sorted, duplicates dropped)."""
+    """``"all"`` / ``"final"``, a shared tuple of position indices, or per-prompt tuples (sorted, deduplicated)."""
     if not _is_seq(pos):
         return check_choice(pos, "positions (or a tuple of position indices, or one such tuple per prompt)", POSITIONS)
     pos = list(pos.tolist() if isinstance(pos, (np.ndarray, Tensor)) else pos)
