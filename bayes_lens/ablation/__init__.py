@@ -31,7 +31,9 @@ entropy-ordered direction of its value space. This module answers with three pub
 
   A patch is an iterable of ``(hook_name, fn)`` pairs — one per layer — so
   ``model.hooks(fwd_hooks=list(patch))`` and ``model.run_with_hooks(x, fwd_hooks=list(patch))``
-  work as in TransformerLens; patches combine with ``+`` (list concatenation of their pairs).
+  work as in TransformerLens (under SAELens, where an SAE replaces the patch's hook point,
+  ``fwd_hooks=patch.pairs(model, saes=[sae])``: TL refuses the replaced name itself); patches combine
+  with ``+`` (list concatenation of their pairs).
   Layers are resolved with :func:`bayes_lens.adapter.resolve_layer` and hook names are checked
   with :func:`bayes_lens.adapter.check_hooks`: an out-of-range layer such as the paper's "−1"
   fails loudly instead of silently matching nothing.
