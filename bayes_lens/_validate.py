@@ -94,6 +94,7 @@ ErrorType = Type[Exception]
 #: n_candidates   1     screen neurons a confidence analysis ablates
 #: n_random_neurons 0   random neurons of a confidence analysis's band (0: none)
 #: n_random_axes  0     random directions removed beside the entropy axis (0: none)
+#: reseeds        0     reruns of a localize test with other seeds (0: one seed)
 #: ============== ===== ==========================================================================
 COUNT_RULES = {
     "n_boot": 1,
@@ -114,6 +115,7 @@ COUNT_RULES = {
     "n_candidates": 1,
     "n_random_neurons": 0,
     "n_random_axes": 0,
+    "reseeds": 0,
 }
 
 #: The query positions an attention-entropy reading averages over: the final real token or every one.

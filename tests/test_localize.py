@@ -1091,3 +1091,185 @@ def test_the_gate_says_when_the_model_does_not_follow_the_posterior():
     assert "does not follow" in loc.gate_sentence() and "target='model'" in loc.gate_sentence()
     assert (loc.layers_table["about"] == "the model's own entropy").all()
     assert "The model does not follow" in str(loc).splitlines()[0]
+
+
+# ------------------------------------------------------------------ positions: every demonstration's answer
+
+
+def _decoded(model, text, positions):
+    ids = bl.adapter.encode_prompts(model, [text])[0]
+    return [model.tokenizer.decode([ids[p]]) for p in positions]
+
+
+@pytest.mark.parametrize("control", [None, "lexical_remap", "shuffled_labels", "carriers_masked"])
+@pytest.mark.parametrize("template", ["colon", "is"])
+def test_answer_positions_are_the_tokens_of_the_labels_shown(template, control):
+    """bl.ablation.answer_positions finds, per SULA prompt, the positions whose tokens decode to the labels shown
+    in the text, in order, one per demonstration (none for k = 0), in the runner's tokenization (BOS first)."""
+    model = tiny_model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 3, 6), n_per_k=3, template=template, control=control, seed=4)
+    pos = bl.ablation.answer_positions(model, items)
+    assert len(pos) == len(items)
+    for it, p in zip(items, pos):
+        assert len(p) == it.k and list(p) == sorted(set(p))
+        shown = [" " + it.labels[i] for i in it.example_labels]
+        assert _decoded(model, it.text, p) == shown
+        for lab, q in zip(shown, p):  # each is where the label sits in the text: the text up to it ends in it
+            ids = bl.adapter.encode_prompts(model, [it.text])[0][:q + 1]
+            assert model.tokenizer.decode(ids).endswith(lab.strip())
+
+
+def test_answer_positions_on_the_categorical_task_and_a_task_of_ones_own():
+    model = tiny_model("bridge")
+    cat = bl.tasks.categorical_prompts(model, n_symbols=3, ks=(0, 2, 5), n_per_k=3, seed=1,
+                                       prefix="Symbols dax to mip:")  # the prefix holds an answer's token
+    pos = bl.ablation.answer_positions(model, cat)
+    for it, p in zip(cat, pos):
+        assert len(p) == it.k
+        assert _decoded(model, it.text, p) == [it.answers[s] for s in it.sequence]
+    own = [bl.tasks.TaskItem("coin: 1 0 1. next:", task="coin", answers=(" 0", " 1"), posterior=(0.4, 0.6), k=3,
+                             demonstration_answers=(" 1", " 0", " 1"))]
+    (p,) = bl.ablation.answer_positions(model, own)
+    assert _decoded(model, own[0].text, p) == [" 1", " 0", " 1"]
+
+
+@pytest.mark.filterwarnings("ignore:n_random")
+def test_answer_positions_refuse_tasks_without_demonstrations():
+    from bayes_lens.errors import BayesLensError
+
+    model = tiny_model("bridge")
+    with pytest.raises(BayesLensError, match="every k is 0"):
+        bl.ablation.answer_positions(model, bl.sula.make_prompts(model, ks=(0,), n_per_k=2))
+    with pytest.raises(BayesLensError, match="placeholder"):
+        bl.ablation.answer_positions(model, bl.sula.make_prompts(model, ks=(2,), n_per_k=2, control="evidence_removed"))
+    coin = [bl.tasks.TaskItem("coin: 1 0", task="coin", answers=(" 0", " 1"), posterior=(0.5, 0.5), k=2)]
+    with pytest.raises(BayesLensError, match="demonstration_answers"):
+        bl.ablation.answer_positions(model, coin)
+    items = bl.sula.make_prompts(model, ks=(0,), n_per_k=4)
+    with pytest.raises(BayesLensError, match="every k is 0"):
+        bl.localize(model, items, layers=[0], ranks=(1,), n_random=3, folds=2, n_boot=20, n_null=0,
+                    positions="answers")
+    with pytest.raises(BayesLensError, match="positions"):
+        bl.localize(model, items, layers=[0], ranks=(1,), n_random=3, positions="labels")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_localize_at_the_answers_equals_hooks_written_by_hand(kind):
+    """localize(positions="answers"): the table says where the removal acted, and a user basis's Δ MAE equals each
+    prompt run alone through TL's run_with_hooks with v − BBᵀv at exactly its demonstrations' label tokens (found
+    here from the text's tokens, not by answer_positions)."""
+    import warnings
+
+    model = _model(kind)
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4, seed=2)
+    d = model.cfg.d_model
+    B = np.linalg.qr(np.random.default_rng(8).normal(size=(d, 8)))[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loc = bl.localize(model, items, layers=[0], ranks=(1,), estimators=(), bases={"mine": B},
+                          n_random=3, folds=2, n_boot=20, n_null=0, positions="answers", progress=False)
+    t = loc.to_dataframe().set_index("subspace")
+    assert loc.positions == "answers" and (t["positions"] == "answers").all()
+    assert (t["swap_positions"] == "final").all()
+    assert "answer position" in loc.rule and "answer position" in str(loc)
+    ids = list(bl.tasks.answer_token_ids(model, items[0].answers))
+    name = bl.adapter.hook_name(model, 0, "resid_post")
+    Bt = torch.tensor(B)
+
+    def label_entropy(logits):
+        p = torch.softmax(torch.log_softmax(logits[0, -1].double(), -1)[ids], -1).numpy()
+        return float(-(p * np.log2(p)).sum())
+
+    clean_h, patched_h = [], []
+    for it in items:
+        toks = model.to_tokens(it.text)
+        labels = set(ids)
+        at = [q for q in range(toks.shape[1]) if int(toks[0, q]) in labels]  # the labels' tokens in this text
+        assert len(at) == it.k
+
+        def remove(act, hook, at=at):
+            a = act.double().clone()
+            a[0, at] = a[0, at] - (a[0, at] @ Bt) @ Bt.T
+            return a.to(act.dtype)
+
+        with torch.no_grad():
+            clean_h.append(label_entropy(model(toks)))
+            patched_h.append(label_entropy(model.run_with_hooks(toks, fwd_hooks=[(name, remove)])))
+    bayes = np.array([it.entropy_bits for it in items])
+    want = np.abs(np.array(patched_h) - bayes).mean() - np.abs(np.array(clean_h) - bayes).mean()
+    assert np.max(np.abs(np.array(patched_h) - np.array(clean_h))) > 1e-4  # it did something
+    assert t.loc["mine", "delta_mae_bits"] == pytest.approx(want, abs=2e-4)
+
+
+@pytest.mark.filterwarnings("ignore:n_random")
+def test_localize_at_the_answers_inside_sharded_and_resumed_gives_the_one_process_table(tmp_path):
+    """The per-prompt positions follow the prompts into the shards' run order (Intervention.renumbered) and into a
+    resumed pass: positions="answers" inside bl.shard.sharded, and resumed from the kept stream, give the table
+    of whole passes in one process."""
+    import bayes_lens.shard as shard
+
+    model = tiny_model("bridge") if not bl.adapter.has_hooked_transformer() else tiny_model("hooked")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6)
+    kw = dict(_form_kw(), positions="answers")
+    ref = bl.localize(model, items, resume=False, **kw).to_dataframe()
+    resumed = bl.localize(model, items, **kw).to_dataframe()
+    np.testing.assert_allclose(resumed[_COLS].to_numpy(float), ref[_COLS].to_numpy(float), atol=2e-5, equal_nan=True)
+    with shard.sharded(model, engine=shard.LocalEngine(n_shards=3), shard_dir=tmp_path / "study") as m:
+        inside = bl.localize(m, items, **kw).to_dataframe()
+    np.testing.assert_array_equal(inside[_COLS].to_numpy(float), ref[_COLS].to_numpy(float))
+    assert (inside["positions"] == "answers").all()
+    assert not np.allclose(ref["delta_mae_bits"], bl.localize(model, items, resume=False, **_form_kw())
+                           .to_dataframe()["delta_mae_bits"])  # the answers are not every position
+
+
+# ------------------------------------------------------------------ seed variance (Design.reseeds)
+
+
+@pytest.mark.filterwarnings("ignore:n_random")
+def test_one_seed_has_spread_columns_of_zero():
+    """Without reseeds the spread columns are there and say one seed: SD 0, min = max = the number, every call
+    agreed by that one seed; null rows carry NaN."""
+    model = tiny_model("bridge")
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=4)
+    loc = bl.localize(model, items, layers=[1], ranks=(1,), n_random=3, folds=2, n_boot=20, n_null=3, progress=False)
+    t = loc.to_dataframe()
+    real = t[t["kind"] != "random"]
+    assert loc.seeds == (0,) and (t["n_seeds"] == 1).all() and (loc.layers_table["verdict_seeds_agree"] == 1).all()
+    for col in bl.ablation.SEEDED:
+        assert (real[f"{col}_seed_sd"] == 0).all(), col
+        np.testing.assert_array_equal(real[f"{col}_seed_min"], real[col])
+        np.testing.assert_array_equal(real[f"{col}_seed_max"], real[col])
+        assert t[t["kind"] == "random"][f"{col}_seed_sd"].isna().all()
+    assert (real[["verdict_seeds_agree", "mediator_seeds_agree", "readable_seeds_agree"]] == 1).all().all()
+    with pytest.raises(InvalidInputError, match="reseeds"):
+        bl.ablation.Design(reseeds=-1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_planted_mediator_verdict_is_stable_across_seeds(kind):
+    """Design(reseeds=2): three seeds (new folds, bootstrap, nulls, null draws, donors). The planted mediator is
+    "readout and mediator" and the unread copy "readout only" under every seed; the spread columns are the SD and
+    range over the seeds, equal to the numbers of a run made directly with the third seed."""
+    from bayes_lens.models.tiny import planted_model
+
+    if kind == "hooked":
+        _model("hooked")
+    model, planted = planted_model(kind)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=6)
+    kw = dict(layers=[planted.layer], ranks=(1,), estimators=("ridge",), target="log_odds",
+              bases={"mediator": planted.mediator.numpy(), "readout_only": planted.readout_only.numpy()},
+              n_random=20, folds=4, n_boot=100, n_null=10, progress=False)
+    loc = bl.localize(model, items, reseeds=2, **kw)
+    t = loc.to_dataframe().set_index("subspace")
+    assert loc.seeds == (0, 1, 2) and "seeds [0, 1, 2]" in str(loc)
+    assert t.loc["mediator", "verdict"].startswith("readout and mediator")
+    assert t.loc["mediator", "verdict_seeds_agree"] == 3 and t.loc["mediator", "mediator_seeds_agree"] == 3
+    assert t.loc["readout_only", "verdict"] == "readout only" and t.loc["readout_only", "verdict_seeds_agree"] == 3
+    assert int(loc.layers_table["verdict_seeds_agree"].iloc[0]) == 3
+    assert t.loc["mediator", "removal_p_holm_seed_max"] <= 0.05
+    third = bl.localize(model, items, seed=2, **kw).to_dataframe().set_index("subspace")
+    vals = np.array([t.loc["mediator", "swap_bits"], third.loc["mediator", "swap_bits"]])
+    assert t.loc["mediator", "swap_bits_seed_min"] <= vals.min()
+    assert t.loc["mediator", "swap_bits_seed_max"] >= vals.max()
+    assert t.loc["mediator", "swap_bits_seed_sd"] > 0  # the donors change with the seed
+    assert t.loc["ridge axis", "r2_seed_min"] <= third.loc["ridge axis", "r2"] <= t.loc["ridge axis", "r2_seed_max"]

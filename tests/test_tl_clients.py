@@ -498,3 +498,51 @@ def test_patched_reaches_the_activation_an_sae_replaced(route):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     torch.testing.assert_close(after, plain, atol=0, rtol=0)  # nothing left behind
     assert not m.embed._forward_pre_hooks
+
+
+@pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
+@pytest.mark.parametrize("route", ["run_with_hooks_with_saes", "add_sae_then_run_with_hooks", "sae_elsewhere"])
+def test_patch_pairs_reach_an_sae_replaced_hook_in_plain_sae_lens_calls(route):
+    """Issue 52 §3: model.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=list(patch)) raises TypeError inside
+    TransformerLens (the SAE's wrapper sits at the patch's hook name and has no add_hook) before any bayes_lens code
+    runs; patch.pairs(model, saes=[sae]) names the SAE's hook_sae_output instead and gives the logits of a hook
+    written by hand there - the SAE spliced by SAELens inside the call, or before it with add_sae (then
+    patch.pairs(model) finds it) - and, with the SAE at another hook, the same pairs as list(patch)."""
+    m, make_sae = _sae_model()
+    axis = _axis(m, site="resid_post", layers=(1,))
+    patch = axis.removal()
+    u = axis.axes_[1]
+    toks = _tokens(m, 17)
+    remove = _by_hand(u, lambda v, u: v - (v @ u)[..., None] * u)
+    if route == "sae_elsewhere":
+        sae = make_sae("blocks.0.hook_resid_post")
+        assert patch.pairs(m, saes=[sae]) == list(patch)
+        with torch.no_grad():
+            got = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=patch.pairs(m, saes=[sae]))
+            want = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=[("blocks.1.hook_resid_post", remove)])
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        return
+    sae = make_sae("blocks.1.hook_resid_post")
+    out_name = "blocks.1.hook_resid_post.hook_sae_output"
+    with torch.no_grad():
+        plain = m.run_with_saes(toks, saes=[sae])
+        want = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=[(out_name, remove)])
+        with pytest.raises(TypeError, match="add_hook"):  # TL's own error on the replaced name: why pairs() exists
+            m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=list(patch))
+        if route == "add_sae_then_run_with_hooks":
+            m.add_sae(sae)
+            try:
+                pairs = patch.pairs(m)
+                got = m.run_with_hooks(toks, fwd_hooks=pairs)
+            finally:
+                m.reset_saes()
+        else:
+            pairs = patch.pairs(m, saes=[sae])
+            got = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=pairs)
+        after = m.run_with_saes(toks, saes=[sae])
+    assert [n for n, _ in pairs] == [out_name]
+    assert (got - plain).abs().max() > 1e-4
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(after, plain, atol=0, rtol=0)  # nothing left behind
+    with pytest.raises(bl.BayesLensError, match="saes="):
+        patch.pairs(m, saes=["not an sae"])

@@ -31,7 +31,9 @@ entropy-ordered direction of its value space. This module answers with three pub
 
   A patch is an iterable of ``(hook_name, fn)`` pairs — one per layer — so
   ``model.hooks(fwd_hooks=list(patch))`` and ``model.run_with_hooks(x, fwd_hooks=list(patch))``
-  work as in TransformerLens; patches combine with ``+`` (list concatenation of their pairs).
+  work as in TransformerLens (under SAELens, where an SAE replaces the patch's hook point,
+  ``fwd_hooks=patch.pairs(model, saes=[sae])``: TL refuses the replaced name itself); patches combine
+  with ``+`` (list concatenation of their pairs).
   Layers are resolved with :func:`bayes_lens.adapter.resolve_layer` and hook names are checked
   with :func:`bayes_lens.adapter.check_hooks`: an out-of-range layer such as the paper's "−1"
   fails loudly instead of silently matching nothing.
@@ -75,13 +77,16 @@ from ._jacobian import jacobian_basis
 from ._localize import (Design, Localization, default_layers, head_blocks, localize, resample_donors,
                         subspace_patch, swap_donors)
 from ._patch import Patch, PatchPart, patched
+from ._positions import answer_positions, demonstration_answers
 from ._readout import Readout, cross_fitted_readout
+from ._seeds import SEEDED, seed_columns
 from ._statistic import StatisticPatch, patch_statistic, sufficient_statistic
 
 __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect", "localize", "Localization", "Design", "subspace_patch",
            "cross_fitted_readout", "Readout", "patch_statistic", "StatisticPatch", "sufficient_statistic",
-           "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis"]
+           "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis", "answer_positions",
+           "demonstration_answers", "seed_columns", "SEEDED"]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402
 

@@ -13,8 +13,10 @@ TransformerLens model and SULA items, per layer, as one call and one table:
   site, K-fold cross-fitted, with its bootstrap interval and shuffled-target null. *Readable*: the
   interval lies above the null's 95th percentile and above ``min_r2``.
 * **Interventions**: the candidate subspace S (orthonormal basis B, rank k) at the layer's site, at
-  every position: ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component
-  replaced by its mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
+  every position (``positions="all"``; ``"final"`` the last token; ``"answers"`` every demonstration's answer
+  token, :func:`bayes_lens.ablation.answer_positions`, one tuple of positions per prompt):
+  ``operation="removal"`` v ← v − BBᵀv; ``"mean"`` v ← v − BBᵀ(v − μ) (the component replaced by its
+  mean over the fitting prompts); ``"resample"`` v ← v − BBᵀ(v − r_j) (resample-ablation,
   as causal scrubbing and the IOI circuit's resample ablation: the component replaced by the same
   component of another prompt j, a seeded uniform draw among the fitting prompts, :func:`resample_donors`;
   r_j is j's final-token row, the reference distribution mean-ablation averages). Fitted subspaces are cross-fitted: the prompts of
@@ -95,15 +97,22 @@ from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._patch import Patch, PatchPart
+from ._positions import answer_positions
+from ._seeds import layer_seed_columns, seed_columns
 from ._readout import Readout, cross_fitted_readout
 
 __all__ = ["localize", "Localization", "Design", "subspace_patch", "swap_donors", "resample_donors", "head_blocks",
-           "default_layers", "TARGETS", "OPERATIONS"]
+           "default_layers", "TARGETS", "OPERATIONS", "POSITIONS"]
 
 TARGETS = ("bayes", "log_odds", "model")
 SITES = ("resid_post", "v", "z")
 OPERATIONS = ("removal", "mean", "resample")
 _OP = {"removal": "remove", "mean": "mean", "resample": "resample"}
+#: where the removal (mean-, resample-ablation) acts: every position, each prompt's last token, or every
+#: demonstration's answer token (:func:`bayes_lens.ablation.answer_positions`)
+POSITIONS = ("all", "final", "answers")
+_WHERE = {"all": "at every position", "final": "at the final position",
+          "answers": "at every demonstration's answer position"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,11 @@ class Design:
     bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` draws per null, layer and rank (40 by
     default; fewer than 20 warns), ``nulls`` the null families drawn (``"haar"``; ``"cov"`` covariance-matched,
     the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``swap`` also
-    run the interchange, and the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``.
+    run the interchange, the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``, and ``reseeds`` R:
+    rerun the whole test with the seeds ``seed + 1 … seed + R`` (new folds, bootstrap resamples, shuffled nulls,
+    null subspaces and donors; the clean pass and every intervention again, so the call costs 1 + R times as
+    much) and report beside each row the spread of its verdict-bearing numbers over the 1 + R seeds and how many
+    agree on its verdict (:func:`bayes_lens.ablation.seed_columns`; 0: one seed, spread 0).
 
     >>> Design(n_random=40).n_random
     40
@@ -127,6 +140,7 @@ class Design:
     min_r2: float = 0.1
     nulls: tuple = ("haar", "cov")
     alpha: float = 0.05
+    reseeds: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "nulls", tuple(check_choices(self.nulls, "nulls", ("haar", "cov"))))
@@ -137,6 +151,7 @@ class Design:
         for name in ("n_random", "folds", "n_boot"):
             object.__setattr__(self, name, check_count(getattr(self, name), name))
         object.__setattr__(self, "n_null", check_count(self.n_null, "n_null", allow_zero=True))
+        object.__setattr__(self, "reseeds", check_count(self.reseeds, "reseeds"))
         object.__setattr__(self, "swap", check_bool(self.swap, "swap"))
         object.__setattr__(self, "min_effect_bits", check_float(self.min_effect_bits, "min_effect_bits", min=0.0))
         object.__setattr__(self, "min_r2", check_float(self.min_r2, "min_r2"))
@@ -155,7 +170,8 @@ def _settings(design, options, kw) -> tuple:
     unknown = sorted(set(kw) - set(fields))
     if unknown:
         raise InvalidInputError(f"localize() got unknown keyword(s) {unknown}; it takes layers, site, ranks, "
-                                f"estimators, bases, target, operation, clean, design, options, and by name any field "
+                                f"estimators, bases, target, operation, positions, clean, design, options, and by name "
+                                f"any field "
                                 f"of Design or RunOptions: {sorted(fields)}.")
     design = replace(design, **{k: v for k, v in kw.items() if fields[k] == "design"})
     options = replace(options, **{k: v for k, v in kw.items() if fields[k] == "options"})
@@ -223,7 +239,11 @@ class Localization(Result):
     rule in words), ``downstream`` (one row per layer × subspace × later layer tested: the Spearman ρ of
     that layer's best readout with the target, clean and patched, Δρ with its paired interval and the
     random band), ``gate`` (does the model follow the exact posterior at all: ρ, p, answer mass, the rule),
-    ``n_tests`` (the family Holm's correction ran over) and ``alpha`` (its family-wise level)."""
+    ``n_tests`` (the family Holm's correction ran over), ``alpha`` (its family-wise level) and ``positions``
+    (where the removal acted: ``"all"``, ``"final"``, ``"answers"``; the swap acts at the final position; the table's
+    ``positions`` and ``swap_positions`` columns say the same per row), ``seeds`` (the seeds run: the reported one
+    first, then ``Design.reseeds`` more; the table's ``*_seed_sd/min/max`` and ``*_seeds_agree`` columns are over
+    them)."""
 
     table: object
     layers_table: object
@@ -236,6 +256,8 @@ class Localization(Result):
     gate: Optional[dict] = None
     n_tests: Optional[int] = None
     alpha: Optional[float] = None
+    positions: str = "all"
+    seeds: tuple = (0,)
 
     def gate_sentence(self) -> str:
         """Whether the model follows the task's exact posterior, and what the verdicts are therefore about."""
@@ -259,7 +281,10 @@ class Localization(Result):
             rows.append((f"layer {r['layer']}", r["verdict"], f"angle {fmt(r['angle_deg'], 3)}°",
                          f"p = {fmt(p, 3)}" if np.isfinite(p) else (r.get("angle_note") or "no p-value")))
         fam = "" if self.n_tests is None else f"; {self.n_tests} tests, family-wise α = {self.alpha}"
-        head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation}) on "
+        if len(self.seeds) > 1:
+            fam += f"; spread over seeds {list(self.seeds)}"
+        head = (f"Readout or mediator ({self.site}, target {self.target}, {self.operation} "
+                f"{_WHERE.get(self.positions, self.positions)}) on "
                 f"{self.n_prompts} prompts{fam}")
         g = self.gate_sentence()
         return (f"{g}\n{head}" if g else head), rows
@@ -315,7 +340,7 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
 
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
              estimators: Sequence = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
-             operation: str = "removal", clean=None, design: Optional[Design] = None,
+             operation: str = "removal", positions: str = "all", clean=None, design: Optional[Design] = None,
              options: Optional[RunOptions] = None, **settings) -> Localization:
     """Readout or mediator, per layer (METHODS.md §13; the maths and the verdict rule are in the module docstring).
 
@@ -326,9 +351,16 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     ``"pca"`` (rank-one axes) or any :mod:`bayes_lens.estimators` estimator (``PLSSubspace(rank=4)``: a new
     estimator is one class); ``bases`` ``{name: [d] or [d, k] array, or {layer: array}}`` user subspaces;
     ``target`` (``"bayes"`` entropy, ``"log_odds"`` of the exact posterior, ``"model"`` entropy); ``operation``
-    ``"removal"``, ``"mean"`` or ``"resample"``; ``design`` the test's statistics (:class:`Design`: ``n_random``,
+    ``"removal"``, ``"mean"`` or ``"resample"``; ``positions`` where that operation acts: ``"all"`` (default),
+    ``"final"`` (each prompt's last token) or ``"answers"`` (every demonstration's answer token of each prompt, found
+    in its tokenization by :func:`bayes_lens.ablation.answer_positions`; SULA and the categorical task, or items with
+    ``demonstration_answers``; a prompt with k = 0 is left unpatched; the swap stays at the final position);
+    ``design`` the test's statistics (:class:`Design`: ``n_random``,
     ``folds``, ``n_boot``, ``n_null``, ``swap``, ``min_effect_bits``, ``min_r2``); ``options`` how the model runs
-    (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). Any field of the
+    (:class:`~bayes_lens.collect.RunOptions`: ``batch_size``, ``progress``, ``resume``, ``seed``). ``reseeds=R``
+    (a :class:`Design` field) reruns everything seeded - and so the clean pass and every intervention: R more
+    times the cost - with R other seeds and adds each number's spread over the seeds and how many agree on each
+    verdict (the seed variance, apart from the bootstrap's sampling variance). Any field of the
     two may also be passed by name (``n_random=40, batch_size=8``). Each intervention is one forward pass over the
     prompts (a cross-fitted one: K interventions over 1/K of them each, in one pass); at ``resid_post`` it resumes
     from the clean stream kept after its layer (checked against the whole pass, with a fallback).
@@ -354,7 +386,11 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         warnings.warn(f"n_random={design.n_random}: fewer than 20 null draws per layer and rank make the mediator "
                       "test's p-values coarse and its size unmeasured; use n_random ≥ 40 (the default).",
                       UserWarning, stacklevel=2)
+    check_choice(positions, "positions", POSITIONS)
+    items = list(items)
+    where = answer_positions(model, items) if positions == "answers" else positions  # before any pass: fails fast
     run = _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options)
+    run.positions = where
     _check_bases(bases, run.layers, estimators, ranks)
     candidates = _candidates(run, estimators, bases, ranks)
     readers = {}  # the downstream readout at each layer: its best rank-one readout (fitted on every prompt)
@@ -382,7 +418,8 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         p, rows = removed[ci]
         h = entropy_bits(p)
         m = run.metrics(h, p)
-        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null}
+        rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null,
+               "positions": positions}
         for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
             name, u = readers[k]
             r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else run.y, run.idx, "spearman",
@@ -399,7 +436,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             move = (kl_categorical_bits(run.p_clean[run.donors], run.p_clean, eps=1e-9)
                     - kl_categorical_bits(run.p_clean[run.donors], ps, eps=1e-9))
             mv, lo_, hi_ = mean_interval(move, run.strata)
-            rec.update(swap_bits=mv, swap_ci_low=lo_, swap_ci_high=hi_)
+            rec.update(swap_bits=mv, swap_ci_low=lo_, swap_ci_high=hi_, swap_positions="final")
         ro = c.readout
         rec.update(r2=ro.r2.value if ro else np.nan, r2_ci_low=ro.r2.ci_low if ro else np.nan,
                    r2_ci_high=ro.r2.ci_high if ro else np.nan, r2_null_q95=ro.null_r2_q95 if ro else np.nan,
@@ -418,12 +455,21 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     about = "the model's own entropy" if target == "model" or not run.gate["follows"] else "Bayesian uncertainty"
     rows_of_layers = layer_rows(table, run.layers, {(c.layer, c.name): c.basis for c in candidates}, swap=design.swap,
                                 clean_mae=float(run.clean_m["mae"][0]), rows_of=run.X, about=about, seed=run.seed)
-    rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=operation, swap=design.swap,
+    rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=f"{operation} {_WHERE[positions]}",
+                     swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
                      n_tests=n_tests, nulls=design.nulls)
-    return Localization(table=table, layers_table=pd.DataFrame.from_records(rows_of_layers), n_prompts=run.n, site=site,
+    layers_table = pd.DataFrame.from_records(rows_of_layers)
+    again = [localize(model, items, layers=run.layers, site=site, ranks=ranks, estimators=estimators, bases=bases,
+                      target=target, operation=operation, positions=positions, clean=clean,
+                      design=replace(design, reseeds=0), options=replace(options, seed=seed), **cache_kw)
+             for seed in range(options.seed + 1, options.seed + 1 + design.reseeds)]  # seed variance: all again
+    table = seed_columns(table, [a.table for a in again])
+    layers_table = layer_seed_columns(layers_table, [a.layers_table for a in again])
+    return Localization(table=table, layers_table=layers_table, n_prompts=run.n, site=site,
                         target=target, operation=operation, rule=rule, downstream=down.reset_index(drop=True),
-                        gate=run.gate, n_tests=n_tests, alpha=design.alpha)
+                        gate=run.gate, n_tests=n_tests, alpha=design.alpha, positions=positions,
+                        seeds=tuple(range(options.seed, options.seed + 1 + design.reseeds)))
 
 
 _DOWN_COLUMNS = ("layer", "subspace", "kind", "rank", "null", "readout_layer", "readout", "rho_clean", "rho_patched",
@@ -668,7 +714,7 @@ def _bases(c: _Candidate) -> Dict[int, np.ndarray]:
 
 
 def _removal(run, c: _Candidate):
-    """The candidate's removal / mean- / resample-ablation: one intervention per fold, at every position."""
+    """The candidate's removal / mean- / resample-ablation: one intervention per fold, at ``run.positions``."""
     bases = _bases(c)
     fold_of = np.zeros(run.n, dtype=np.int64) if c.fold_bases is None else run.fid
     x = run.X[c.layer]
@@ -678,7 +724,8 @@ def _removal(run, c: _Candidate):
         src = {f: (x.mean(0) if c.fold_bases is None else x[run.fid != f].mean(0)) for f in bases}
     else:
         src = None
-    return crossfitted(c.layer, run.site, bases, fold_of, op=_OP[run.operation], source_of_fold=src, label=c.name)
+    return crossfitted(c.layer, run.site, bases, fold_of, op=_OP[run.operation], positions=run.positions,
+                       source_of_fold=src, label=c.name)
 
 
 def _swap(run, c: _Candidate):

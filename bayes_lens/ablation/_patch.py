@@ -8,8 +8,10 @@ TransformerLens hook point (``blocks.{l}.attn.hook_v``, ``blocks.{l}.hook_resid_
 the activation with :func:`bayes_lens.interventions.move_along` and the part's coordinate operation
 (:meth:`PatchPart.coordinate_op`), or projects it with :func:`~bayes_lens.interventions.keep_along`. So a
 treatment and its control differ only in the direction, and a patch's pairs work in plain
-TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``.
-:func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
+TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``; where an
+SAELens SAE replaces the site's hook point, TransformerLens refuses that name (a raw ``TypeError`` from its
+``hooks``, raised before any hook runs), so there pass :meth:`Patch.pairs` (``fwd_hooks=patch.pairs(model,
+saes=[sae])``: the pairs at the SAE's ``hook_sae_output``) or use :func:`patched`. :func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
 (:func:`bayes_lens.adapter.added_hooks`). See :mod:`bayes_lens.ablation`.
 """
 
@@ -115,7 +117,11 @@ class Patch:
     Made by :class:`EntropyAxis` (``removal``, ``keep_only``, ``shift``, ``random_control``). Use it
     as ``with bl.patched(model, patch):``, or hand its pairs to TransformerLens as they are —
     ``model.hooks(fwd_hooks=list(patch))``, ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` —
-    with no ``bl.attach``: every part hooks its site's own hook point (``blocks.{l}.attn.hook_v``,
+    with no ``bl.attach``. Under SAELens, where an SAE replaces the patch's hook point (``add_sae``, or
+    ``run_with_saes`` / ``run_with_hooks_with_saes``, which splice it inside the call), TransformerLens refuses
+    the replaced name with a raw ``TypeError`` before any hook runs, so ``list(patch)`` cannot reach it: pass
+    ``fwd_hooks=patch.pairs(model, saes=[sae])`` (the same functions at the SAE's ``hook_sae_output``, what
+    flows on) or run inside ``bl.patched(model, patch)``. Every part hooks its site's own hook point (``blocks.{l}.attn.hook_v``,
     ``blocks.{l}.hook_resid_post``), the removal and shift of the axis exactly as their random controls
     and keep-only, so a treatment and its control reach the activation the same way and in the same
     order relative to other hooks on that site (TransformerLens runs a hook point's hooks in the order
@@ -151,6 +157,21 @@ class Patch:
     # --- the [(hook_name, fn)] protocol ---
     def __iter__(self) -> Iterator[Tuple[str, Callable]]:
         return iter(self._pairs)
+
+    def pairs(self, model=None, *, saes: Sequence = ()) -> List[Tuple[str, Callable]]:
+        """The ``(hook_name, fn)`` pairs for plain TransformerLens / SAELens calls: ``list(patch)``, except that a
+        hook point an SAELens SAE replaces - one spliced on ``model`` (``add_sae``) or one of ``saes`` (spliced by
+        ``run_with_saes`` / ``run_with_hooks_with_saes`` during the call) - is named by the SAE's
+        ``{hook}.hook_sae_output``, the activation that flows on (TransformerLens refuses the replaced name itself):
+        ``model.run_with_hooks_with_saes(tokens, saes=[sae], fwd_hooks=patch.pairs(model, saes=[sae]))``.
+
+        >>> patch = bl.EntropyAxis.from_directions(model, {0: torch.ones(model.cfg.d_model)}, site="resid_post",
+        ...                                        sigma=1.0).removal()
+        >>> patch.pairs(model) == list(patch)     # no SAE: the same pairs
+        True
+        """
+        names = adapter.sae_output_names(model, [n for n, _ in self._pairs], saes)
+        return [(n, fn) for n, (_, fn) in zip(names, self._pairs)]
 
     def __len__(self) -> int:
         return len(self._pairs)

@@ -22,6 +22,7 @@ from ._models import is_bridge, resolve_layer, value_biases_folded, writing_weig
 from ._runtime import model_lock
 
 __all__ = [
+    "sae_output_names",
     "SITES",
     "VECTOR_SITES",
     "check_site",
@@ -284,6 +285,23 @@ def has_hooks(hp, dir: str = "both") -> bool:
 
 
 _LEVEL = [10 ** 6]  # TL context levels of hooks added by added_hooks (far above TL's own small counters)
+
+
+def sae_output_names(model, names: Sequence[str], saes: Sequence = ()) -> List[str]:
+    """``names`` with each hook point an SAELens SAE replaces - one spliced on ``model`` now (``add_sae``) or one of
+    ``saes`` (to be spliced by ``run_with_saes`` / ``run_with_hooks_with_saes``) - mapped to that SAE's
+    ``{name}.hook_sae_output``, the activation that flows on; the others unchanged. TransformerLens refuses the
+    replaced name itself (``mod_dict[name]`` is the SAE's wrapper, which has no ``add_hook``)."""
+    spliced = set(getattr(model, "acts_to_saes", None) or {}) if model is not None else set()
+    for sae in saes:
+        cfg = getattr(sae, "cfg", None)
+        meta = getattr(cfg, "metadata", None)
+        name = getattr(meta, "hook_name", None) or getattr(cfg, "hook_name", None)
+        if not isinstance(name, str):
+            raise InvalidInputError(f"saes= takes SAELens SAEs (each with cfg.metadata.hook_name); got "
+                                    f"{type(sae).__name__}.")
+        spliced.add(name)
+    return [f"{n}.hook_sae_output" if n in spliced else n for n in names]
 
 
 @contextlib.contextmanager

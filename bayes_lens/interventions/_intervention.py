@@ -67,6 +67,42 @@ def orthonormal(basis, what: str = "the basis") -> np.ndarray:
     return q
 
 
+def _per_prompt(positions) -> bool:
+    """Whether ``positions`` is the per-prompt form (a tuple of tuples: entry i the positions of prompt i)."""
+    return isinstance(positions, tuple) and bool(positions) and isinstance(positions[0], tuple)
+
+
+def _is_seq(x) -> bool:
+    return not isinstance(x, (str, bytes)) and hasattr(x, "__iter__")
+
+
+def _check_positions(pos):
+    """``"all"`` / ``"final"``, a shared tuple of position indices, or per-prompt tuples (sorted, deduplicated)."""
+    if not _is_seq(pos):
+        return check_choice(pos, "positions (or a tuple of position indices, or one such tuple per prompt)", POSITIONS)
+    pos = list(pos.tolist() if isinstance(pos, (np.ndarray, Tensor)) else pos)
+    if not pos:
+        raise InvalidInputError("explicit positions must hold at least one position index (or one tuple per prompt).")
+    nested = [_is_seq(p) for p in pos]
+    if any(nested) and not all(nested):
+        raise InvalidInputError("positions mixes position indices and per-prompt tuples; pass either one tuple of "
+                                "indices shared by every prompt or one tuple per prompt.")
+    if all(nested):
+        out = tuple(tuple(sorted({check_nonneg_int(p, "each per-prompt position") for p in (
+            row.tolist() if isinstance(row, (np.ndarray, Tensor)) else row)})) for row in pos)
+        if not any(out):
+            raise InvalidInputError("per-prompt positions name no position in any prompt; the intervention would "
+                                    "change nothing.")
+        return out
+    return tuple(check_nonneg_int(p, "each explicit position") for p in pos)
+
+
+def _positions_json(pos):
+    if isinstance(pos, str):
+        return pos
+    return [list(p) for p in pos] if _per_prompt(pos) else list(pos)
+
+
 def _array(x, dtype) -> Optional[np.ndarray]:
     if x is None:
         return None
@@ -96,7 +132,9 @@ class Intervention:
     ``basis`` ``[d, k]`` orthonormal columns (checked; :func:`orthonormal` makes one from any basis of a
     span; None only for ``op="shift"`` by a ``source`` vector); ``op`` one of ``"remove"``, ``"mean"``,
     ``"resample"``, ``"swap"``, ``"shift"``, ``"keep_only"``; ``positions`` ``"all"``, ``"final"`` (each
-    prompt's last real token) or explicit positions (a tuple of ints); ``source`` None, a fixed row ``[d]``
+    prompt's last real token), explicit positions shared by every prompt (a tuple of ints), or per-prompt
+    positions (a tuple of tuples of ints: entry i the positions of prompt number i, indexed as a per-prompt
+    ``source`` is; an entry may be empty, leaving that prompt as it is); ``source`` None, a fixed row ``[d]``
     (μ of mean-ablation, the vector of a shift) or one row per prompt ``[n, d]`` (donors' rows, per-prompt
     moves), indexed by prompt number; ``strength`` s; ``prompts`` the prompt numbers it applies to (None:
     all); ``label`` a name (not part of the digest).
@@ -121,14 +159,7 @@ class Intervention:
         if not np.isfinite(s):
             raise InvalidInputError(f"strength must be a finite number, got {self.strength!r}.")
         object.__setattr__(self, "strength", s)
-        pos = self.positions
-        if isinstance(pos, str) or not hasattr(pos, "__iter__"):
-            check_choice(pos, "positions (or a tuple of position indices)", POSITIONS)
-        else:
-            pos = tuple(check_nonneg_int(p, "each explicit position") for p in pos)
-            if not pos:
-                raise InvalidInputError("explicit positions must hold at least one position index.")
-            object.__setattr__(self, "positions", pos)
+        object.__setattr__(self, "positions", _check_positions(self.positions))
         b = _array(self.basis, np.float32)
         if b is None:
             if not (self.op == "shift" and self.source is not None):
@@ -180,8 +211,7 @@ class Intervention:
 
     def spec(self) -> Dict[str, Any]:
         """A JSON-safe dict of everything the intervention does (arrays as base64 with dtype and shape)."""
-        return {"layer": self.layer, "site": self.site, "op": self.op,
-                "positions": self.positions if isinstance(self.positions, str) else list(self.positions),
+        return {"layer": self.layer, "site": self.site, "op": self.op, "positions": _positions_json(self.positions),
                 "strength": self.strength, "basis": _b64(self.basis), "source": _b64(self.source),
                 "prompts": _b64(self.prompts), "label": self.label}
 
@@ -198,7 +228,7 @@ class Intervention:
         pos = spec.get("positions", "all")
         try:
             return cls(layer=spec["layer"], site=spec["site"], basis=_unb64(spec.get("basis")),
-                       op=spec.get("op", "remove"), positions=pos if isinstance(pos, str) else tuple(pos),
+                       op=spec.get("op", "remove"), positions=pos,
                        source=_unb64(spec.get("source")), strength=spec.get("strength", 1.0),
                        prompts=_unb64(spec.get("prompts")), label=spec.get("label", ""))
         except (KeyError, TypeError, ValueError) as err:
@@ -208,8 +238,7 @@ class Intervention:
     def digest(self) -> str:
         """SHA-256 (hex) of what it does: layer, site, operation, positions, strength, and the bytes of the basis,
         the source and the prompt set (not the label). Equal digests, equal changes to the model."""
-        h = hashlib.sha256(json.dumps([self.layer, self.site, self.op,
-                                       self.positions if isinstance(self.positions, str) else list(self.positions),
+        h = hashlib.sha256(json.dumps([self.layer, self.site, self.op, _positions_json(self.positions),
                                        self.strength]).encode())
         for name, a in (("basis", self.basis), ("source", self.source), ("prompts", self.prompts)):
             h.update(f"\0{name}:{None if a is None else list(a.shape)}".encode())
@@ -219,7 +248,8 @@ class Intervention:
 
     def __repr__(self) -> str:
         extra = "" if self.prompts is None else f", {len(self.prompts)} prompts"
-        pos = self.positions if isinstance(self.positions, str) else list(self.positions)
+        pos = self.positions if isinstance(self.positions, str) else (
+            f"per-prompt ({len(self.positions)} prompts)" if _per_prompt(self.positions) else list(self.positions))
         return (f"Intervention({self.op} rank {self.rank} at layer {self.layer} {self.site}, positions={pos!r}, "
                 f"strength={self.strength:g}{extra}{', ' + repr(self.label) if self.label else ''})")
 
@@ -230,18 +260,24 @@ class Intervention:
 
     def renumbered(self, order: Sequence[int]) -> "Intervention":
         """The same intervention for the prompts listed in ``order`` (position j holds prompt ``order[j]``): per-prompt
-        sources and the prompt set are renumbered, so a sharded run that reorders prompts applies each prompt's own."""
+        sources, per-prompt positions and the prompt set are renumbered, so a sharded run that reorders prompts applies
+        each prompt's own."""
         order = np.asarray(order, dtype=np.int64)
         src = self.source
         if src is not None and src.ndim == 2:
             src = src[order]
+        pos = self.positions
+        if _per_prompt(pos):
+            pos = tuple(pos[i] if i < len(pos) else () for i in order.tolist())
         pr = self.prompts
         if pr is not None:
             inv = np.full(int(max(order.max(initial=-1), pr.max(initial=-1))) + 1, -1, dtype=np.int64)
             inv[order] = np.arange(len(order))
             pr = inv[pr[pr < len(inv)]]
             pr = pr[pr >= 0]
-        return replace(self, source=src, prompts=pr)
+        if _per_prompt(pos) and not any(pos):  # none of these prompts is changed: keep the rows, change nothing
+            return replace(self, source=src, prompts=np.zeros(0, dtype=np.int64))
+        return replace(self, source=src, prompts=pr, positions=pos)
 
     # --- applying it ---
     def _tensors(self, device) -> Tuple[Optional[Tensor], Optional[Tensor]]:
@@ -278,7 +314,13 @@ class Intervention:
                 raise InvalidInputError(f"{what} holds source rows for {source.shape[0]} prompts but prompt "
                                         f"{int(idx[sel].max())} ran; build it for this run's prompts.")
             ref = source[torch.as_tensor(idx[sel], device=source.device)]
-        return apply_at(self.op, act, sel, self.positions, last_index, directions, self.strength, ref, what=what)
+        positions = self.positions
+        if _per_prompt(positions):  # each selected row's own positions, by its prompt number
+            if idx[sel].max() >= len(positions):
+                raise InvalidInputError(f"{what} holds per-prompt positions for {len(positions)} prompts but prompt "
+                                        f"{int(idx[sel].max())} ran; build it for this run's prompts.")
+            positions = [positions[i] for i in idx[sel].tolist()]
+        return apply_at(self.op, act, sel, positions, last_index, directions, self.strength, ref, what=what)
 
     def pairs(self, model, batch=None) -> List[tuple]:
         """``[(hook_name, fn)]`` for TransformerLens (``model.hooks(fwd_hooks=...)``, ``run_with_hooks``): ``fn``

@@ -150,9 +150,10 @@ def apply_op(op: str, rows: Tensor, directions: Optional[Tensor], strength: floa
 def apply_at(op: str, act: Tensor, sel, positions, last_index, directions: Optional[Tensor], strength: float,
              ref: Optional[Tensor], *, what: str) -> Tensor:
     """``act`` (a site's activation ``[batch, pos, ...]``) with ``op`` applied to the rows ``sel`` (batch rows, an
-    int array) at ``positions`` (``"all"``, ``"final"`` - ``last_index`` ``[batch]``, None: the last position - or
-    explicit positions); ``ref`` None, ``[d]`` or one row per selected row ``[len(sel), d]``. Other rows and
-    positions are returned unchanged; the result has ``act``'s shape and dtype."""
+    int array) at ``positions`` (``"all"``, ``"final"`` - ``last_index`` ``[batch]``, None: the last position -
+    explicit positions shared by the rows (a tuple of ints), or a list of one tuple per selected row, each row's
+    own); ``ref`` None, ``[d]`` or one row per selected row ``[len(sel), d]``. Other rows and positions are
+    returned unchanged; the result has ``act``'s shape and dtype."""
     b = act.shape[0]
     flat = act.reshape(b, act.shape[1], -1)
     floaty = flat.dtype in (torch.float32, torch.float64)
@@ -169,6 +170,20 @@ def apply_at(op: str, act: Tensor, sel, positions, last_index, directions: Optio
             torch.as_tensor(last_index).long()
         cols = li.to(act.device)[rows]
         work[rows, cols] = apply_op(op, work[rows, cols], directions, strength, ref, what=what).to(work.dtype)
+    elif isinstance(positions, list):  # one tuple of positions per selected row
+        if len(positions) != len(sel):
+            raise InvalidInputError(f"{what} has positions for {len(positions)} rows but acts on {len(sel)}.")
+        local = [j for j, p in enumerate(positions) for _ in p]
+        if not local:
+            return act
+        cols = [c for p in positions for c in p]
+        if max(cols) >= act.shape[1]:
+            raise InvalidInputError(f"{what} acts at position {max(cols)} but the prompts have "
+                                    f"{act.shape[1]} positions.")
+        rr = rows[torch.as_tensor(local, device=act.device)]
+        cc = torch.as_tensor(cols, device=act.device)
+        r = ref if ref is None or ref.ndim == 1 else ref[torch.as_tensor(local, device=ref.device)]
+        work[rr, cc] = apply_op(op, work[rr, cc], directions, strength, r, what=what).to(work.dtype)
     else:
         pos = torch.as_tensor(positions, device=act.device)
         if int(pos.max()) >= act.shape[1]:

@@ -198,3 +198,98 @@ def test_a_resumed_run_equals_the_whole_pass(kind):
     with pytest.raises(InvalidInputError, match="below"):
         early = Intervention(layer=0, site="v", basis=np.eye(bl.adapter.model_info(model).kv_dim)[:, :1])
         bl.collect.collect(model, TEXTS, interventions=[early], resume=kept, progress=False)
+
+
+# ------------------------------------------------------------------ per-prompt positions
+
+PER_PROMPT = ((1, 3), (), (0, 2, 4))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("op,source", [("remove", None), ("resample", "rows"), ("mean", "fixed")])
+def test_per_prompt_positions_equal_a_hand_written_hook(kind, op, source):
+    """positions=((1, 3), (), (0, 2, 4)) edits exactly those positions of prompts 0, 1 (none) and 2: plain
+    model.run_with_hooks with iv.pairs(model) equals a hook written here that edits only them, at resid_post and
+    hook_v; through the runner (length-sorted, padded batches, prompts renumbered by Batch.indices) too."""
+    model = _model(kind)
+    toks = _tokens(model)
+    rng = np.random.default_rng(5)
+    for site, hook in (("resid_post", "blocks.0.hook_resid_post"), ("v", "blocks.0.attn.hook_v")):
+        d = model.cfg.d_model if site == "resid_post" else bl.adapter.model_info(model).kv_dim
+        B = orthonormal(rng.normal(size=(d, 2)))
+        src = None if source is None else rng.normal(size=d) if source == "fixed" else rng.normal(size=(3, d))
+        iv = Intervention(layer=0, site=site, basis=B, op=op, positions=PER_PROMPT, source=src)
+        Bt = torch.tensor(B)
+        St = None if src is None else torch.tensor(np.asarray(iv.source, dtype=np.float64))
+
+        def by_hand(act, hook=None):
+            flat = act.reshape(act.shape[0], act.shape[1], -1).double()
+            out = flat.clone()
+            for b, ps in enumerate(PER_PROMPT):
+                r = None if St is None else (St[b] if St.ndim == 2 else St)
+                for t in ps:
+                    x = flat[b, t]
+                    out[b, t] = x - Bt @ (Bt.T @ x) if r is None else x - Bt @ (Bt.T @ (x - r))
+            return out.to(act.dtype).reshape(act.shape)
+
+        with torch.inference_mode():
+            got = model.run_with_hooks(toks, fwd_hooks=iv.pairs(model))
+            want = model.run_with_hooks(toks, fwd_hooks=[(hook, by_hand)])
+            clean = model(toks)
+        torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(got[1], clean[1], atol=1e-6, rtol=0)  # prompt 1 has no positions: untouched
+        assert not torch.allclose(got[0], clean[0], atol=1e-4)
+        torch.testing.assert_close(got[0, :1], clean[0, :1], atol=1e-6, rtol=0)  # before its first position: clean
+    # the runner: prompts of other lengths in sorted batches, each prompt's own positions by its number
+    texts = TEXTS
+    d = model.cfg.d_model
+    B = orthonormal(rng.normal(size=(d, 2)))
+    iv = Intervention(layer=0, site="resid_post", basis=B, op="remove", positions=PER_PROMPT)
+    got = bl.collect.collect(model, texts, resid_layers=[1], interventions=[iv], batch_size=2, progress=False)
+
+    def factory(batch):
+        def fn(act, hook=None):
+            out = act.clone()
+            P = torch.tensor(B @ B.T, dtype=act.dtype)
+            for r, i in enumerate(batch.indices.tolist()):
+                for t in PER_PROMPT[i]:
+                    out[r, t] = act[r, t] - act[r, t] @ P
+            return out
+        return [("blocks.0.hook_resid_post", fn)]
+
+    want = bl.collect.collect(model, texts, resid_layers=[1], fwd_hooks=factory, batch_size=2, progress=False)
+    torch.testing.assert_close(got.next_token_entropy_bits(), want.next_token_entropy_bits(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got["final_rows.resid_post.1"], want["final_rows.resid_post.1"], atol=1e-5, rtol=1e-5)
+    clean = bl.collect.collect(model, texts, resid_layers=[1], batch_size=2, progress=False)
+    assert not torch.allclose(got.next_token_entropy_bits(), clean.next_token_entropy_bits(), atol=1e-5)
+
+
+def test_per_prompt_positions_spec_digest_renumbered_and_refusals():
+    """The per-prompt form survives spec/from_spec (same digest), differs in digest from the shared form and from
+    other positions, follows the prompts through renumbered(), and is refused when malformed or out of range."""
+    d = 8
+    B = orthonormal(np.random.default_rng(0).normal(size=(d, 2)))
+    iv = Intervention(layer=0, site="resid_post", basis=B, positions=[[3, 1, 1], [], np.array([2])])
+    assert iv.positions == ((1, 3), (), (2,))
+    back = Intervention.from_spec(iv.spec())
+    assert back.positions == iv.positions and back.digest() == iv.digest()
+    import json
+
+    assert Intervention.from_spec(json.loads(json.dumps(iv.spec()))).digest() == iv.digest()
+    assert iv.digest() != iv.with_(positions=((1, 3), (), (4,))).digest()
+    assert Intervention(layer=0, site="resid_post", basis=B, positions=((1, 3),)).digest() != \
+        Intervention(layer=0, site="resid_post", basis=B, positions=(1, 3)).digest()
+    assert iv.renumbered([2, 0]).positions == ((2,), (1, 3))
+    assert len(iv.renumbered([1]).prompts) == 0  # a shard holding only prompt 1 changes nothing
+    assert "per-prompt" in repr(iv)
+    with pytest.raises(InvalidInputError, match="mixes"):
+        Intervention(layer=0, site="resid_post", basis=B, positions=[1, (2, 3)])
+    with pytest.raises(InvalidInputError, match="no position"):
+        Intervention(layer=0, site="resid_post", basis=B, positions=[(), ()])
+    with pytest.raises(InvalidInputError, match="non-negative|each per-prompt position"):
+        Intervention(layer=0, site="resid_post", basis=B, positions=[(-1,)])
+    act = torch.zeros(3, 4, d)
+    with pytest.raises(InvalidInputError, match="position 9"):
+        Intervention(layer=0, site="resid_post", basis=B, positions=((9,), (), ())).apply(act)
+    with pytest.raises(InvalidInputError, match="per-prompt positions for 3 prompts"):
+        iv.apply(torch.zeros(1, 4, d), indices=[5])
