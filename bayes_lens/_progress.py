@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-__all__ = ["progress", "quiet_tqdm_in_kernels"]
+__all__ = ["progress", "note", "quiet_tqdm_in_kernels"]
 
 
 def progress(iterable: Iterable, *, desc: str, total: Optional[int] = None,
@@ -23,6 +23,15 @@ def progress(iterable: Iterable, *, desc: str, total: Optional[int] = None,
     if env_off or enabled is False:
         return iterable
     return _bar_class()(iterable, desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True)
+
+
+def note(message: str, *, enabled: Optional[bool] = None) -> None:
+    """Print one line about a long run to stderr, under the same switches as the bars."""
+    import sys
+
+    if os.environ.get("BAYES_LENS_PROGRESS", "1") in ("0", "false", "False", "") or enabled is False:
+        return
+    print(message, file=sys.stderr, flush=True)
 
 
 def _bar_class():

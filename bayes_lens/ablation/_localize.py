@@ -68,6 +68,7 @@ Example
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
@@ -83,7 +84,7 @@ from ..interventions import (Intervention, crossfitted, haar_draw, head_blocks, 
                              swap_donors)
 from ..reads import FinalRows
 from ..tasks import answer_posterior, answer_token_ids
-from .._progress import progress as progress_bar
+from .._progress import note, progress as progress_bar
 from .._results import Result, fmt, plotly
 from .._validate import (check_bool, check_choice, check_choices, check_count, check_float, check_nonneg_int,
                           check_positive_int)
@@ -338,6 +339,35 @@ def _target(target, items, h_model, p_model) -> np.ndarray:
     return np.log(post[:, 0]) - np.log(post[:, 1])
 
 
+#: ``localize(..., quick=True)``: the design of a first look (with one middle layer and rank one): 20 draws per
+#: null, 300 bootstrap replicates, 20 shuffled refits
+QUICK = {"n_random": 20, "n_boot": 300, "n_null": 20}
+
+
+def _plan_line(run, candidates, swap: bool, clean_seconds: Optional[float]) -> str:
+    """What the run will cost, said before it starts: the interventions, the forward passes over the prompts they
+    amount to (resumed ones count their later blocks only), and a time at the pace of the clean pass and the fits
+    when they ran here (an upper figure: stacked and final-position passes cost less)."""
+    n_layers = int(adapter.model_info(run.model).n_layers)
+    total, n_iv = 0.0, 0
+    for layer in run.layers:
+        m = sum(c.layer == layer for c in candidates)
+        n_iv += m * (2 if swap else 1)
+        share = 1.0 - (layer + 1) / n_layers if run.keeper is not None else 1.0
+        total += m * share * (2 if swap else 1)
+    line = (f"localize: {n_iv} interventions ({len(run.layers)} layer(s), {len(candidates)} subspaces"
+            f"{', a removal and a swap each' if swap else ''}), about {total:.0f} forward passes' worth over "
+            f"{run.n} prompts")
+    if clean_seconds is not None and clean_seconds > 0:
+        line += (f"; those passes take about {_minutes(clean_seconds * total)} here (the clean pass took "
+                 f"{clean_seconds:.1f} s; the fits, bootstraps and null draws come on top)")
+    return line + "."
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequence[int] = (1, 4),
              estimators: Sequence = ("ridge", "pca"), bases: Optional[dict] = None, target: str = "bayes",
              operation: str = "removal", positions: str = "all", clean=None, design: Optional[Design] = None,
@@ -381,6 +411,11 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     import pandas as pd
 
     cache_kw = {k: settings.pop(k) for k in ("attention_mask", "tokens") if k in settings}
+    if check_bool(settings.pop("quick", False), "quick"):  # one middle layer, rank one, 20 draws per null
+        layers = default_layers(adapter.model_info(model).n_layers, 1) if layers is None else layers
+        ranks = (1,) if tuple(ranks) == (1, 4) else ranks
+        if design is None:
+            settings = {**QUICK, **settings}
     design, options = _settings(design, options, settings)
     if design.n_random < 20:
         warnings.warn(f"n_random={design.n_random}: fewer than 20 null draws per layer and rank make the mediator "
@@ -389,10 +424,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     check_choice(positions, "positions", POSITIONS)
     items = list(items)
     where = answer_positions(model, items) if positions == "answers" else positions  # before any pass: fails fast
+    t0 = time.perf_counter()
     run = _prepare(model, items, layers, site, ranks, estimators, target, operation, clean, cache_kw, design, options)
+    clean_seconds = time.perf_counter() - t0 if clean is None else None
     run.positions = where
     _check_bases(bases, run.layers, estimators, ranks)
     candidates = _candidates(run, estimators, bases, ranks)
+    note(_plan_line(run, candidates, design.swap, clean_seconds), enabled=options.progress)
     readers = {}  # the downstream readout at each layer: its best rank-one readout (fitted on every prompt)
     for layer in run.layers:
         ones = [c for c in candidates if c.layer == layer and c.kind == "estimator" and c.rank == 1 and c.readout]

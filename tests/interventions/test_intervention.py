@@ -293,3 +293,38 @@ def test_per_prompt_positions_spec_digest_renumbered_and_refusals():
         Intervention(layer=0, site="resid_post", basis=B, positions=((9,), (), ())).apply(act)
     with pytest.raises(InvalidInputError, match="per-prompt positions for 3 prompts"):
         iv.apply(torch.zeros(1, 4, d), indices=[5])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [2, 64])
+def test_stacked_conditions_equal_one_whole_pass_each(kind, rows):
+    """collect_each over a kept stream (conditions stacked up to ``rows`` rows a pass; the final-position swaps on
+    one position where the kind's key-value cache allows) equals one whole patched collect per condition: the
+    answers' log-probabilities and a later layer's final rows."""
+    from bayes_lens.collect import StreamKeeper, collect, collect_each
+
+    model = _model(kind)
+    d = model.cfg.d_model
+    rng = np.random.default_rng(3)
+    texts = TEXTS + ["a b c d e f g", "w1: wug. query:", "x"]
+    keeper = StreamKeeper(model, [0])
+    collect(model, texts, token_ids=[1, 2], fwd_hooks=keeper, batch_size=4, progress=False)
+    kept = keeper.stream(0, len(texts))
+    donors = torch.tensor(rng.normal(size=(len(texts), d)), dtype=torch.float32)
+    removals = [[Intervention(layer=0, site="resid_post", basis=orthonormal(rng.normal(size=(d, k))))] for k in (1, 2, 3)]
+    swaps = [[Intervention(layer=0, site="resid_post", basis=orthonormal(rng.normal(size=(d, k))), op="swap",
+                           positions="final", source=donors)] for k in (1, 2, 3)]
+    reads = [bl.reads.FinalRows(1, "resid_post")]
+    got = collect_each(model, texts, removals, resume=kept, token_ids=[1, 2], reads=reads, batch_size=4, rows=rows,
+                       progress=False)
+    got_s = collect_each(model, texts, swaps, resume=kept, token_ids=[1, 2], batch_size=4, rows=rows, progress=False)
+    from bayes_lens.adapter import is_bridge
+
+    assert kept.final_position_ok() is (not is_bridge(model))  # the bridges' attention fills no transformers cache
+    for conds, outs, rd in ((removals, got, reads), (swaps, got_s, None)):
+        for c, rc in zip(conds, outs):
+            ref = collect(model, texts, token_ids=[1, 2], reads=rd, interventions=c, batch_size=4, progress=False)
+            torch.testing.assert_close(rc.token_logprobs(), ref.token_logprobs(), atol=2e-5, rtol=1e-5)
+            if rd:
+                torch.testing.assert_close(rc.value_rows(1, "resid_post"), ref.value_rows(1, "resid_post"),
+                                           atol=2e-5, rtol=1e-5)
