@@ -91,7 +91,7 @@ def test_das_on_the_planted_model_finds_the_used_direction_and_beats_its_control
     assert untrained["delta_mae_ci_low"] < untrained["band_high"]
     assert arb["das_accuracy"] <= 0.7
     # the family: ridge axis, frame k=1, the two planted bases and the DAS row, removal and swap
-    assert loc.n_tests == 2 * 5
+    assert loc.n_tests == 2 * 5 and "DAS row" in loc.rule and "controls" in loc.rule
     assert (t.loc["mediator", "verdict"] == "readout and mediator (both)"
             and t.loc["readout_only", "verdict"] == "readout only")
     row = loc.layers_table.iloc[0]

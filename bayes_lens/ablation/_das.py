@@ -41,7 +41,7 @@ from ..interventions import orthonormal, swap_donors
 from ..metrics.stats import keyed_rng
 from ._rules import angle
 
-__all__ = ["DAS", "CONTROLS", "check_das", "das_fits", "das_candidates", "das_angle"]
+__all__ = ["DAS", "CONTROLS", "check_das", "das_fits", "das_candidates", "das_angle", "das_rule"]
 
 CONTROLS = ("placebo", "arbitrary labels", "untrained model")
 
@@ -217,3 +217,13 @@ def das_angle(layer_rows: List[dict], readers: dict, das: list, rows_of: dict, *
                     "no p-value: the readout lies in the DAS subspace (cos² ≈ 1)")
             out.update(das_angle_deg=a["angle_deg"], das_cos2=a["cos2"], das_angle_p=a["angle_p"], das_angle_note=note)
         row.update(out)
+
+
+def das_rule(estimators) -> str:
+    """The DAS clause of the table's rule sentence ("" when no DAS row was asked for)."""
+    if not any(isinstance(e, DAS) for e in estimators):
+        return ""
+    return ("; a DAS row (TransformerLens's fit_das, cross-fitted: trained on the pairs outside each fold, scored on "
+            "the fold) is tested against the Haar null and must also lie above every one of its controls' intervals "
+            "(norm-matched placebo, arbitrary labels, an untrained copy: rows of kind 'control', no verdict, outside "
+            "the Holm family)")

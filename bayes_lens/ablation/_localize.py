@@ -96,7 +96,7 @@ from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched
                      mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
-from ._das import DAS, check_das, das_angle, das_candidates
+from ._das import DAS, check_das, das_angle, das_candidates, das_rule
 from ._patch import Patch, PatchPart
 from ._positions import answer_positions
 from ._seeds import layer_seed_columns, seed_columns
@@ -462,7 +462,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=f"{operation} {_WHERE[positions]}",
                      swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
-                     n_tests=n_tests, nulls=design.nulls)
+                     n_tests=n_tests, nulls=design.nulls) + das_rule(estimators)
     layers_table = pd.DataFrame.from_records(rows_of_layers)
     again = [localize(model, items, layers=run.layers, site=site, ranks=ranks, estimators=estimators, bases=bases,
                       target=target, operation=operation, positions=positions, clean=clean,
