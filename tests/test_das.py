@@ -144,3 +144,44 @@ def test_das_fold_bases_are_orthonormal_and_their_removal_is_the_tables(planted_
     want = np.abs(np.array(patched_h) - bayes).mean() - np.abs(np.array(clean_h) - bayes).mean()
     got = loc.to_dataframe().set_index("subspace").loc["DAS k=1", "delta_mae_bits"]
     assert got == pytest.approx(want, abs=2e-4)
+
+
+def test_the_das_rows_swap_is_transformer_lens_interchange(planted_das):
+    """The table's swap score of the DAS row equals TL's own SubspaceInterchange (the interchange fit_das trains),
+    applied by hand at each prompt's final position with its fold's basis and its donor's clean row (one prompt per
+    run_with_hooks): bits closer to the donor's output, KL(q_j ‖ p_i) − KL(q_j ‖ p_i^swapped), averaged."""
+    from bayes_lens.ablation._das import das_fits
+    from bayes_lens.estimators import fold_ids
+    from bayes_lens.metrics.calibration import kl_categorical_bits
+
+    model, planted, items, loc = planted_das
+    ic = bl.adapter.interchange()
+    n = len(items)
+    fid = fold_ids(n, 4, seed=0, strata=np.array([it.k for it in items]))
+    donors = bl.ablation.swap_donors(items, seed=0)
+    ids = list(bl.sula.label_token_ids(model, items[0].labels))
+    bases = das_fits(model, planted.layer, [it.text for it in items], [it.posterior for it in items], donors, fid, ids,
+                     bl.ablation.DAS(rank=1, controls=False), seed=0,
+                     batch_size=bl.collect.RunOptions().batch_size)[0]["fold_bases"]
+    name = planted.hook_name
+    rows, clean = [], []
+    with torch.no_grad():
+        for it in items:
+            logits, cache = model.run_with_cache(model.to_tokens(it.text), names_filter=lambda h: h == name)
+            rows.append(cache[name][0, -1])
+            clean.append(torch.softmax(logits[0, -1, ids].double(), -1).numpy())
+        swapped = []
+        for i, it in enumerate(items):
+            step = ic.SubspaceInterchange(torch.tensor(bases[int(fid[i])], dtype=torch.float32))
+
+            def swap(act, hook, step=step, src=rows[donors[i]]):
+                act = act.clone()
+                act[:, -1] = step(act[:, -1], src[None])
+                return act
+
+            out = model.run_with_hooks(model.to_tokens(it.text), fwd_hooks=[(name, swap)])
+            swapped.append(torch.softmax(out[0, -1, ids].double(), -1).numpy())
+    clean, swapped = np.array(clean), np.array(swapped)
+    move = kl_categorical_bits(clean[donors], clean, eps=1e-9) - kl_categorical_bits(clean[donors], swapped, eps=1e-9)
+    got = loc.to_dataframe().set_index("subspace").loc["DAS k=1", "swap_bits"]
+    assert got == pytest.approx(float(np.mean(move)), rel=1e-3)

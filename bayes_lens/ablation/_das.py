@@ -41,7 +41,7 @@ from ..interventions import orthonormal, swap_donors
 from ..metrics.stats import keyed_rng
 from ._rules import angle
 
-__all__ = ["DAS", "CONTROLS", "check_das", "das_fits", "das_candidates", "das_angle", "das_rule"]
+__all__ = ["DAS", "CONTROLS", "check_das", "untrained_copy_for", "das_fits", "das_candidates", "das_angle", "das_rule"]
 
 CONTROLS = ("placebo", "arbitrary labels", "untrained model")
 
@@ -98,11 +98,12 @@ def _task(model, texts, answer_ids):
 
 
 def das_fits(model, layer: int, texts, posteriors, donors, fold_of, answer_ids, spec: DAS, *, seed: int = 0,
-             batch_size: int = 8) -> List[dict]:
+             batch_size: int = 8, untrained=None) -> List[dict]:
     """The DAS row and its controls at ``layer`` (module docstring), each ``{"name", "kind", "rank", "fold_bases"
     {fold: [d, r]}, "basis" [d, r], "swap_rows" {fold: [n, d]} or None, "extra" {column: value}}``: the fold bases
     trained on the pairs (i, donors[i]) outside each fold, ``basis`` the DAS fit on every pair (the angle; for a
-    control its first fold's)."""
+    control its first fold's). ``untrained``: the untrained copy to train the last control on (default: made here,
+    :func:`untrained_copy_for`)."""
     ic = adapter.interchange()
     hook = adapter.hook_name(model, layer, "resid_post")
     post = np.asarray(posteriors, dtype=np.float64)
@@ -145,7 +146,7 @@ def das_fits(model, layer: int, texts, posteriors, donors, fold_of, answer_ids, 
                                                                                      .integers(2 ** 31)))
     placebo = ic.random_basis(int(adapter.model_info(model).d_model), spec.rank,
                               seed=int(keyed_rng(seed, 80, layer, spec.rank).integers(2 ** 31)))
-    copy = adapter.untrained_copy(model, int(keyed_rng(seed, 82).integers(2 ** 31))) if spec.controls else None
+    copy = (untrained if untrained is not None else untrained_copy_for(model, seed)) if spec.controls else None
     copy_task = _task(copy, texts, answer_ids)[0] if copy is not None else None
     x = ic.collect_activations(model, hook, idx, task, positions=last, batch_size=batch_size).float()  # clean rows
     swap_rows = {}
@@ -177,6 +178,12 @@ def das_fits(model, layer: int, texts, posteriors, donors, fold_of, answer_ids, 
     return out
 
 
+def untrained_copy_for(model, seed: int):
+    """The untrained copy the DAS control trains on (:func:`bayes_lens.adapter.untrained_copy`, keyed seed (seed, 82):
+    one copy for every layer and rank of a run)."""
+    return adapter.untrained_copy(model, int(keyed_rng(seed, 82).integers(2 ** 31)))
+
+
 def check_das(site: str) -> None:
     """Refuse DAS before any pass runs: a site other than ``resid_post``, or a TransformerLens without fit_das."""
     if site != "resid_post":
@@ -191,8 +198,10 @@ def das_candidates(run, spec: DAS, layer: int) -> List[dict]:
     check_das(run.site)
     donors = run.donors if run.donors is not None else swap_donors(run.items, seed=run.seed)
     post = [it.posterior for it in run.items]
+    if spec.controls and getattr(run, "das_untrained", None) is None:  # built once per run, not per layer
+        run.das_untrained = untrained_copy_for(run.model, run.seed)
     return das_fits(run.model, layer, run.texts, post, donors, run.fid, run.answer_ids, spec, seed=run.seed,
-                    batch_size=run.batch_size)
+                    batch_size=run.batch_size, untrained=getattr(run, "das_untrained", None))
 
 
 def das_angle(layer_rows: List[dict], readers: dict, das: list, rows_of: dict, *, seed: int = 0) -> None:
