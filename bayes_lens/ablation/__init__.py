@@ -73,6 +73,7 @@ True
 
 from ._axis import EntropyAxis
 from ._compare import AblationEffect, PatchComparison, compare_patched
+from ._das import DAS
 from ._jacobian import jacobian_basis
 from ._localize import (Design, Localization, default_layers, head_blocks, localize, resample_donors,
                         subspace_patch, swap_donors)
@@ -86,7 +87,7 @@ __all__ = ["EntropyAxis", "Patch", "PatchPart", "patched", "compare_patched",
            "PatchComparison", "AblationEffect", "localize", "Localization", "Design", "subspace_patch",
            "cross_fitted_readout", "Readout", "patch_statistic", "StatisticPatch", "sufficient_statistic",
            "head_blocks", "swap_donors", "resample_donors", "default_layers", "jacobian_basis", "answer_positions",
-           "demonstration_answers", "seed_columns", "SEEDED"]
+           "demonstration_answers", "seed_columns", "SEEDED", "DAS"]
 
 from .._namespace import package_dir, submodule_getattr  # noqa: E402
 

@@ -97,6 +97,7 @@ from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched
                      mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
+from ._das import DAS, check_das, das_angle, das_candidates, das_rule
 from ._patch import Patch, PatchPart
 from ._positions import answer_positions
 from ._seeds import layer_seed_columns, seed_columns
@@ -230,6 +231,8 @@ class _Candidate:
     basis: np.ndarray  # [d, k] fitted on all prompts (the angle; the run when not cross-fitted)
     readout: Optional[Readout] = None
     null: str = "haar"  # the null it is tested against (a null draw: the null it belongs to)
+    swap_rows: Optional[Dict[int, np.ndarray]] = None  # fold -> [n, d] swap sources other than the donors' rows
+    extra: Optional[dict] = None  # further columns of its row (DAS: das_accuracy, control_of)
 
 
 @dataclass(frozen=True, eq=False)
@@ -457,7 +460,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         h = entropy_bits(p)
         m = run.metrics(h, p)
         rec = {"layer": c.layer, "subspace": c.name, "kind": c.kind, "rank": c.rank, "null": c.null,
-               "positions": positions}
+               "positions": positions, **(c.extra or {})}
         for k in later:  # Δρ of the downstream readout, as compare_patched's axis–entropy correlation
             name, u = readers[k]
             r, degenerate = coordinate_corr_rows(rows[k] @ u, h if target == "model" else run.y, run.idx, "spearman",
@@ -493,10 +496,11 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     about = "the model's own entropy" if target == "model" or not run.gate["follows"] else "Bayesian uncertainty"
     rows_of_layers = layer_rows(table, run.layers, {(c.layer, c.name): c.basis for c in candidates}, swap=design.swap,
                                 clean_mae=float(run.clean_m["mae"][0]), rows_of=run.X, about=about, seed=run.seed)
+    das_angle(rows_of_layers, readers, [c for c in candidates if c.kind == "das"], run.X, seed=run.seed)
     rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=f"{operation} {_WHERE[positions]}",
                      swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
-                     n_tests=n_tests, nulls=design.nulls)
+                     n_tests=n_tests, nulls=design.nulls) + das_rule(estimators)
     layers_table = pd.DataFrame.from_records(rows_of_layers)
     again = [localize(model, items, layers=run.layers, site=site, ranks=ranks, estimators=estimators, bases=bases,
                       target=target, operation=operation, positions=positions, clean=clean,
@@ -589,7 +593,9 @@ def _prepare(model, items, layers, site, ranks, estimators, target, operation, c
     check_choice(target, "target", TARGETS)
     check_choice(operation, "operation", OPERATIONS)
     for e in estimators:
-        if not isinstance(e, SubspaceEstimator):
+        if isinstance(e, DAS):
+            check_das(site)
+        elif not isinstance(e, SubspaceEstimator):
             check_choice(e, "estimators", ("ridge", "pca"))
     ranks = [check_positive_int(k, "each rank") for k in ranks]
     if not ranks:
@@ -666,6 +672,12 @@ def _candidates(run, estimators, bases, ranks) -> List[_Candidate]:
     for layer in run.layers:
         x = run.X[layer]
         for e in estimators:
+            if isinstance(e, DAS):  # trained on the model's interchanges, not on the rows (_das.py)
+                for fit in das_candidates(run, e, layer):  # a DAS row reads y off its basis as a user basis
+                    ro = cross_fitted_readout(x, run.y, estimator=FixedBasis(fit["basis"]), **kw) \
+                        if fit["kind"] == "das" else None
+                    out.append(_Candidate(layer=layer, readout=ro, **fit))
+                continue
             est = {"ridge": RidgeAxis, "pca": PC1Axis}[e]() if isinstance(e, str) else e
             ro = cross_fitted_readout(x, run.y, estimator=e if isinstance(e, str) else est, **kw)
             if isinstance(e, str):  # a rank-one axis: its fold directions are the cross-fitted subspaces
@@ -726,7 +738,8 @@ def _check_bases(bases, layers, estimators, ranks) -> None:
     if not isinstance(bases, dict):
         raise InvalidInputError(f"bases must be a dict {{name: array}} or {{name: {{layer: array}}}}, got "
                                 f"{type(bases).__name__}.")
-    taken = {f"{e} axis" if isinstance(e, str) else e.name for e in estimators} | {f"frame k={k}" for k in ranks}
+    taken = {f"{e} axis" if isinstance(e, str) else e.name for e in estimators} | {f"frame k={k}" for k in ranks} \
+        | {n for e in estimators if isinstance(e, DAS) for n in e.names}
     for name, b in bases.items():
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"each basis needs a name (a non-empty str), got {name!r}.")
@@ -770,8 +783,9 @@ def _swap(run, c: _Candidate):
     """The candidate's swap: at the final position, its component replaced by the donor's (one per fold)."""
     fold_of = np.zeros(run.n, dtype=np.int64) if c.fold_bases is None else run.fid
     donor_rows = run.X[c.layer][run.donors]
+    src = c.swap_rows or {f: donor_rows for f in _bases(c)}
     return crossfitted(c.layer, run.site, _bases(c), fold_of, op="swap", positions="final",
-                       source_of_fold={f: donor_rows for f in _bases(c)}, label=f"swap {c.name}")
+                       source_of_fold=src, label=f"swap {c.name}")
 
 
 def _check_clean_fits(rc, model, texts, answer_ids, tokens, batch_size: int) -> None:

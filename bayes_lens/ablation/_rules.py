@@ -49,6 +49,7 @@ __all__ = ["VERDICTS", "readable", "verdict", "band_columns", "mediator_columns"
 
 VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
 _FITTED = ("estimator", "frame")
+_NOT_TESTED = ("random", "control")  # null draws and DAS's controls: no verdict, outside the Holm family
 
 
 def readable(r2_ci_low: float, null_q95: float, min_r2: float) -> bool:
@@ -153,7 +154,8 @@ def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float) -> i
     Returns the number of tests in the family."""
     band_columns(table, "delta_mae_bits", ("layer", "rank"), "band_low", "band_high", null_col="null")
     tests = [("removal", "delta_mae_bits")] + ([("swap", "swap_bits")] if swap else [])
-    real = (table["kind"] != "random").to_numpy()
+    real = (~table["kind"].isin(_NOT_TESTED)).to_numpy()
+    scored = (table["kind"] != "random").to_numpy()  # a control gets its p-values, but no decision of the family
     if swap:
         band_columns(table, "swap_bits", ("layer", "rank"), "swap_band_low", "swap_band_high", null_col="null")
     ps = {}
@@ -161,22 +163,23 @@ def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float) -> i
         p = np.full(len(table), np.nan)
         p_rank = np.full(len(table), np.nan)
         for i, r in enumerate(table.itertuples()):
-            if not real[i]:
+            if not scored[i]:
                 continue
             draws = table[(table["kind"] == "random") & (table["layer"] == r.layer) & (table["rank"] == r.rank)
                           & (table["null"] == r.null)][col].to_numpy()
             p[i], p_rank[i] = null_pvalues(getattr(r, col), draws)
         table[f"{test}_p"], table[f"{test}_p_rank"] = p, p_rank
         ps[test] = p
-    family = np.concatenate([ps[t] for t, _ in tests])
+    family = np.concatenate([np.where(real, ps[t], np.nan) for t, _ in tests])
     adjusted = holm(family)
     n_tests = int(np.isfinite(family).sum())
     for j, (test, col) in enumerate(tests):
         adj = adjusted[j * len(table):(j + 1) * len(table)]
         table[f"{test}_p_holm"] = adj
         effect = table[col].to_numpy() > min_effect
-        table[f"{test}_per_test"] = real & (ps[test] <= alpha) & effect
-        table["removal_matters" if test == "removal" else "swap_redirects"] = real & (adj <= alpha) & effect
+        table[f"{test}_per_test"] = scored & (ps[test] <= alpha) & effect  # a control's: would it clear alone
+        beats = _beats_controls(table, test)
+        table["removal_matters" if test == "removal" else "swap_redirects"] = real & (adj <= alpha) & effect & beats
     if not swap:
         table["swap_redirects"] = False
     table["removal_improves"] = real & (table["delta_mae_ci_high"].to_numpy() < 0)
@@ -185,6 +188,26 @@ def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float) -> i
     table["verdict"] = [verdict(bool(r.readable), bool(r.mediator), r.cleared) if real[i] else ""
                         for i, r in enumerate(table.itertuples())]
     return n_tests
+
+
+def _beats_controls(table, test: str) -> np.ndarray:
+    """``[rows]``: True, except for a DAS row (kind ``"das"``) whose interval of ``test`` does not lie above every one
+    of its controls' (kind ``"control"``, ``control_of`` naming it, same layer): DAS finds effects with arbitrary
+    labels and in untrained models, so its own controls are its second null. Sets ``{test}_beats_controls`` on the
+    DAS rows (missing elsewhere)."""
+    out = np.ones(len(table), dtype=bool)
+    if "control_of" not in table or not (table["kind"] == "das").any():
+        return out
+    low, high = {"removal": ("delta_mae_ci_low", "delta_mae_ci_high"), "swap": ("swap_ci_low", "swap_ci_high")}[test]
+    col = np.full(len(table), None, dtype=object)
+    for i, r in enumerate(table.itertuples()):
+        if r.kind != "das":
+            continue
+        ctl = table[(table["kind"] == "control") & (table["control_of"] == r.subspace) & (table["layer"] == r.layer)]
+        out[i] = bool(len(ctl) == 0 or getattr(r, low) > ctl[high].max())
+        col[i] = bool(out[i])
+    table[f"{test}_beats_controls"] = col
+    return out
 
 
 def _cleared(removal: bool, swap: bool) -> str:
@@ -264,7 +287,7 @@ def layer_rows(table, layers: Sequence[int], bases: Dict[tuple, np.ndarray], *, 
     for layer in layers:
         t = table[table["layer"] == layer]
         est = t[(t["kind"] == "estimator") & (t["rank"] == 1)]
-        real = t[t["kind"] != "random"]
+        real = t[~t["kind"].isin(_NOT_TESTED)]
         readable_ = bool(real["readable"].any()) if len(real) else False
         med = real[real["mediator"]]
         cleared = _cleared(bool(med["removal_matters"].any()), bool(med["swap_redirects"].any()))
@@ -279,7 +302,7 @@ def layer_rows(table, layers: Sequence[int], bases: Dict[tuple, np.ndarray], *, 
             kind_c = str(real.loc[real["subspace"] == best_c, "kind"].iloc[0])
             overlap = float(np.sum((b.T @ u) ** 2) / float(u @ u))
             premise = ("identical" if best_r == best_c else "nested" if overlap > 1 - 1e-6 else
-                       "same rows" if kind_c in _FITTED else "independent")
+                       "same rows" if kind_c in _FITTED + ("das",) else "independent")
             row.update(best_readout=best_r, most_causal=best_c,
                        **angle(u, b, premise=premise, rows=rows_of.get(layer), seed=seed))
         else:

@@ -29,7 +29,7 @@ facet           what it owns
 ``_hooks``      hook names and sites, the hook-point registry, a run's added hooks, the final unembedding
 ``_tokens``     tokenizing, padding and masks, users' ``ActivationCache`` objects
 ``_runtime``    devices and the per-model lock
-``_weights``    the unembedding, the final norm's gain and kind, an MLP's output weights, TL's projection kernel
+``_weights``    the unembedding, the final norm, an MLP's W_out, TL's projection kernel and interchange (DAS)
 ``_resume``     running only the blocks after a layer from a kept residual stream, on every kind
 ==============  =====================================================================================
 
@@ -96,6 +96,8 @@ from ._weights import (  # noqa: F401
     final_norm,
     mlp_out_weights,
     projection_kernel,
+    interchange,
+    untrained_copy,
     unembedding,
 )
 from ._resume import prefix_cache, run_final_from_layer, run_from_layer  # noqa: F401
@@ -169,4 +171,6 @@ __all__ = [
     "run_from_layer",
     "prefix_cache",
     "run_final_from_layer",
+    "interchange",
+    "untrained_copy",
 ]

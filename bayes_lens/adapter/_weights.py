@@ -14,6 +14,10 @@ A final logit soft-cap (Gemma 2/3: c·tanh(logit / c)) acts after the unembeddin
 the same tensor on both model kinds (``blocks.{l}.mlp.W_out``). :func:`projection_kernel` is TransformerLens
 4.3's ``tools.analysis.projection_kernel`` (‖UᵀV‖²_F of two orthonormal bases, Haar moments
 ``random_projection_kernel_moments``) where it exists, else None (TL 3.9): callers fall back to numpy.
+:func:`interchange` is TransformerLens 4.3's ``tools.analysis.interchange`` (distributed alignment search and its
+controls), or :class:`~bayes_lens.errors.MissingExtraError` naming TL 4.3 where it is absent (TL 3.9);
+:func:`untrained_copy` is that module's random-init control for a model: ``random_init_bridge`` for a bridge
+(built from the bridge's own Hugging Face configuration), ``reinitialized`` for a ``HookedTransformer``.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from typing import Tuple, Optional
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
+from ..errors import MissingExtraError, UnsupportedModelError
 from ._models import is_bridge, resolve_layer
 
-__all__ = ["FinalNorm", "final_norm", "unembedding", "mlp_out_weights", "projection_kernel", "parameter_counts"]
+__all__ = ["FinalNorm", "final_norm", "unembedding", "mlp_out_weights", "projection_kernel", "parameter_counts",
+           "interchange", "untrained_copy"]
 
 
 def _np(t) -> np.ndarray:
@@ -105,6 +110,56 @@ def projection_kernel():
     except ImportError:
         return None
     return pk, orthonormal_subspace, random_projection_kernel_moments
+
+
+def interchange():
+    """TransformerLens 4.3's ``transformer_lens.tools.analysis.interchange`` module (``fit_das``, ``SubspaceInterchange``,
+    ``NormMatchedPlacebo``, ``arbitrary_targets``, ``reinitialized``, ``random_init_bridge``, ...), or
+    :class:`~bayes_lens.errors.MissingExtraError` saying that distributed alignment search needs TransformerLens 4.3."""
+    try:
+        from transformer_lens.tools.analysis import interchange as module
+
+        module.fit_das, module.NormMatchedPlacebo, module.arbitrary_targets, module.random_init_bridge  # noqa: B018
+    except (ImportError, AttributeError) as err:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("transformer-lens")
+        except PackageNotFoundError:  # pragma: no cover - depends on the environment
+            have = "not installed"
+        raise MissingExtraError(
+            f"distributed alignment search (DAS) needs TransformerLens >= 4.3 (its "
+            f"transformer_lens.tools.analysis.interchange: fit_das and its controls), and this environment's "
+            f"transformer-lens {have} has none. Install it with pip install 'transformer-lens>=4.3' and load the "
+            "model as a TransformerBridge (bl.load_model does), or leave DAS out of estimators=.") from err
+    return module
+
+
+def untrained_copy(model, seed: int):
+    """An untrained copy of ``model`` (the random-init control of :func:`interchange`'s DAS): for a
+    ``TransformerBridge``, TransformerLens's ``random_init_bridge`` booted from the bridge's own Hugging Face
+    configuration (saved to a temporary folder; the architecture's initialisation, no weights loaded) with the
+    bridge's tokenizer, dtype and device; for a ``HookedTransformer``, ``reinitialized``. In eval mode."""
+    import contextlib
+    import io
+    import tempfile
+
+    ic = interchange()
+    if not is_bridge(model):
+        try:
+            return ic.reinitialized(model, seed)
+        except ValueError as err:
+            raise UnsupportedModelError(f"TransformerLens cannot make an untrained copy of this model: {err}") from err
+    hf = getattr(model, "original_model", None)
+    config = getattr(hf, "config", None)
+    if config is None or not hasattr(config, "save_pretrained"):
+        raise UnsupportedModelError("this TransformerBridge has no Hugging Face model configuration "
+                                    "(original_model.config) to build an untrained copy from.")
+    param = next(iter(model.parameters()))
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()):
+        config.save_pretrained(folder)
+        return ic.random_init_bridge(folder, seed=int(seed), dtype=param.dtype, device=param.device,
+                                     tokenizer=model.tokenizer)
 
 
 def parameter_counts(model) -> Tuple[int, int, str]:

@@ -1,8 +1,9 @@
 """Where interventions get their subspaces and sources: random (Haar) subspaces, attention heads' blocks,
 and the donors of a swap or a resample-ablation.
 
-METHODS.md §13. The candidate subspaces fitted from data (ridge, PC1, the top-k frame, PLS, DAS)
-come from :mod:`bayes_lens.estimators`; the ones that need no fit come from here. A Haar subspace is
+METHODS.md §13. The candidate subspaces fitted from data (ridge, PC1, the top-k frame, PLS) come from
+:mod:`bayes_lens.estimators`, DAS's from TransformerLens's ``fit_das`` (:mod:`bayes_lens.ablation._das`); the
+ones that need no fit come from here. A Haar subspace is
 the QR of a Gaussian matrix with the signs of R's diagonal fixed (uniform on the Grassmannian); one
 keyed seed per draw, so a band is reproducible draw by draw.
 """
