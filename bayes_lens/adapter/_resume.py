@@ -15,11 +15,19 @@ blocks after L, fed with the clean stream kept after L (edited). How each kind d
   fires as in a whole pass. The output format of a wrapped layer is that of transformers ≥ 5 (the hidden state
   tensor); a caller checks the first batch against the whole pass (``KeptStream.check``) and falls back to
   whole passes where a kind differs.
+
+An edit at the final position only changes nothing at the earlier positions (causal attention), so there only
+the final position needs the later blocks, attending to the clean prefix's keys and values:
+:func:`prefix_cache` keeps the model's own key-value cache of the clean prefix (TransformerLens's frozen
+``TransformerLensKeyValueCache`` on a HookedTransformer; the transformers cache on a bridge, whose attention
+reads it under the name TransformerLens expects) and :func:`run_final_from_layer` runs the final position from
+layer L against it, several edits of each prompt at once (the cache's rows repeated).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Optional
 
 import torch
@@ -85,6 +93,27 @@ def _tl_kv_cache_class():
     return cls
 
 
+@contextlib.contextmanager
+def _cache_named_for_tl(model):
+    """transformers 5 hands a layer's attention its key-value cache as ``cache=``; the bridges' attention (TL 3.9
+    and 4.3) reads ``past_key_values=`` (or ``layer_past=``), so without this it leaves the cache empty and a cached
+    step attends to itself alone. A forward pre-hook on each block's attention passes the cache under the name
+    TransformerLens reads; taken off on exit."""
+    def rename(mod, args, kwargs):
+        if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+            kwargs = dict(kwargs)
+            kwargs["past_key_values"] = kwargs["cache"]
+            return args, kwargs
+        return None
+
+    handles = [block.attn.register_forward_pre_hook(rename, with_kwargs=True) for block in model.blocks]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def prefix_cache(model, tokens: Tensor):
     """The model's own key-value cache of the clean pass over ``tokens`` ``[g, t]`` (unpadded rows of one length):
     TransformerLens's frozen ``TransformerLensKeyValueCache`` on a HookedTransformer, the Hugging Face cache that
@@ -98,7 +127,7 @@ def prefix_cache(model, tokens: Tensor):
         model(tokens, attention_mask=ones, past_kv_cache=cache, return_type=None)
         cache.freeze()
         return cache
-    with final_token_unembedding(model, last):
+    with final_token_unembedding(model, last), _cache_named_for_tl(model):
         _, cache = model(tokens, attention_mask=ones, use_cache=True, return_type="logits_and_cache")
     return cache
 
@@ -141,5 +170,6 @@ def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor,
     t = int(c.get_seq_length())
     toks = final_tokens.repeat_interleave(repeats, 0)
     mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=toks.device)
-    with _skipped_blocks(model, layer, resid):
+    with _skipped_blocks(model, layer, resid), _cache_named_for_tl(model), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
         return model(toks, attention_mask=mask, past_key_values=c, use_cache=True, return_type="logits")

@@ -318,9 +318,7 @@ def test_stacked_conditions_equal_one_whole_pass_each(kind, rows):
     got = collect_each(model, texts, removals, resume=kept, token_ids=[1, 2], reads=reads, batch_size=4, rows=rows,
                        progress=False)
     got_s = collect_each(model, texts, swaps, resume=kept, token_ids=[1, 2], batch_size=4, rows=rows, progress=False)
-    from bayes_lens.adapter import is_bridge
-
-    assert kept.final_position_ok() is (not is_bridge(model))  # the bridges' attention fills no transformers cache
+    assert kept.final_position_ok()  # every kind: TL's frozen cache, or the bridge's transformers cache
     for conds, outs, rd in ((removals, got, reads), (swaps, got_s, None)):
         for c, rc in zip(conds, outs):
             ref = collect(model, texts, token_ids=[1, 2], reads=rd, interventions=c, batch_size=4, progress=False)
@@ -328,3 +326,23 @@ def test_stacked_conditions_equal_one_whole_pass_each(kind, rows):
             if rd:
                 torch.testing.assert_close(rc.value_rows(1, "resid_post"), ref.value_rows(1, "resid_post"),
                                            atol=2e-5, rtol=1e-5)
+
+
+def test_the_final_position_route_holds_on_the_real_model(smol):
+    """On SmolLM2 (the default kind of the installed TransformerLens) the final-position route reproduces the
+    whole-prompt resume, and a swap through it equals the whole patched pass (TransformerLens's hooks)."""
+    from bayes_lens.collect import StreamKeeper, collect, collect_each
+
+    texts = ["The capital of France is", "One, two, three, four,", "Bayes' rule says that the posterior"]
+    layer = 20
+    keeper = StreamKeeper(smol, [layer])
+    collect(smol, texts, token_ids=[1, 2], fwd_hooks=keeper, progress=False)
+    kept = keeper.stream(layer, len(texts))
+    assert kept.final_position_ok() and kept.final_delta < 1e-4
+    d = smol.cfg.d_model
+    rng = np.random.default_rng(0)
+    iv = Intervention(layer=layer, site="resid_post", basis=orthonormal(rng.normal(size=(d, 2))), op="swap",
+                      positions="final", source=torch.tensor(rng.normal(size=(len(texts), d)), dtype=torch.float32))
+    got = collect_each(smol, texts, [[iv]], resume=kept, token_ids=[1, 2], progress=False)[0]
+    ref = collect(smol, texts, token_ids=[1, 2], interventions=[iv], progress=False)
+    torch.testing.assert_close(got.token_logprobs(), ref.token_logprobs(), atol=1e-4, rtol=0)
