@@ -935,17 +935,22 @@ class KeptStream:
             if key not in self._prefix:
                 self._prefix[key] = adapter.prefix_cache(model, batch.tokens[rows, :t]) if t > 0 else None
             x = torch.stack([x_[rows, t] for x_ in xs], 1).reshape(len(rows) * m, 1, -1)
-            if self._prefix[key] is None:  # a one-token prompt: the whole prompt is the final position
-                logits = adapter.run_from_layer(model, x, self.layer, batch.tokens[rows, :1].repeat_interleave(m, 0),
-                                                batch.attention_mask[rows, :1].repeat_interleave(m, 0))
-            else:
-                logits = adapter.run_final_from_layer(model, x, self.layer, batch.tokens[rows, t:t + 1],
-                                                      self._prefix[key], repeats=m)
+            one = adapter.final_token_unembedding(model, torch.zeros(len(rows) * m, dtype=torch.long))
+            with one:
+                logits = self._final_rows(key, x, rows, t, batch, m)
             logits = logits[:, -1].reshape(len(rows), m, -1)
             if out is None:
                 out = logits.new_zeros(b, m, logits.shape[-1])
             out[rows] = logits
         return [out[:, j] for j in range(m)]
+
+    def _final_rows(self, key, x, rows, t: int, batch, m: int) -> Tensor:
+        """The final-position logits of ``rows`` (one final index ``t``), ``m`` edits each."""
+        if self._prefix[key] is None:  # a one-token prompt: the whole prompt is the final position
+            return adapter.run_from_layer(self.model, x, self.layer, batch.tokens[rows, :1].repeat_interleave(m, 0),
+                                          batch.attention_mask[rows, :1].repeat_interleave(m, 0))
+        return adapter.run_final_from_layer(self.model, x, self.layer, batch.tokens[rows, t:t + 1],
+                                            self._prefix[key], repeats=m)
 
     def final_position_ok(self, tol: float = 1e-4) -> bool:
         """Whether this kind's final-position route reproduces the whole-prompt resume (the first batch's
@@ -957,6 +962,7 @@ class KeptStream:
             batch, resid = self.batches[0]
             try:
                 with adapter.model_lock(self.model), torch.inference_mode():
+                    self._final_pass(0, batch, [resid, resid])  # twice, stacked: a step must leave the cache as it was
                     got = self._final_pass(0, batch, [resid])[0]
                     with adapter.final_token_unembedding(self.model, batch.last_index):
                         ref = adapter.run_from_layer(self.model, resid, self.layer, batch.tokens,

@@ -145,15 +145,38 @@ def _repeated_tl_cache(cache, repeats: int, first: int):
                                frozen=True)
 
 
+def _step_cache(cache, repeats: int, first: int):
+    """A cache for one cached step that leaves ``cache`` as it was: its layer objects copied (a step rebinds their
+    tensors by concatenation), the rows of blocks ``first`` onwards repeated ``repeats`` times, the earlier
+    blocks' (which do not run; only their length is read) as zero-copy views. A cache without per-layer
+    ``keys``/``values`` (another transformers) is deep-copied and repeated whole."""
+    import copy
+
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(hasattr(lay, "keys") and hasattr(lay, "values") for lay in layers):
+        c = copy.deepcopy(cache)
+        if repeats > 1:
+            c.batch_repeat_interleave(repeats)
+        return c
+    c = copy.copy(cache)
+    c.layers = [copy.copy(lay) for lay in layers]
+    if repeats > 1:
+        for j, lay in enumerate(c.layers):
+            if j >= first:
+                lay.keys, lay.values = lay.keys.repeat_interleave(repeats, 0), lay.values.repeat_interleave(repeats, 0)
+            else:
+                size = (lay.keys.shape[0] * repeats,) + tuple(lay.keys.shape[1:])
+                lay.keys, lay.values = lay.keys[:1].expand(size), lay.values[:1].expand(size)
+    return c
+
+
 def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor, cache, repeats: int = 1) -> Tensor:
     """Logits ``[g·repeats, 1, vocab]`` at the final position when only that position's ``hook_resid_post`` of
     ``layer`` changed: ``resid`` ``[g·repeats, 1, d_model]`` is the edited final row (each prompt's ``repeats``
     edits consecutively), ``final_tokens`` ``[g, 1]`` the final tokens and ``cache`` the clean prefix's
     (:func:`prefix_cache`). Causal attention makes the earlier positions' later blocks equal to the clean pass's,
     so only the final position runs the blocks after ``layer``, against the cached keys and values; the cache
-    is left as it was (TransformerLens's is frozen; a bridge's is copied)."""
-    import copy
-
+    is left as it was (TransformerLens's is frozen; a bridge's is copied layer by layer)."""
     n_layers = int(model_info(model).n_layers)
     g, t = final_tokens.shape[0], None
     if not is_bridge(model):
@@ -164,9 +187,7 @@ def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor,
         mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=resid.device)
         return model(resid, start_at_layer=layer + 1, past_kv_cache=stacked, attention_mask=mask,
                      return_type="logits")
-    c = copy.deepcopy(cache)
-    if repeats > 1:
-        c.batch_repeat_interleave(repeats)
+    c = _step_cache(cache, repeats, layer + 1)
     t = int(c.get_seq_length())
     toks = final_tokens.repeat_interleave(repeats, 0)
     mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=toks.device)
