@@ -149,10 +149,12 @@ def run_report_quick(key: str) -> dict:
             "numbers": numbers}
 
 
-LOCALIZE = dict(ks=(0, 1, 2, 4, 8), n_per_k=8, n_layers=3, ranks=(1, 4), n_random=10, n_boot=1000, n_null=50, seed=0)
-_LOCALIZE_COLS = ("layer", "subspace", "kind", "rank", "r2", "r2_ci_low", "r2_ci_high", "r2_null_q95", "readable",
-                  "delta_mae_bits", "delta_mae_ci_low", "delta_mae_ci_high", "band_low", "band_high", "swap_bits",
-                  "swap_ci_low", "swap_ci_high", "swap_band_low", "swap_band_high", "mediator", "verdict")
+LOCALIZE = dict(ks=(0, 1, 2, 4, 8), n_per_k=8, n_layers=3, ranks=(1, 4), n_random=40, n_boot=1000, n_null=50, seed=0,
+                das_rank=1)
+_LOCALIZE_COLS = ("layer", "subspace", "kind", "rank", "null", "r2", "r2_ci_low", "r2_ci_high", "r2_null_q95",
+                  "readable", "delta_mae_bits", "delta_mae_ci_low", "delta_mae_ci_high", "band_low", "band_high",
+                  "removal_p", "removal_p_holm", "swap_bits", "swap_ci_low", "swap_ci_high", "swap_band_low",
+                  "swap_band_high", "swap_p", "swap_p_holm", "mediator", "verdict", "control_of", "das_accuracy")
 
 
 def run_localize(key: str) -> dict:
@@ -168,22 +170,30 @@ def run_localize(key: str) -> dict:
     model = bl.load_model(name)
     items = bl.sula.make_prompts(model, ks=z["ks"], n_per_k=z["n_per_k"], seed=z["seed"])
     layers = default_layers(int(model.cfg.n_layers), z["n_layers"])
+    try:   # DAS rows (and their three controls) where TransformerLens has interchange (4.3, a bridge)
+        bl.adapter.interchange()
+        das = bl.adapter.is_bridge(model)
+    except bl.MissingExtraError:
+        das = False
+    estimators = ("ridge", "pca") + ((bl.ablation.DAS(rank=z["das_rank"]),) if das else ())
     t0 = __import__("time").perf_counter()
-    loc = bl.localize(model, items, layers=layers, ranks=z["ranks"], n_random=z["n_random"], n_boot=z["n_boot"],
-                      n_null=z["n_null"], seed=z["seed"], progress=False)
+    loc = bl.localize(model, items, layers=layers, ranks=z["ranks"], estimators=estimators, n_random=z["n_random"],
+                      n_boot=z["n_boot"], n_null=z["n_null"], seed=z["seed"], progress=False)
     secs = __import__("time").perf_counter() - t0
     t = loc.table[loc.table["kind"] != "random"]
     def plain(v):  # JSON has no NaN: a missing number (no angle without a mediator) is null
         v = v.item() if hasattr(v, "item") else v
         return None if isinstance(v, float) and v != v else v
 
-    rows = [{c: plain(r[c]) for c in _LOCALIZE_COLS} for _, r in t.iterrows()]
+    rows = [{c: plain(r[c]) if c in r else None for c in _LOCALIZE_COLS} for _, r in t.iterrows()]
     lt = [{k: plain(v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
+    est = "estimators=('ridge', 'pca'" + (f", bl.ablation.DAS(rank={z['das_rank']})), " if das else "), ")
     call = (f"bl.localize(model, bl.sula.make_prompts(model, ks={z['ks']}, n_per_k={z['n_per_k']}, seed=0), "
-            f"layers={layers}, ranks={z['ranks']}, n_random={z['n_random']}, n_boot={z['n_boot']}, "
+            f"layers={layers}, ranks={z['ranks']}, {est}n_random={z['n_random']}, n_boot={z['n_boot']}, "
             f"n_null={z['n_null']}, seed=0)")
     return {"settings": {"model": name, "call": call, "n_layers": int(model.cfg.n_layers), "kind": type(model).__name__,
-                         "seconds": round(secs, 1), "rule": loc.rule},
+                         "seconds": round(secs, 1), "rule": loc.rule, "gate": loc.gate_sentence(),
+                         "n_tests": int(loc.n_tests)},
             "numbers": {"rows": rows, "layers": lt}}
 
 
@@ -255,7 +265,7 @@ def run_order(key: str) -> dict:
 
 
 WINDTUNNEL = dict(checkpoint="bijection", n_prompts=500, layers=(0, 1, 2), ranks=(20,), jspace_rank=8, jspace_prompts=50,
-                  n_random=20,
+                  n_random=40,
                   n_boot=1000, n_null=100, seed=0)
 #: the wind tunnel's own numbers (github vishalmisra/bayesian-wind-tunnel @ 670c6d6,
 #: experiments/jlens/results/phase3_summary.json, keys P4b and P4a; bijection V = 20, 6 layers, learned
@@ -505,6 +515,10 @@ def render_report_table(data: dict) -> str:
                                  "by its magnitude.\n")
 
 
+def _p(v) -> str:
+    return "—" if v is None else f"{v:.2g}"
+
+
 def render_localize(data: dict) -> str:
     out = []
     for key in ("smollm2", "gemma"):
@@ -514,26 +528,37 @@ def render_localize(data: dict) -> str:
         st, num = rec["settings"], rec["numbers"]
 
         def iv(v, lo, hi, f="{:+.3f}"):
+            if v is None:
+                return "—"
             return f"{f.format(v)} [{f.format(lo)}, {f.format(hi)}]".replace("-", "−")
 
         out.append(f"**{MODELS[key][1]}** ({st['kind']}, {st['n_layers']} layers; measured "
                    f"{rec['measured']['utc'][:10]} with TransformerLens {rec['measured']['transformer_lens']}, "
-                   f"{st['seconds']:.0f} s on 2 CPU cores):\n\n`{st['call']}`\n\n"
-                   "| layer | subspace | held-out R² [95% CI] (null q95) | Δ MAE bits [CI] | random band | "
-                   "swap bits [CI] | random band | verdict |\n|---|---|---|---|---|---|---|---|\n")
+                   f"{st['seconds']:.0f} s on 2 CPU cores; {st.get('n_tests', '?')} tests in the family):\n\n"
+                   f"`{st['call']}`\n\n" + (f"{st['gate']}\n\n" if st.get("gate") else "") +
+                   "| layer | subspace | null | held-out R² [95% CI] (null q95) | Δ MAE bits [CI] | null band | "
+                   "Holm p | swap bits [CI] | null band | Holm p | verdict |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in num["rows"]:
             r2 = "—" if r["r2"] is None else iv(r["r2"], r["r2_ci_low"], r["r2_ci_high"], "{:.3f}") + \
                 f" ({r['r2_null_q95']:.3f})".replace("-", "−")
-            out.append(f"| {r['layer']} | {r['subspace']} | {r2} | "
-                       f"{iv(r['delta_mae_bits'], r['delta_mae_ci_low'], r['delta_mae_ci_high'])} | "
-                       f"{iv(0, r['band_low'], r['band_high'])[7:]} | "
-                       f"{iv(r['swap_bits'], r['swap_ci_low'], r['swap_ci_high'])} | "
-                       f"{iv(0, r['swap_band_low'], r['swap_band_high'])[7:]} | {r['verdict']} |\n")
+            name = r["subspace"] + (f" (control of {r['control_of']})" if r.get("control_of") else "")
+            band = "—" if r["band_low"] is None else iv(0, r["band_low"], r["band_high"])[7:]
+            sband = "—" if r["swap_band_low"] is None else iv(0, r["swap_band_low"], r["swap_band_high"])[7:]
+            out.append(f"| {r['layer']} | {name} | {r.get('null') or '—'} | {r2} | "
+                       f"{iv(r['delta_mae_bits'], r['delta_mae_ci_low'], r['delta_mae_ci_high'])} | {band} | "
+                       f"{_p(r.get('removal_p_holm'))} | "
+                       f"{iv(r['swap_bits'], r['swap_ci_low'], r['swap_ci_high'])} | {sband} | "
+                       f"{_p(r.get('swap_p_holm'))} | {r['verdict'] or ('control' if r['kind'] == 'control' else '')} |\n")
+
         def angle(r):
-            if r["angle_deg"] is None:
-                return "no mediator, so no angle"
+            if r.get("angle_deg") is None:
+                return r.get("angle_note") or "no mediator, so no angle"
+            p = r.get("angle_p")
+            tail = f", p = {p:.2g}" if p is not None else ""
+            note = f"; {r['angle_note']}" if r.get("angle_note") else ""
             return (f"readout–mediator angle between {r['best_readout']} and {r['most_causal']}: "
-                    f"{r['angle_deg']:.0f}°, Haar p = {r['angle_p']:.2g}")
+                    f"{r['angle_deg']:.0f}°{tail}{note}")
 
         out.append("\nPer layer: " + "; ".join(
             f"layer {r['layer']}: **{r['verdict']}** ({angle(r)})" for r in num["layers"]) + ".\n\n")

@@ -159,15 +159,16 @@ def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float) -> i
     if swap:
         band_columns(table, "swap_bits", ("layer", "rank"), "swap_band_low", "swap_band_high", null_col="null")
     ps = {}
+    rand = table[table["kind"] == "random"]
     for test, col in tests:
         p = np.full(len(table), np.nan)
         p_rank = np.full(len(table), np.nan)
+        draws_of = {key: g[col].to_numpy() for key, g in rand.groupby(["layer", "rank", "null"])}  # once per null
+        empty = np.zeros(0)
         for i, r in enumerate(table.itertuples()):
             if not scored[i]:
                 continue
-            draws = table[(table["kind"] == "random") & (table["layer"] == r.layer) & (table["rank"] == r.rank)
-                          & (table["null"] == r.null)][col].to_numpy()
-            p[i], p_rank[i] = null_pvalues(getattr(r, col), draws)
+            p[i], p_rank[i] = null_pvalues(getattr(r, col), draws_of.get((r.layer, r.rank, r.null), empty))
         table[f"{test}_p"], table[f"{test}_p_rank"] = p, p_rank
         ps[test] = p
     family = np.concatenate([np.where(real, ps[t], np.nan) for t, _ in tests])
