@@ -1075,6 +1075,52 @@ def test_the_planted_mediator_is_found_family_wise_and_the_verdict_names_its_tes
     assert loc.n_tests == 2 * 4 and "Holm" in loc.rule  # ridge axis, frame k=1 and the two planted bases
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_redundantly_carried_signal_is_found_by_its_span_and_each_copy_by_its_swap(kind):
+    """Power on a redundantly carried signal (bl.models.tiny.redundant_model: the output reads
+    max(a1+, a2+) - max(a1-, a2-) of two copies, so either alone is enough): removing one copy changes no answer
+    (Δ MAE ~0, not a mediator by removal), removing their span breaks calibration, and each copy's verdict names
+    the swap, the only test that can see it. Checked against the closed form: f(0, a) = a, so a copy's removal
+    moves the model's log-odds by float32 rounding only; the span's removal sets them to the prior's (0)."""
+    from bayes_lens.models.tiny import redundant_model
+
+    if kind == "hooked":
+        _model("hooked")
+    model, truth = redundant_model(kind)
+    items = bl.sula.make_prompts(model, labels=truth.labels, ks=(0, 1, 2, 4, 8), n_per_k=8)
+    (c1, c2), span = truth.copies, truth.span
+    loc = bl.localize(model, items, layers=[truth.layer], ranks=(1, 2), estimators=(), target="log_odds",
+                      bases={"copy 1": c1.numpy(), "copy 2": c2.numpy(), "span": span.numpy()},
+                      folds=4, n_boot=100, n_null=20, progress=False)
+    t = loc.to_dataframe().set_index("subspace")
+    for copy in ("copy 1", "copy 2"):
+        assert abs(t.loc[copy, "delta_mae_bits"]) < 1e-4 and t.loc[copy, "removal_p_holm"] > 0.05
+        assert t.loc[copy, "swap_p_holm"] <= 0.05 and t.loc[copy, "swap_ci_low"] > 0.5
+        assert t.loc[copy, "verdict"] == "readout and mediator (swap)"
+    assert t.loc["span", "removal_p_holm"] <= 0.05 and t.loc["span", "delta_mae_ci_low"] > 0.3
+    assert t.loc["span", "verdict"] == "readout and mediator (both)"
+    # the closed form, by hand with TransformerLens's own hooks: one copy removed -> the clean log-odds, both -> 0
+    ids = list(truth.label_ids)
+    some = items[::4]
+
+    def log_odds(basis):
+        q = None if basis is None else torch.linalg.qr(basis.reshape(basis.shape[0], -1))[0]
+
+        def hook(x, hook):
+            return x - (x @ q) @ q.T
+
+        hooks = [] if q is None else [(truth.hook_name, hook)]
+        with torch.no_grad():
+            lg = [model.run_with_hooks(model.to_tokens(str(it)), fwd_hooks=hooks)[0, -1, ids].double() for it in some]
+        return np.array([float(x[0] - x[1]) for x in lg])
+
+    clean = log_odds(None)
+    bayes = np.array([np.log(it.bayes_p_first / (1 - it.bayes_p_first)) for it in some])
+    assert np.abs(clean - bayes).max() < 0.05  # the clean output is the exact posterior's log-odds
+    assert np.abs(log_odds(c1[:, None]) - clean).max() < 1e-4 and np.abs(log_odds(c2[:, None]) - clean).max() < 1e-4
+    assert np.abs(log_odds(span)).max() < 1e-3 < np.abs(clean).max()
+
+
 def test_the_gate_says_when_the_model_does_not_follow_the_posterior():
     """A tiny random model's output has nothing to do with SULA's exact posterior: the table says so first, and the
     layer verdicts are marked as about the model's own entropy."""

@@ -62,7 +62,8 @@ from .gguf import LlamaSpec, from_weights
 
 __all__ = ["tiny_tokenizer", "tiny_model", "tiny_pair", "tiny_hf_model", "family_support", "TINY_WORDS",
            "FAMILIES", "FAMILY_KINDS", "planted_model", "PlantedDirections", "steering_model", "SteeringTruth",
-           "PLANTED_RMS_EPS", "confidence_model", "PlantedNeurons"]
+           "PLANTED_RMS_EPS", "confidence_model", "PlantedNeurons", "redundant_model",
+           "RedundantCopies"]
 
 # Words the tiny tokenizer keeps whole (with a leading space).
 TINY_WORDS = (
@@ -496,10 +497,14 @@ def _orthonormal(n: int, g: torch.Generator, exact: Tuple[int, ...]) -> Tensor:
 
 
 def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: float, prior: float,
-                     evidence_scale: float, seed: int, sink_score: float = _SINK_SCORE, amplifier=None):
+                     evidence_scale: float, seed: int, sink_score: float = _SINK_SCORE, amplifier=None,
+                     redundant: bool = False):
     """``(weights, planted)``: the planted model's HF-named weights (float64) and the directions they plant
     (mediator, readout_only, their value roles in KV head 0, the value gain, and - with ``amplifier`` =
-    (bias G, gain a, κ) - the amplifier direction, else None; see :func:`steering_model`)."""
+    (bias G, gain a, κ) - the amplifier direction, else None; see :func:`steering_model`). With
+    ``redundant`` the two written directions are both read, each enough alone (:func:`redundant_model`):
+    the unembedding reads a sixth role, ``used``, that the MLPs of layers ``layer + 1`` and ``layer + 2``
+    write from the two copies."""
     weights = {}
     g = torch.Generator().manual_seed(seed)
     d, dh, nh, nkv, dm, vocab = (spec.d_model, spec.d_head, spec.n_heads, spec.n_kv_heads, spec.d_mlp,
@@ -517,6 +522,9 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
     ro, label, med, const, bos = (basis[:, i] for i in range(5))
     first = 5 if amplifier is None else 6   # with an amplifier, column 5 is its direction (nothing else reads it)
     amp = None if amplifier is None else basis[:, 5]
+    if redundant:  # columns 5..9: the role the unembedding reads and four scratch roles (nothing else touches them)
+        first = 10
+        used, scratch = basis[:, 5], basis[:, 6:10]
     n_tok = (d - first) // 2
     tok_sub = basis[:, first:first + n_tok]      # token identity (junk the distractors read)
     junk = basis[:, first + n_tok:]              # where distractors write; nothing that matters reads it
@@ -545,7 +553,8 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
     amp_gain = 1.0 if amplifier is None else 1.0 + amplifier[2] * float(torch.nn.functional.silu(
         torch.tensor(float(amplifier[0]), **f64)))
     for sign, tid in ((1.0, label_ids[0]), (-1.0, label_ids[1])):
-        unembed[tid] = sign * (0.5 * log_odds / evidence_scale / amp_gain) * med + (sign * 0.5 * bias) * const
+        unembed[tid] = (sign * (0.5 * log_odds / evidence_scale / amp_gain) * (used if redundant else med)
+                        + (sign * 0.5 * bias) * const)
     weights["lm_head.weight"] = unembed
 
     half = dh // 2
@@ -585,10 +594,41 @@ def _planted_weights(spec: LlamaSpec, *, layer: int, label_ids, bos_id: int, p: 
             gate[0] = big * const + a * amp
             up[0] = med
             down[:, 0] = kappa * med
+        if redundant and li in (layer + 1, layer + 2):
+            _redundant_neurons(li - layer, gate, up, down, copies=(med, ro), used=used, scratch=scratch,
+                               const=const, sharp=_RELU_SHARPNESS / evidence_scale)
         weights[pre + "mlp.gate_proj.weight"] = gate
         weights[pre + "mlp.up_proj.weight"] = up
         weights[pre + "mlp.down_proj.weight"] = down
     return weights, (med, ro, v_basis[:, 0], v_basis[:, 1], v_scale, amp)
+
+
+#: K in relu(z) ≈ silu(K·z)/K for the redundant model's neurons: the smallest non-zero |z| is one example's
+#: evidence_scale, where the error z·e^(-K·z) is below 1e-10 of z
+_RELU_SHARPNESS = 25.0
+
+
+def _redundant_neurons(step: int, gate, up, down, *, copies, used, scratch, const, sharp: float) -> None:
+    """Set neurons 0..3 (``step`` 1) or 0..1 (``step`` 2) of a SwiGLU MLP (rows of ``gate``/``up``, columns of
+    ``down``, in place) so that, with a₁ = x·copy₁ and a₂ = x·copy₂ at the block's input, the two MLPs write
+    f(a₁, a₂) = max(a₁⁺, a₂⁺) − max(a₁⁻, a₂⁻) along ``used`` (t⁺ = relu(t), t⁻ = relu(−t)). Each neuron is a
+    ReLU: silu(K·z)·(x·const/K) with x·const = 1 (every token's constant coordinate). Step 1: a₁⁺, a₂⁺, a₁⁻, a₂⁻
+    into the four ``scratch`` roles, and a₂⁺ − a₂⁻ = a₂ along ``used``; step 2: relu(s₁ − s₂) − relu(s₃ − s₄)
+    along ``used`` (max(p, q) = q + relu(p − q)). So f(a, a) = f(a, 0) = f(0, a) = a: either copy alone
+    carries the signal, and a swap of one copy moves f toward the donor's when the donor's |a| is larger."""
+    s1, s2, s3, s4 = (scratch[:, i] for i in range(4))
+    m1, m2 = copies
+    if step == 1:
+        reads, outs = (m1, m2, -m1, -m2), ((s1,), (s2, used), (s3,), (s4, -used))
+    else:
+        reads, outs = (s1 - s2, s3 - s4), ((used,), (-used,))
+    for j, (r, out) in enumerate(zip(reads, outs)):
+        gate[j] = sharp * r
+        up[j] = const / sharp
+        down[:, j] = 0.0
+        for o in out:
+            down[:, j] += o
+        # the other neurons (distractors) read only the allowed subspace and write into junk: nothing to clear
 
 
 def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_model: int = 64,
@@ -641,7 +681,7 @@ def planted_model(kind: str = "hooked", *, layer: int = 0, n_layers: int = 2, d_
 
 
 def _build_planted(kind, *, layer, n_layers, d_model, n_heads, gqa, d_head, labels, p, prior, evidence_scale, seed,
-                   sink_score: float = _SINK_SCORE, amplifier=None, rope_base: float = 10000.0):
+                   sink_score: float = _SINK_SCORE, amplifier=None, rope_base: float = 10000.0, redundant: bool = False):
     """(model, PlantedDirections, amplifier direction or None): :func:`planted_model`'s construction, checked."""
     from .._validate import check_float, check_int, check_probability, check_seed
     from ..sula import label_token_ids
@@ -670,7 +710,7 @@ def _build_planted(kind, *, layer, n_layers, d_model, n_heads, gqa, d_head, labe
                                rope_base=float(rope_base), metadata={"tokenizer.ggml.add_bos_token": True})
     weights, (med, ro, v_med, v_ro, v_scale, amp) = _planted_weights(
         spec, layer=layer, label_ids=label_ids, bos_id=int(tok.bos_token_id), p=p, prior=prior,
-        evidence_scale=evidence_scale, seed=seed, sink_score=sink_score, amplifier=amplifier)
+        evidence_scale=evidence_scale, seed=seed, sink_score=sink_score, amplifier=amplifier, redundant=redundant)
     model = from_weights(spec, ((k, w.float()) for k, w in weights.items()), tok, kind)
     n_kv = spec.n_kv_heads
 
@@ -685,6 +725,50 @@ def _build_planted(kind, *, layer, n_layers, d_model, n_heads, gqa, d_head, labe
         v_readout_only=flat_v(v_ro), labels=labels, label_ids=label_ids, evidence_scale=evidence_scale,
         log_odds_per_example=math.log(p / (1 - p)), prior=prior, v_scale=v_scale)
     return model, planted, (None if amp is None else amp.float())
+
+
+@dataclass(frozen=True, eq=False)
+class RedundantCopies:
+    """The ground truth :func:`redundant_model` returns with its model: at ``hook_name``
+    (``blocks.{layer}.hook_resid_post``) the residual holds the evidence c = evidence_scale·(n₁ − n₂) on both
+    ``copies`` (float32 unit vectors ``[d]``, orthogonal); the output reads f(a₁, a₂) = max(a₁⁺, a₂⁺) −
+    max(a₁⁻, a₂⁻) of their coordinates, so removing either copy changes no answer (f(0, a) = f(a, 0) = a) and
+    removing both sets the posterior to the prior; ``span`` is the ``[d, 2]`` basis of the two."""
+
+    layer: int
+    site: str
+    hook_name: str
+    copies: Tuple[Tensor, Tensor]
+    span: Tensor
+    labels: Tuple[str, str]
+    label_ids: Tuple[int, int]
+    log_odds_per_example: float
+
+
+def redundant_model(kind: str = "hooked", *, d_model: int = 64, seed: int = 0):
+    """A tiny llama of ``kind`` that carries its SULA evidence redundantly on two residual directions: the
+    ground truth for a mediator test on a redundantly carried signal (METHODS.md §13).
+
+    Returns ``(model, RedundantCopies)``. Built as :func:`planted_model` with 3 layers (layer 0's head sums the
+    labels into two directions at ``blocks.0.hook_resid_post``; linear norms; every other weight a distractor
+    that reads neither), except that no weight reads either copy linearly: four neurons of layer 1's MLP and
+    two of layer 2's (ReLUs made of SwiGLU neurons, silu(K·z)·(1/K)) compute f(a₁, a₂) = max(a₁⁺, a₂⁺) −
+    max(a₁⁻, a₂⁻) into a role the unembedding reads, so that the clean posterior is the exact one and
+    f(a, 0) = f(0, a) = f(a, a) = a. Removing one copy leaves every answer (to float32 rounding); removing the
+    span of both sets the posterior to the prior; swapping one copy with a donor's b gives f(b, a), the donor's
+    answer where |b| > |a| with the same sign.
+
+    >>> model, truth = redundant_model("bridge")
+    >>> truth.hook_name, tuple(truth.span.shape)
+    ('blocks.0.hook_resid_post', (64, 2))
+    """
+    model, planted, _ = _build_planted(kind, layer=0, n_layers=3, d_model=d_model, n_heads=4, gqa=True, d_head=16,
+                                       labels=("dax", "lug"), p=0.9, prior=0.5, evidence_scale=1.0, seed=seed,
+                                       redundant=True)
+    copies = (planted.mediator, planted.readout_only)
+    return model, RedundantCopies(layer=0, site="resid_post", hook_name=planted.hook_name, copies=copies,
+                                  span=torch.stack(copies, 1), labels=planted.labels, label_ids=planted.label_ids,
+                                  log_odds_per_example=planted.log_odds_per_example)
 
 
 # ---------------------------------------------------------------------------------------------- confidence
