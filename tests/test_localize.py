@@ -1319,3 +1319,27 @@ def test_the_planted_mediator_verdict_is_stable_across_seeds(kind):
     assert t.loc["mediator", "swap_bits_seed_max"] >= vals.max()
     assert t.loc["mediator", "swap_bits_seed_sd"] > 0  # the donors change with the seed
     assert t.loc["ridge axis", "r2_seed_min"] <= third.loc["ridge axis", "r2"] <= t.loc["ridge axis", "r2_seed_max"]
+
+
+@pytest.mark.parametrize("rho, p, mass, why", [
+    (0.9, 1e-15, 0.008, "less than 5% of its probability is on the answers"),
+    (-0.04, 0.6, 0.5, "its answers do not rank with the exact posterior"),
+    (0.01, 0.45, 0.01, "its answers do not rank with the exact posterior and less than 5%"),
+])
+def test_the_gate_sentence_names_the_half_of_the_rule_that_failed(rho, p, mass, why):
+    """A recorded gate read "does not follow (Spearman ρ = 0.9, ...; 0.8% on the answers)": the ρ looked like a
+    pass. The sentence names which half of the stated rule (ρ > 0 at p < 0.05; ≥ 5% of the mass) failed; the rule
+    itself is _rules.gate's, computed here from the same numbers."""
+    from types import SimpleNamespace
+
+    from bayes_lens.ablation._localize import Localization
+    from bayes_lens.ablation._rules import gate
+
+    g = dict(gate(np.arange(5.0), np.arange(5.0), np.full(5, mass)), rho=rho, p=p)
+    g["follows"] = bool(p < 0.05 and mass >= 0.05)
+    s = Localization.gate_sentence(SimpleNamespace(gate=g, target="entropy"))
+    assert s.startswith("The model does not follow the task's exact posterior: " + why)
+    assert f"{100 * mass:.1f}% of its probability" in s and "target='model'" in s
+    ok = Localization.gate_sentence(SimpleNamespace(gate=dict(g, follows=True, p=1e-9, answer_mass=0.6),
+                                                    target="entropy"))
+    assert ok.startswith("The model follows the task's exact posterior (") and "does not" not in ok

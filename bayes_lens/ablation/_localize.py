@@ -268,9 +268,15 @@ class Localization(Result):
         g = self.gate
         if not g:
             return ""
-        head = (f"The model {'follows' if g['follows'] else 'does not follow'} the task's exact posterior "
-                f"(Spearman ρ = {fmt(g['rho'], 2)}, one-sided p = {fmt(g['p'], 2)}; "
-                f"{100 * g['answer_mass']:.1f}% of its probability on the answers)")
+        stats = (f"Spearman ρ = {fmt(g['rho'], 2)}, one-sided p = {fmt(g['p'], 2)}; "
+                 f"{100 * g['answer_mass']:.1f}% of its probability on the answers")
+        if g["follows"]:
+            head = f"The model follows the task's exact posterior ({stats})"
+        else:   # say which half of the rule failed: a ρ of 0.9 beside "does not follow" reads as a contradiction
+            why = [w for w, bad in (("its answers do not rank with the exact posterior", not g["p"] < 0.05),
+                                    ("less than 5% of its probability is on the answers", g["answer_mass"] < 0.05))
+                   if bad]
+            head = f"The model does not follow the task's exact posterior: {' and '.join(why)} ({stats})"
         if self.target == "model":
             return head + ": the verdicts are about the model's own entropy (target='model')."
         if g["follows"]:
