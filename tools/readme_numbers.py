@@ -330,8 +330,10 @@ def _windtunnel_localize() -> dict:
         v = v.item() if hasattr(v, "item") else v
         return None if isinstance(v, float) and v != v else v
 
-    rows = [{c: plain(r[c]) for c in _LOCALIZE_COLS} for _, r in t[t["kind"] != "random"].iterrows()]
-    rnd1 = t[(t["kind"] == "random") & (t["rank"] == 1)].groupby("layer")["delta_mae_bits"]
+    rows = [{c: plain(r[c]) if c in r else None for c in _LOCALIZE_COLS} for _, r in t[t["kind"] != "random"].iterrows()]
+    # P4b's "random direction" is a Haar draw: the rank-1 Haar rows (the covariance-matched ones are another null)
+    rnd = t[(t["kind"] == "random") & (t["rank"] == 1)]
+    rnd1 = (rnd[rnd["null"] == "haar"] if "null" in rnd else rnd).groupby("layer")["delta_mae_bits"]
     random1 = {str(k): [float(v.min()), float(v.max())] for k, v in rnd1}
     lt = [{k: plain(v) for k, v in r.items()} for r in loc.layers_table.to_dict("records")]
     call = (f"model, task = bl.windtunnel.load({z['checkpoint']!r}); bridge, _ = bl.windtunnel.load("
@@ -345,7 +347,8 @@ def _windtunnel_localize() -> dict:
     cfg = model.cfg
     return {"settings": {"checkpoint": z["checkpoint"], "task": task.to_dict(), "call": call,
                          "model": f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads",
-                         "kind": type(model).__name__, "seconds": round(secs, 1), "rule": loc.rule},
+                         "kind": type(model).__name__, "seconds": round(secs, 1), "rule": loc.rule,
+                         "n_tests": int(loc.n_tests), "gate": loc.gate_sentence(), "n_random": z["n_random"]},
             "numbers": {"rows": rows, "layers": lt, "random1_delta_mae": random1,
                         "clean_mae_bits": float(loc.layers_table["clean_mae_bits"].iloc[0])}}
 
@@ -567,6 +570,9 @@ def render_localize(data: dict) -> str:
     return "".join(out) + f"Rule: {data[next(k for k in ('localize-smollm2', 'localize-gemma') if k in data)]['settings']['rule']}.\n"
 
 
+NULL_WORDS = {"haar": "Haar", "cov": "covariance-matched"}
+
+
 def render_windtunnel_localize(data: dict) -> str:
     """P4b's numbers next to ``bl.localize`` on the shipped bijection wind tunnel, then the full table."""
     rec = data.get("windtunnel-localize")
@@ -598,12 +604,15 @@ def render_windtunnel_localize(data: dict) -> str:
         return "; ".join(out)
 
     def band(rank, col="delta_mae_bits"):
+        """The band of the first row of this rank, named by its null (Haar for user bases, covariance-matched
+        for fitted frames)."""
         lo, hi = ("band_low", "band_high") if col == "delta_mae_bits" else ("swap_band_low", "swap_band_high")
-        out = []
+        out, nulls = [], set()
         for k in layers:
             r = next(r for r in num["rows"] if r["layer"] == k and r["rank"] == rank)
+            nulls.add(r.get("null") or "haar")
             out.append(f"L{k} {m(r[lo])} … {m(r[hi])}")
-        return "; ".join(out)
+        return f"{' / '.join(NULL_WORDS.get(n, n) for n in sorted(nulls))} rank {rank}: " + "; ".join(out)
 
     jname = next(r["subspace"] for r in num["rows"] if r["subspace"].startswith("J-space"))
     rank1 = "; ".join(f"L{k} {m(a, '{:+.4f}')} … {m(b, '{:+.4f}')}" for k, (a, b) in sorted(num["random1_delta_mae"].items()))
@@ -617,14 +626,13 @@ def render_windtunnel_localize(data: dict) -> str:
             f"position) | {ours('ridge axis', 'r2', '{:.3f}')} (cross-fitted RidgeCV) |\n"
             f"| axis removed, Δ MAE bits | {span('axis', f='{:+.4f}')} | {ours('ridge axis', f='{:+.4f}')} |\n"
             f"| random direction removed, Δ MAE bits | {span('random1', f='{:+.4f}')} (one draw per layer) | {rank1} "
-            f"(20 draws per layer) |\n"
+            f"({st.get('n_random', 20)} Haar draws per layer) |\n"
             f"| hypothesis frame removed, Δ MAE bits | {span('frame20')} (rank 20: the value tokens' "
-            f"embeddings) | {ours('hypothesis frame (embedding)')} (rank 10: the answers' embeddings); random "
-            f"rank 10: {band(10)} |\n"
+            f"embeddings) | {ours('hypothesis frame (embedding)')} (rank 10: the answers' embeddings); {band(10)} |\n"
             f"| answers' unembedding removed, Δ MAE bits | the same span (tied embeddings) | "
             f"{ours('answer unembedding')} (rank 10) |\n"
-            f"| top-20 PC frame removed, Δ MAE bits | — | {ours('frame k=20')}; random rank 20: {band(20)} |\n"
-            f"| J-space removed (rank 8), Δ MAE bits | {span('jspace8')} | {ours(jname)}; random rank 8: "
+            f"| top-20 PC frame removed, Δ MAE bits | — | {ours('frame k=20')}; {band(20)} |\n"
+            f"| J-space removed (rank 8), Δ MAE bits | {span('jspace8')} | {ours(jname)}; "
             f"{band(8)} |\n"
             f"| swap | redirect margin at emb (evidence region, toward the donor's Bayes posterior): frame "
             f"{m(P4B['swap_margin_bits_emb']['frame20'], '{:+.2f}')}, J-space r16 "
@@ -632,17 +640,19 @@ def render_windtunnel_localize(data: dict) -> str:
             f"{m(P4B['swap_margin_bits_emb']['random16'], '{:+.2f}')} bits | final position, toward the donor's "
             f"output: axis {ours('ridge axis', 'swap_bits', ci=False)}; embedding frame {ours('hypothesis frame (embedding)', 'swap_bits', ci=False)}; "
             f"unembedding {ours('answer unembedding', 'swap_bits', ci=False)}; top-20 PCs "
-            f"{ours('frame k=20', 'swap_bits', ci=False)}; random rank 10 {band(10, 'swap')} |\n\n")
-    full = ["| layer | subspace | held-out R² [95% CI] | Δ MAE bits [CI] | random band | swap bits [CI] | "
-            "random band | verdict |\n|---|---|---|---|---|---|---|---|\n"]
+            f"{ours('frame k=20', 'swap_bits', ci=False)}; {band(10, 'swap')} |\n\n")
+    full = ["| layer | subspace | null | held-out R² [95% CI] | Δ MAE bits [CI] | null band | Holm p | swap bits [CI] | "
+            "null band | Holm p | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n"]
     for r in num["rows"]:
         r2 = "—" if r["r2"] is None else f"{r['r2']:.3f} [{r['r2_ci_low']:.3f}, {r['r2_ci_high']:.3f}]"
-        full.append(f"| {r['layer']} | {r['subspace']} | {r2} | {m(r['delta_mae_bits'])} "
+        full.append(f"| {r['layer']} | {r['subspace']} | {r.get('null') or '—'} | {r2} | {m(r['delta_mae_bits'])} "
                     f"[{m(r['delta_mae_ci_low'])}, {m(r['delta_mae_ci_high'])}] | {m(r['band_low'])} … "
-                    f"{m(r['band_high'])} | {m(r['swap_bits'])} [{m(r['swap_ci_low'])}, {m(r['swap_ci_high'])}] | "
-                    f"{m(r['swap_band_low'])} … {m(r['swap_band_high'])} | {r['verdict']} |\n")
+                    f"{m(r['band_high'])} | {_p(r.get('removal_p_holm'))} | {m(r['swap_bits'])} "
+                    f"[{m(r['swap_ci_low'])}, {m(r['swap_ci_high'])}] | "
+                    f"{m(r['swap_band_low'])} … {m(r['swap_band_high'])} | {_p(r.get('swap_p_holm'))} | {r['verdict']} |\n")
     verdicts = "; ".join(f"layer {r['layer']}: **{r['verdict']}**" for r in num["layers"])
-    return head + side + "".join(full) + f"\nPer layer: {verdicts}. Rule: {st['rule']}.\n"
+    fam = f" {st['n_tests']} tests in the family." if st.get("n_tests") else ""
+    return (head + side + "".join(full) + f"\nPer layer: {verdicts}.{fam} Rule: {st['rule']}.\n")
 
 
 def render_codelength(data: dict) -> str:
