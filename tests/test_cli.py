@@ -8,6 +8,7 @@ tests/reporting/test_report_e2e.py.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,15 +97,55 @@ def test_unwritable_output_folder_fails_before_loading(tmp_path):
     assert "loading model" not in proc.stderr  # failed before any model work
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into read-only folders")
-def test_read_only_output_folder(tmp_path):
-    ro = tmp_path / "ro"
+# the command line in a child whose model loader raises: a check that runs only after the load fails the test
+_NO_LOAD_CHILD = ("import sys\nimport bayes_lens.cli as cli\n"
+                  "def _no_load(args):\n    raise AssertionError('the model was loaded before the cheap checks')\n"
+                  "cli._load = _no_load\nsys.exit(cli.main(sys.argv[1:]))\n")
+# root writes through permission bits (CI runs as root), so there the folder is a read-only bind mount of itself in
+# a user and mount namespace of the child's own (no privileges needed); 97/98: the mount could not be made read-only
+_READ_ONLY_BIND = ('mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" || exit 97; '
+                   'touch "$0/.probe" 2>/dev/null && exit 98; exec "$@"')
+
+
+def _run_in_read_only_folder(ro: Path, *args, timeout=120) -> subprocess.CompletedProcess:
+    """``bayes-lens *args`` (model loading refused) with the new folder ``ro`` read-only: mode 0o500 for a normal
+    user; for root a read-only bind (``unshare -Urm``), skipped only where the kernel refuses that namespace."""
     ro.mkdir()
-    ro.chmod(0o500)
-    try:
-        _one_line_error(_run("sula", "--out", str(ro)), "not writable")
-    finally:
-        ro.chmod(0o700)
+    env = dict(os.environ, BAYES_LENS_PROGRESS="0")
+    child = [sys.executable, "-c", _NO_LOAD_CHILD, *args]
+    if os.geteuid() != 0:
+        ro.chmod(0o500)
+        try:
+            return subprocess.run(child, capture_output=True, text=True, timeout=timeout, env=env)
+        finally:
+            ro.chmod(0o700)
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without util-linux's unshare: no unprivileged read-only folder to test")
+    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", _READ_ONLY_BIND, str(ro), *child], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    if proc.returncode in (97, 98) or proc.stderr.startswith("unshare:"):
+        pytest.skip(f"running as root and no read-only bind could be made here: {proc.stderr.strip()[:200]}")
+    return proc
+
+
+def test_read_only_output_folder(tmp_path):
+    """A read-only --out fails at once, in one line, before the model load (also as root, on a read-only bind)."""
+    _one_line_error(_run_in_read_only_folder(tmp_path / "ro", "sula", "--out", str(tmp_path / "ro")), "not writable")
+    assert not (tmp_path / "ro" / "report.json").exists()
+
+
+def test_read_only_shard_dir_and_csv_folder_fail_before_the_run(tmp_path):
+    """Issue 52 raw errors: `localize --shard-dir` and `reproduce --csv` in a read-only folder failed only after the
+    whole run; both are refused first (exit 2, one line), before the model load - also as root."""
+    ro = tmp_path / "ro"
+    proc = _run_in_read_only_folder(ro, "localize", "--quick", "--no-progress", "--out", str(tmp_path / "out"),
+                                    "--shard-dir", str(ro / "shards"))
+    _one_line_error(proc, "--shard-dir")
+    assert "not writable" in proc.stderr
+    proc = _run_in_read_only_folder(tmp_path / "ro2", "reproduce", "falck", "--no-progress", "--csv",
+                                    str(tmp_path / "ro2" / "rows.csv"))
+    _one_line_error(proc, "--csv")
+    assert "cannot be written" in proc.stderr
 
 
 def test_models_command(capsys):
@@ -423,7 +464,7 @@ def _no_load(args):
 
 
 def test_reproduce_csv_where_nothing_can_be_written_fails_before_the_run(tmp_path, monkeypatch, capsys):
-    """Issue 52.2: `--csv` under a file (or in a read-only folder) failed only after the whole run; it is
+    """Issue 52.2: `--csv` under a file (or in a folder) failed only after the whole run; it is
     refused first, in one line, before the model load."""
     import bayes_lens.cli as cli
 
@@ -435,15 +476,7 @@ def test_reproduce_csv_where_nothing_can_be_written_fails_before_the_run(tmp_pat
     assert err.startswith("bayes-lens: error: --csv") and "cannot be written" in err and len(err.splitlines()) == 1
     assert main(["reproduce", "falck", "--no-progress", "--csv", str(tmp_path)]) == 2   # a folder
     assert "is not a file" in capsys.readouterr().err
-    if os.geteuid() != 0:   # root writes into read-only folders
-        ro = tmp_path / "ro"
-        ro.mkdir()
-        ro.chmod(0o500)
-        try:
-            assert main(["reproduce", "falck", "--no-progress", "--csv", str(ro / "rows.csv")]) == 2
-            assert "cannot be written" in capsys.readouterr().err
-        finally:
-            ro.chmod(0o700)
+    # a read-only folder (also as root): test_read_only_shard_dir_and_csv_folder_fail_before_the_run
 
 
 def test_reproduce_csv_that_fails_to_write_keeps_the_old_file(tmp_path, monkeypatch, capsys):

@@ -95,3 +95,17 @@ def test_patch_statistic_refuses_bad_input():
         bl.ablation.patch_statistic(model, ["plain"] * 16, layer=0)
     with pytest.raises(InvalidInputError, match="sufficient statistic"):
         bl.ablation.sufficient_statistic(["plain"])
+
+
+def test_methods_8b_names_patch_statistic_as_built():
+    """Issue 52 §13: METHODS §8b said sufficient-statistic patching was "not built" while §13 and patch_statistic
+    build it; §8b now points to it (and the one-step KL's interval is stated as the ~91% it covers)."""
+    from pathlib import Path
+
+    text = (Path(bl.__file__).parent / "data" / "METHODS.md").read_text()
+    s8b = text[text.index("## 8b."):text.index("## 9.")]
+    assert callable(bl.ablation.patch_statistic) and "`bl.ablation.patch_statistic`" in s8b
+    built_elsewhere = s8b[s8b.index("**Built elsewhere:**"):s8b.index("**Not built here:**")]
+    assert "sufficient-statistic" in built_elsewhere
+    assert "sufficient" not in s8b[s8b.index("**Not built here:**"):]
+    assert "about **91%** of the time, not\n  95%" in s8b

@@ -501,6 +501,51 @@ def test_patched_reaches_the_activation_an_sae_replaced(route):
 
 
 @pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
+@pytest.mark.parametrize("maker", ["fit", "subspace_patch"])
+@pytest.mark.parametrize("route", ["add_sae_then_list", "saes_in_the_call"])
+def test_a_patch_iterated_where_an_sae_replaced_its_hook_reaches_the_sae_output(route, maker):
+    """Issue 52 §3: the docstring's fwd_hooks=list(patch) raised TransformerLens's raw TypeError ('Expected a module
+    with add_hook') wherever an SAE sat at the patch's hook point. A patch made on the model names the SAE's
+    hook_sae_output when iterated while the SAE is spliced: add_sae, then run_with_hooks(fwd_hooks=list(patch)); or
+    run_with_hooks_with_saes(saes=[sae], fwd_hooks=patch), which iterates it after the splice. Both equal a hook
+    written by hand at hook_sae_output; the SAE gone, list(patch) is the hook point's own name again."""
+    m, make_sae = _sae_model()
+    sae = make_sae("blocks.1.hook_resid_post")
+    if maker == "fit":
+        axis = _axis(m, site="resid_post", layers=(1,))
+        patch, u = axis.removal(), axis.axes_[1]
+    else:
+        u = torch.nn.functional.normalize(torch.randn(m.cfg.d_model, generator=torch.Generator().manual_seed(3)),
+                                          dim=0)
+        patch = bl.ablation.subspace_patch(m, 1, u[:, None].numpy(), site="resid_post")
+    toks = _tokens(m, 19)
+    out_name = "blocks.1.hook_resid_post.hook_sae_output"
+    remove = _by_hand(u, lambda v, u: v - (v @ u)[..., None] * u)
+    with torch.no_grad():
+        plain = m.run_with_saes(toks, saes=[sae])
+        want = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=[(out_name, remove)])
+        if route == "add_sae_then_list":
+            m.add_sae(sae)
+            try:
+                assert [n for n, _ in patch] == [out_name] == [patch[0][0]]
+                got = m.run_with_hooks(toks, fwd_hooks=list(patch))
+            finally:
+                m.reset_saes()
+        else:
+            got = m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=patch)
+            with pytest.raises(TypeError, match="add_hook"):  # a list made before the call splices the SAE
+                m.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=list(patch))
+        after = m.run_with_saes(toks, saes=[sae])
+        no_sae = m.run_with_hooks(toks, fwd_hooks=list(patch))
+        by_hand_no_sae = m.run_with_hooks(toks, fwd_hooks=[("blocks.1.hook_resid_post", remove)])
+    assert (got - plain).abs().max() > 1e-4
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(after, plain, atol=0, rtol=0)  # nothing left behind
+    assert list(patch) == list(zip(patch.hook_names, [fn for _, fn in patch]))  # back on the hook point's name
+    torch.testing.assert_close(no_sae, by_hand_no_sae, atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not has_hooked_transformer(), reason="SAELens needs TransformerLens 3.x")
 @pytest.mark.parametrize("route", ["run_with_hooks_with_saes", "add_sae_then_run_with_hooks", "sae_elsewhere"])
 def test_patch_pairs_reach_an_sae_replaced_hook_in_plain_sae_lens_calls(route):
     """Issue 52 §3: model.run_with_hooks_with_saes(toks, saes=[sae], fwd_hooks=list(patch)) raises TypeError inside

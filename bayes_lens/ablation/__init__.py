@@ -31,9 +31,11 @@ entropy-ordered direction of its value space. This module answers with three pub
 
   A patch is an iterable of ``(hook_name, fn)`` pairs — one per layer — so
   ``model.hooks(fwd_hooks=list(patch))`` and ``model.run_with_hooks(x, fwd_hooks=list(patch))``
-  work as in TransformerLens (under SAELens, where an SAE replaces the patch's hook point,
-  ``fwd_hooks=patch.pairs(model, saes=[sae])``: TL refuses the replaced name itself); patches combine
-  with ``+`` (list concatenation of their pairs).
+  work as in TransformerLens. Under SAELens, where an SAE replaces the patch's hook point (TL refuses the
+  replaced name itself), a patch made on the model names the SAE's ``hook_sae_output`` while the SAE is
+  spliced (``add_sae`` then ``list(patch)``; ``run_with_hooks_with_saes(x, saes=[sae], fwd_hooks=patch)``);
+  a list made before that call splices its SAE cannot, so pass ``fwd_hooks=patch.pairs(model, saes=[sae])``
+  there. Patches combine with ``+`` (list concatenation of their pairs).
   Layers are resolved with :func:`bayes_lens.adapter.resolve_layer` and hook names are checked
   with :func:`bayes_lens.adapter.check_hooks`: an out-of-range layer such as the paper's "−1"
   fails loudly instead of silently matching nothing.

@@ -40,7 +40,7 @@ from ..reduced import ReducedCache
 from ._common import (
     SIGN_BY, STANDARDIZE, finite_float, library_versions, model_meta, prompt_data, site_dim, unit_vector,
 )
-from ._patch import Patch, PatchPart
+from ._patch import Patch, PatchPart, link_model
 
 __all__ = ["EntropyAxis", "axis_cache", "signing_entropy", "value_arrays", "axis_from_pca", "check_loaded"]
 
@@ -342,6 +342,7 @@ class EntropyAxis(TransformerMixin, BaseEstimator):
         self.coord_hook_names_ = {k: axis_hook_name(self.site, k) for k in layers}
         if model is not None:
             adapter.check_hooks(model, list(self.hook_names_.values()))
+        link_model(self, model)  # its patches name an SAE's output where one replaces their hook point (Patch)
         self.model_meta_ = dict(meta)
         self.versions_ = dict(versions) if versions is not None else library_versions()
         self.n_prompts_ = int(n_prompts)

@@ -98,7 +98,7 @@ from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._das import DAS, check_das, das_angle, das_candidates, das_rule
-from ._patch import Patch, PatchPart
+from ._patch import Patch, PatchPart, link_model
 from ._positions import answer_positions
 from ._seeds import layer_seed_columns, seed_columns
 from ._readout import Readout, cross_fitted_readout
@@ -217,8 +217,10 @@ def subspace_patch(model, layer: int, basis, *, site: str = "resid_post", operat
     parts = [PatchPart(layer=layer, hook_name=name, site=site, op="removal",
                        direction=torch.tensor(q[:, j], dtype=torch.float32), mean=mu) for j in range(q.shape[1])]
     tag = {"removal": "removal", "mean": "mean-ablation", "resample": "resample-ablation"}[operation]
-    return Patch(parts, label=label or f"{tag} of a rank-{q.shape[1]} subspace at layer {layer}", kind="removal",
-                 params={"operation": operation, "rank": int(q.shape[1])}, model_meta=model_meta(model, site))
+    patch = Patch(parts, label=label or f"{tag} of a rank-{q.shape[1]} subspace at layer {layer}", kind="removal",
+                  params={"operation": operation, "rank": int(q.shape[1])}, model_meta=model_meta(model, site))
+    link_model(patch, model)  # list(patch) names an SAE's output where one replaces the hook point (Patch)
+    return patch
 
 
 @dataclass

@@ -8,10 +8,14 @@ TransformerLens hook point (``blocks.{l}.attn.hook_v``, ``blocks.{l}.hook_resid_
 the activation with :func:`bayes_lens.interventions.move_along` and the part's coordinate operation
 (:meth:`PatchPart.coordinate_op`), or projects it with :func:`~bayes_lens.interventions.keep_along`. So a
 treatment and its control differ only in the direction, and a patch's pairs work in plain
-TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``; where an
+TransformerLens (``model.hooks(fwd_hooks=list(patch))``, ``run_with_hooks``) without ``bl.attach``. Where an
 SAELens SAE replaces the site's hook point, TransformerLens refuses that name (a raw ``TypeError`` from its
-``hooks``, raised before any hook runs), so there pass :meth:`Patch.pairs` (``fwd_hooks=patch.pairs(model,
-saes=[sae])``: the pairs at the SAE's ``hook_sae_output``) or use :func:`patched`. :func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
+``hooks``: the SAE's wrapper has no ``add_hook``), so a patch made on a model (an axis fitted on it,
+``from_directions``, ``load(model=)``, ``subspace_patch``) names, when iterated, the SAE's ``hook_sae_output``
+where an SAE is spliced on that model at that moment (``add_sae``, or inside ``run_with_hooks_with_saes`` when
+the patch itself is passed as ``fwd_hooks=patch``); a list made *before* SAELens splices the SAE inside the call
+cannot know of it, so there pass :meth:`Patch.pairs` (``fwd_hooks=patch.pairs(model, saes=[sae])``) or use
+:func:`patched`. :func:`patched` and the runner (``fwd_hooks``) add the pairs the same way
 (:func:`bayes_lens.adapter.added_hooks`). See :mod:`bayes_lens.ablation`.
 """
 
@@ -21,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -38,6 +43,29 @@ __all__ = ["PatchPart", "Patch", "patched", "flatten_pairs", "patch_objects", "c
 # ---------------------------------------------------------------------------------------------
 # Patches
 # ---------------------------------------------------------------------------------------------
+
+# axis or patch -> weak reference to the model it was made on (kept out of the objects, so they pickle as before)
+_MODELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def link_model(owner, model) -> None:
+    """Remember, weakly, that ``owner`` (an :class:`EntropyAxis` or :class:`Patch`) was made on ``model``."""
+    if owner is None or model is None:
+        return
+    try:
+        _MODELS[owner] = weakref.ref(model)
+    except TypeError:  # not weak-referenceable or not hashable: nothing to follow
+        pass
+
+
+def linked_model(owner):
+    """The live model ``owner`` was made on (:func:`link_model`), or None."""
+    try:
+        ref = _MODELS.get(owner)
+    except TypeError:
+        return None
+    return ref() if ref is not None else None
+
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,11 +145,15 @@ class Patch:
     Made by :class:`EntropyAxis` (``removal``, ``keep_only``, ``shift``, ``random_control``). Use it
     as ``with bl.patched(model, patch):``, or hand its pairs to TransformerLens as they are —
     ``model.hooks(fwd_hooks=list(patch))``, ``model.run_with_hooks(tokens, fwd_hooks=list(patch))`` —
-    with no ``bl.attach``. Under SAELens, where an SAE replaces the patch's hook point (``add_sae``, or
-    ``run_with_saes`` / ``run_with_hooks_with_saes``, which splice it inside the call), TransformerLens refuses
-    the replaced name with a raw ``TypeError`` before any hook runs, so ``list(patch)`` cannot reach it: pass
-    ``fwd_hooks=patch.pairs(model, saes=[sae])`` (the same functions at the SAE's ``hook_sae_output``, what
-    flows on) or run inside ``bl.patched(model, patch)``. Every part hooks its site's own hook point (``blocks.{l}.attn.hook_v``,
+    with no ``bl.attach``. Under SAELens, where an SAE replaces the patch's hook point, TransformerLens refuses
+    the replaced name with a raw ``TypeError`` before any hook runs; so a patch that knows its model (made by an
+    axis fitted on it, ``from_directions``, ``load(model=)``, or ``subspace_patch``) yields the SAE's
+    ``hook_sae_output`` (what flows on) for a hook point an SAE replaces on that model when it is iterated:
+    ``model.add_sae(sae)`` then ``fwd_hooks=list(patch)`` works, and so does
+    ``run_with_hooks_with_saes(tokens, saes=[sae], fwd_hooks=patch)`` (the call iterates the patch after it
+    splices the SAE). ``fwd_hooks=list(patch)`` built *before* that call cannot see the SAE the call splices
+    (TransformerLens's ``TypeError`` again): there pass ``fwd_hooks=patch.pairs(model, saes=[sae])``, or run
+    inside ``bl.patched(model, patch)``. Every part hooks its site's own hook point (``blocks.{l}.attn.hook_v``,
     ``blocks.{l}.hook_resid_post``), the removal and shift of the axis exactly as their random controls
     and keep-only, so a treatment and its control reach the activation the same way and in the same
     order relative to other hooks on that site (TransformerLens runs a hook point's hooks in the order
@@ -156,14 +188,24 @@ class Patch:
 
     # --- the [(hook_name, fn)] protocol ---
     def __iter__(self) -> Iterator[Tuple[str, Callable]]:
-        return iter(self._pairs)
+        model = self._model()
+        return iter(self._pairs if model is None else self.pairs(model))
+
+    def _model(self):
+        """The model this patch was made on, while it lives (the one model of all its axes); else None."""
+        model = linked_model(self)
+        if model is not None or not self._axes:
+            return model
+        models = [linked_model(a) for a in self._axes]
+        return models[0] if all(m is not None and m is models[0] for m in models) else None
 
     def pairs(self, model=None, *, saes: Sequence = ()) -> List[Tuple[str, Callable]]:
-        """The ``(hook_name, fn)`` pairs for plain TransformerLens / SAELens calls: ``list(patch)``, except that a
-        hook point an SAELens SAE replaces - one spliced on ``model`` (``add_sae``) or one of ``saes`` (spliced by
-        ``run_with_saes`` / ``run_with_hooks_with_saes`` during the call) - is named by the SAE's
+        """The ``(hook_name, fn)`` pairs for plain TransformerLens / SAELens calls: the hook points' own names, except
+        that a hook point an SAELens SAE replaces - one spliced on ``model`` (``add_sae``) or one of ``saes`` (to be
+        spliced by ``run_with_saes`` / ``run_with_hooks_with_saes`` during the call) - is named by the SAE's
         ``{hook}.hook_sae_output``, the activation that flows on (TransformerLens refuses the replaced name itself):
         ``model.run_with_hooks_with_saes(tokens, saes=[sae], fwd_hooks=patch.pairs(model, saes=[sae]))``.
+        ``list(patch)`` is ``patch.pairs(m)`` for the model ``m`` the patch was made on, read when it is iterated.
 
         >>> patch = bl.EntropyAxis.from_directions(model, {0: torch.ones(model.cfg.d_model)}, site="resid_post",
         ...                                        sigma=1.0).removal()
@@ -177,7 +219,7 @@ class Patch:
         return len(self._pairs)
 
     def __getitem__(self, i):
-        return self._pairs[i]
+        return list(self)[i]
 
     def __add__(self, other):
         if isinstance(other, Patch):
@@ -263,8 +305,8 @@ class Patch:
 def flatten_pairs(patches) -> List[Tuple[str, Callable]]:
     if patches is None:
         return []
-    if isinstance(patches, Patch):
-        return list(patches)
+    if isinstance(patches, Patch):  # the hook points themselves: patched() follows an SAE there on its own
+        return list(patches._pairs)
     if isinstance(patches, tuple) and len(patches) == 2 and isinstance(patches[0], str):
         if not callable(patches[1]):
             raise InvalidInputError(f"each hook must be a (hook_name: str, fn: callable) pair, got "
@@ -366,7 +408,8 @@ def patched(model, patches):
     list runs the clean model. Every patch hooks its site's own hook point (``hook_v``), as
     ``model.hooks(fwd_hooks=list(patch))`` would; nothing is attached. Where an SAELens SAE replaces that hook
     point (``add_sae``, or inside ``run_with_saes`` / ``run_with_hooks_with_saes`` in the block) the patch acts
-    on the SAE's ``hook_sae_output``, the activation that flows on (:func:`bayes_lens.adapter.following_saes`). Hook points are checked first
+    on the SAE's ``hook_sae_output``, the activation that flows on (:func:`bayes_lens.adapter.following_saes`),
+    as ``fwd_hooks=patch.pairs(model, saes=[sae])`` does outside the block. Hook points are checked first
     (:func:`check_patches`: a misspelt or out-of-range hook is an error, never a silent no-op), and a
     patch whose axis has the wrong dimension for the model is refused. The hooks are added as the
     runner adds a run's ``fwd_hooks`` (:func:`bayes_lens.adapter.added_hooks`). The model's lock is

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,6 +177,23 @@ def test_gaussian_outcomes_follow_the_posterior_each_item_states(tok, prior, mu0
     items = tasks.gaussian_prompts(tok, prior=prior, mu0=mu0, tau0=1.0, decimals=2, ks=(1, 3), n_per_k=n, seed=1)
     z, p = _outcome_law(items)
     assert np.abs(z).max() < 4 and p > 1e-3, (z.round(2), p)
+
+
+def test_methods_calibration_sentence_numbers_of_ten_or_more(tok):
+    """Issue 52 §13: METHODS §6c says the first-digit bins are not monotone in the value and that at the defaults
+    and k = 1 the numbers >= 10 (which share digits 1-9 with 1.0-9.9) carry 1.2% of the predictive mass on average
+    (2,000 prompts). Recomputed here by hand: the normal-normal predictive N(m, 1/prec + σ²) from each prompt's
+    shown value, P(X >= 10 - h) / P(X >= 0) with h the rounding half-step (a '-' answer is not an answer)."""
+    items = tasks.gaussian_prompts(tok, ks=(1,), n_per_k=2000, seed=0)
+    x = np.array([it.values[0] for it in items])
+    mu0, tau0, sigma, h = 5.0, 2.0, 1.0, 0.05
+    prec = 1 / tau0 ** 2 + 1 / sigma ** 2
+    m, sd = (mu0 / tau0 ** 2 + x / sigma ** 2) / prec, math.sqrt(1 / prec + sigma ** 2)
+    share = stats.norm.sf(10 - h, m, sd) / stats.norm.sf(0.0, m, sd)
+    # "1.2%" (0.0123 on these fixed-seed prompts); its standard error over 2,000 prompts is ~0.001
+    assert abs(share.mean() - 0.012) < 0.002, share.mean()
+    text = (Path(bl.__file__).parent / "data" / "METHODS.md").read_text()
+    assert "The first-digit bins are not monotone in the value" in text and "1.2% of the predictive mass" in text
 
 
 def test_gaussian_bad_inputs(tok):
