@@ -50,6 +50,10 @@ model alone (α = 0: y_i0 = β₀ + β_e·LLR_i) gives its effective evidence we
   across α kept together); ``reliable`` is False where the bare β_int test or the prior-shift verdict
   fires on more than 10% of them (the residuals are then not exchangeable noise: read the verdict as
   descriptive).
+* **Runs**: one clean pass, then one pass per (direction, α ≠ 0). At ``resid_post`` the clean pass keeps the
+  stream after the layer (:class:`bayes_lens.collect.StreamKeeper`) and each steered pass resumes from it, running
+  only the later blocks (``collect(..., resume=)``; the same log-odds as whole passes, tested); at ``v``/``z``, or
+  where a kind cannot resume (its one-batch check fails), whole passes.
 * **Crossover**: the α that cancels one net example for label₁, α× = −β_e·λ/(β_α + β_int·λ) (λ the
   exact log-likelihood ratio of one example: log(p/(1−p)) on SULA, 1 nat on other tasks), with its
   bootstrap interval.
@@ -426,7 +430,7 @@ def steering(model, items, *, layer="middle", site: str = "resid_post", alphas: 
     """
     import pandas as pd
 
-    from .collect import collect
+    from .collect import StreamKeeper, collect
     from .estimators import fold_ids
     from .interventions import Intervention, haar_draw
     from .reads import FinalRows
@@ -460,10 +464,18 @@ def steering(model, items, *, layer="middle", site: str = "resid_post", alphas: 
     ids = answer_token_ids(model, answers)
     texts = [str(it) for it in items]
     n = len(items)
+    # at resid_post the clean stream after the layer is kept, so each steered pass runs only the later blocks
+    keeper = StreamKeeper(model, [layer]) if site == "resid_post" else None
     clean = collect(model, texts, token_ids=ids, reads=[FinalRows(layer, site)], batch_size=batch_size,
-                    progress=progress, desc=f"steering: clean pass, {n} prompts")
+                    progress=progress, desc=f"steering: clean pass, {n} prompts",
+                    fwd_hooks=keeper if keeper is not None else ())
     x = clean[f"final_rows.{site}.{layer}"].double().numpy()
     lp0 = clean.token_logprobs().double().numpy()
+    resume = None
+    if keeper is not None:   # a kind that cannot resume (the check fails on one batch) runs whole passes instead
+        kept = keeper.stream(layer, n)
+        if kept is not None and kept.check(ids, lp0) is None:
+            resume = kept
     y0 = _log_odds(lp0, label)
     post0 = np.exp(lp0 - np.logaddexp.reduce(lp0, axis=1, keepdims=True))
     h_model = -(post0 * np.log2(np.clip(post0, 1e-300, None))).sum(1)
@@ -524,7 +536,7 @@ def steering(model, items, *, layer="middle", site: str = "resid_post", alphas: 
                                 positions=positions, prompts=None if f == -1 else np.flatnonzero(folds_of == f),
                                 label=f"steer {name} α={a:g}") for f, u in per_fold.items()]
             rc = collect(model, texts, token_ids=ids, interventions=ivs, batch_size=batch_size, progress=progress,
-                         desc=f"steering: {name}, α = {a:g}")
+                         desc=f"steering: {name}, α = {a:g}", resume=resume)
             y[:, j] = _log_odds(rc.token_logprobs().double().numpy(), label)
         beta = fit_terms(alphas, llr, y)
         reps = _inflate(_boot_fits(*_normal_parts(xa, y), idx), beta, n, n_strata)

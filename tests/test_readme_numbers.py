@@ -41,7 +41,7 @@ def test_readme_blocks_equal_what_the_record_renders():
     assert tool.ROOT / "docs" / "results.md" in tool.PAGES and tool.README in tool.PAGES
     blocks = tool.page_blocks()
     assert set(blocks) == set(tool.RENDER) == {"flagship", "report-quick", "localize", "codelength", "order",
-                                               "windtunnel-localize"}
+                                               "windtunnel-localize", "confidence", "steering"}
     data = tool.load()
     assert set(data) == set(tool.RECIPES)
     for name, body in blocks.items():
@@ -143,3 +143,32 @@ def test_cheapest_recipe_reproduces_the_record():
             assert a["layers"][k][what]["value"] == pytest.approx(r["layers"][k][what]["value"], abs=2e-3)
     assert a["mae_clean"]["value"] == pytest.approx(r["mae_clean"]["value"], abs=2e-3)
     assert a["mae_delta"]["value"] == pytest.approx(r["mae_delta"]["value"], abs=5e-4)
+
+
+def test_confidence_and_steering_records_hold_together():
+    """Issues 50/51: the recorded confidence and steering numbers checked against each other, not through the
+    renderer: mediated = total − direct per prompt averages to the difference of the means; the entropy neurons
+    are null-space neurons; the crossover is −β_e·λ/(β_α + β_int·λ); the evidence weight at α's ends is
+    β_e + β_int·α; every record states its time and the load it ran under, and the answer appears verbatim."""
+    tool = _tool()
+    data, text = tool.load(), _pages_text(tool)
+    for key in ("smollm2", "gemma"):
+        c = data[f"confidence-{key}"]
+        assert c["settings"]["seconds"] > 0 and len(c["settings"]["load_average"]) == 2
+        assert c["numbers"]["answer"] in text
+        for r in c["numbers"]["neurons"]:
+            e = r["effects"]
+            assert e["d_entropy_bits.mediated"][0] == pytest.approx(
+                e["d_entropy_bits.total"][0] - e["d_entropy_bits.direct"][0], abs=1e-9)
+            if r["entropy_neuron"]:
+                assert r["null_space"] and r["neuron"] in c["numbers"]["entropy_neurons"]
+        s = data[f"steering-{key}"]
+        for task in ("sula", "categorical"):
+            num, ts = s["numbers"][task], s["settings"]["tasks"][task]
+            assert ts["seconds"] > 0 and len(ts["load_average"]) == 2
+            lam, amin, amax = num["nats_per_example"], min(ts["alphas"]), max(ts["alphas"])
+            for r in num["rows"]:
+                den = r["beta_alpha"] + r["beta_int"] * lam
+                assert r["crossover_alpha"] == pytest.approx(-r["beta_e"] * lam / den, rel=1e-9)
+                assert r["evidence_weight_at_alpha_min"] == pytest.approx(r["beta_e"] + r["beta_int"] * amin, abs=1e-9)
+                assert r["evidence_weight_at_alpha_max"] == pytest.approx(r["beta_e"] + r["beta_int"] * amax, abs=1e-9)

@@ -102,6 +102,33 @@ def test_the_grid_matches_steering_written_with_plain_hooks(planted_run):
     np.testing.assert_allclose(g["log_odds_nats"].to_numpy()[:6], got, atol=1e-4)
 
 
+def test_resumed_grid_equals_the_whole_pass_route(monkeypatch):
+    """At resid_post each steered pass resumes from the clean stream kept after the layer (only the later blocks
+    run); with the resume refused (its one-batch check made to fail) every pass runs whole: the same log-odds."""
+    from bayes_lens import collect as bc
+
+    model, truth = bl.models.tiny.steering_model(KINDS[0])
+    items = bl.sula.make_prompts(model, ks=(0, 1, 2, 4), n_per_k=6, seed=0)
+    kw = dict(layer=0, alphas=(-1, 0, 1), alpha_unit="raw", directions=("contrast", "haar"), n_random=1,
+              user={"prior": truth.prior_direction}, n_boot=20, n_null=0, seed=0, batch_size=5)
+    calls = []
+    real = bc.collect
+
+    def spy(*a, **k):
+        calls.append(k.get("resume"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(bc, "collect", spy)
+    resumed = bl.steering(model, items, **kw)
+    assert len(calls) == 7 and calls[0] is None and all(c is not None for c in calls[1:])
+    monkeypatch.setattr(bc.KeptStream, "check", lambda self, *a, **k: "refused in this test")
+    calls.clear()
+    whole = bl.steering(model, items, **kw)
+    assert len(calls) == 7 and all(c is None for c in calls)
+    np.testing.assert_allclose(resumed.grid["log_odds_nats"], whole.grid["log_odds_nats"], atol=1e-5)
+    np.testing.assert_allclose(resumed.table["beta_int"], whole.table["beta_int"], atol=1e-5)
+
+
 def test_null_rates_at_the_design_n():
     """β_int = 0 exactly (and |β_int| = margin) in simulated log-odds at 12 prompts per k: the bare β_int test fires
     near its nominal 5% and the prior-shift verdict near its nominal 2.5% (METHODS.md §16 records the numbers)."""

@@ -346,6 +346,66 @@ entropy (held-out R² about 0.5-0.7, each above its shuffled-target null), and n
 clears its random band: "readout only", the first half of the wind tunnel's pattern. The larger
 recorded tables, on both offline models, are in `docs/localize.md`. `bl.localize(..., clean=(logits, cache), attention_mask=mask)` takes a clean pass you
 cached yourself (with `hook_resid_post` at the layers)."""),
+    md("""## Is the entropy axis the known confidence channel? `bl.confidence`
+
+Stolfo et al. (NeurIPS 2024, arXiv 2406.16254) found **entropy neurons**: last-layer MLP neurons that
+write into the unembedding's near-null space. They change the residual's norm, and the final norm turns
+that into a temperature, so the entropy moves while the ranking of the tokens does not.
+`bl.confidence` screens every neuron of the last MLP by its weights (‖w_out‖, LogitVar, the null-space
+fraction ρ_k, each against a random-direction band). It mean-ablates the top ones twice: once
+through the whole model (*total*) and once with the final norm's scale frozen (*direct*). Then it asks
+whether the entropy axis is that channel (`docs/confidence.md`, METHODS.md §15).
+
+First the ground truth: a tiny model with one neuron planted in W_U's exact null space (the entropy
+neuron) and one planted along W_U's top singular direction (the logit neuron)."""),
+    code('''KIND = "hooked" if bl.adapter.has_hooked_transformer() else "bridge"   # TL 3.x: HookedTransformer; 4.x: a bridge
+tiny, planted = bl.models.tiny.confidence_model(KIND)
+conf_tiny = bl.confidence(tiny, neurons=[planted.logit_neuron], n_random_neurons=6, n_random_axes=1, n_boot=200,
+                          progress=False)
+print("planted entropy neuron:", planted.entropy_neuron, "| logit neuron:", planted.logit_neuron,
+      "| entropy neurons found:", conf_tiny.entropy_neurons)
+for j in (planted.entropy_neuron, planted.logit_neuron):
+    t, d = conf_tiny.effect(j, path="total"), conf_tiny.effect(j, path="direct")
+    print(f"neuron {j}: ΔH total {t.value:+.4f} bits, direct {d.value:+.4f} bits")'''),
+    md("""The entropy neuron moves the entropy only through the norm: its direct effect is 0 to float32
+rounding. The logit neuron is not flagged. On SmolLM2 at a quick size (the 30 SULA prompts above, 3
+candidates, 6 random neurons):"""),
+    code('''conf = bl.confidence(model, sula_prompts, n_candidates=3, n_random_neurons=6 if QUICK else 20,
+                     n_random_axes=1 if QUICK else 3, n_boot=200 if QUICK else 1000, progress=False)
+print(conf.answer)
+conf.screen.table.sort_values("rank").head(3)[["neuron", "out_norm", "logit_var", "null_fraction", "null_space"]]'''),
+    code("conf.plot()"),
+    md("""**Reading it.** A point far above the diagonal is an entropy neuron: a large total effect and a
+small direct one. The last line printed answers "is this axis the norm-temperature channel?" by the
+rule in `conf.axis_rule`. The recorded tables for both offline models (60 prompts) are in
+`docs/confidence.md`.
+
+## Steering as a prior: `bl.steering`
+
+Bigelow et al. (arXiv 2511.00617) model activation steering as a change of the *prior* that adds to
+the in-context *evidence* in log-belief space. SULA's posterior is exact, so the claim becomes a
+test. Steer by α along a direction and fit the answer log-odds y = β₀ + β_α·α + β_e·LLR_Bayes +
+β_int·α·LLR_Bayes. A prior shift has β_int = 0; a direction that reweights the evidence has β_int ≠ 0
+(`docs/steering.md`, METHODS.md §16). The ground truth first: a tiny model with one planted direction
+of each kind."""),
+    code('''tiny_s, truth = bl.models.tiny.steering_model(KIND)
+items_s = bl.sula.make_prompts(tiny_s, ks=(0, 1, 2, 4), n_per_k=4, seed=0)
+st_tiny = bl.steering(tiny_s, items_s, layer=0, alphas=(-1, 0, 1), alpha_unit="raw", directions=(),
+                      user={"prior": truth.prior_direction, "evidence": truth.evidence_direction},
+                      n_boot=200, n_null=20, progress=False)
+st_tiny.table[["direction", "verdict", "beta_alpha", "beta_int", "beta_int_ci_low", "beta_int_ci_high"]]'''),
+    md("""On SmolLM2, steer the middle layer along the cross-fitted label contrast, with one Haar
+direction of the same step length as the control:"""),
+    code('''steer = bl.steering(model, sula_prompts, alphas=(-0.5, 0, 0.5), directions=("contrast", "haar"), n_random=1,
+                    n_boot=200 if QUICK else 1000, n_null=20 if QUICK else 200, progress=False)
+print(f"unsteered evidence weight β_e = {steer.evidence_weight.value:.2f} (exact Bayes: 1)")
+steer.table[["direction", "verdict", "beta_alpha", "beta_alpha_ci_low", "beta_alpha_ci_high", "beta_int",
+             "beta_int_ci_low", "beta_int_ci_high", "crossover_alpha"]]'''),
+    code('steer.plot("contrast")'),
+    md("""**Reading it.** One line per α: parallel lines are a prior shift, fanning lines reweight the
+evidence. Read the contrast row against the Haar row: a step of half the mean norm moves random
+directions' log-odds too. The recorded grids for both offline models, on SULA and the categorical
+task, with every control, are in `docs/steering.md`."""),
     md("## A model from the hub"),
     code(HUB.replace("__HUB_BODY__", '''print(bl.sula.evaluate(hub_model).table)''')),
 ], "02_sula_and_ablation.ipynb")

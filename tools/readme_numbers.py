@@ -8,7 +8,7 @@
 
 A *recipe* runs one recorded measurement with a stated seed and stated sizes and returns its numbers;
 ``--record`` stores them, with the settings and library versions, in ``docs/readme_numbers.json``.
-The pages in ``PAGES`` (README.md and docs/results.md, where the recorded numbers live) hold
+The pages in ``PAGES`` (README.md, docs/results.md and the analyses' own pages) hold
 *generated blocks*, each name in one page only::
 
     <!-- readme-numbers: NAME -->
@@ -39,6 +39,16 @@ Recipes:
 * ``report-quick-smollm2`` / ``report-quick-gemma``: ``bl.report(model, out, quick=True, seed=0)``
   (the sizes of ``bayes_lens.reporting``'s quick settings, recorded with the numbers); the headline
   table of docs/results.md's "The quick report on both offline models" is made from both.
+* ``confidence-smollm2`` / ``confidence-gemma``: ``bl.confidence(model)`` at its defaults (60 SULA prompts, seed
+  0, the last MLP layer): the screen's top neurons with their bands, total / direct / mediated effects with
+  intervals and the random-neuron band, the axis's null-space overlap and norm-mediated share with their bands,
+  the one-sentence answer; docs/confidence.md's "Recorded runs".
+* ``steering-smollm2`` / ``steering-gemma``: ``bl.steering`` at docs/steering.md's quick setting (``STEERING``
+  holds the sizes) on SULA and on the categorical task: per direction β_α, β_e, β_int with intervals, the
+  verdict, the crossover, the null rates; the unsteered evidence weight; docs/steering.md's "Recorded runs".
+
+Every timed recipe stores its seconds with the 1-minute load average at its start and end (``load_average``):
+on a shared machine a time is an upper bound under that load.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import argparse
 import datetime as _dt
 import importlib.util
 import json
+import math
 import re
 import sys
 import tempfile
@@ -55,7 +66,8 @@ from typing import Callable, Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"   # its quickstart holds the flagship block the recipes run
-PAGES = (README, ROOT / "docs" / "results.md", ROOT / "docs" / "localize.md")   # the pages whose generated blocks --write fills and --check checks
+PAGES = (README, ROOT / "docs" / "results.md", ROOT / "docs" / "localize.md", ROOT / "docs" / "confidence.md",
+         ROOT / "docs" / "steering.md")   # the pages whose generated blocks --write fills and --check checks
 RECORD = ROOT / "docs" / "readme_numbers.json"
 MODELS = {"smollm2": ("default", "SmolLM2-135M"), "gemma": ("gemma-3-270m", "Gemma 3 270M")}
 BLOCK = re.compile(r"(<!-- readme-numbers: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /readme-numbers -->)", re.S)
@@ -353,6 +365,148 @@ def _windtunnel_localize() -> dict:
                         "clean_mae_bits": float(loc.layers_table["clean_mae_bits"].iloc[0])}}
 
 
+CONFIDENCE = dict(n_per_k=12, seed=0)   # bl.confidence's own defaults otherwise (60 SULA prompts, the last MLP layer)
+
+
+def _plain(v):
+    """A JSON value: numpy scalars made plain, NaN made null (JSON has no NaN)."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def _iv(e) -> list:
+    """An estimate as [value, ci low, ci high] (null where NaN)."""
+    return [_plain(float(e.value)), _plain(float(e.ci[0])), _plain(float(e.ci[1]))]
+
+
+def _load_average() -> Optional[float]:
+    """The 1-minute load average now (None where the system has none): recorded beside a time, which on a shared
+    machine is an upper bound under that load."""
+    import os
+
+    return round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
+
+
+def run_confidence(key: str) -> dict:
+    """``bl.confidence(model)`` (60 SULA prompts, seed 0): the screen's top neurons with their bands, their total /
+    direct / mediated effects with intervals and the random-neuron band, the axis join and the one-sentence answer
+    (docs/confidence.md)."""
+    import time
+
+    import torch
+
+    import bayes_lens as bl
+
+    torch.set_grad_enabled(False)
+    name, _ = MODELS[key]
+    model = bl.load_model(name)
+    load0, t0 = _load_average(), time.perf_counter()
+    res = bl.confidence(model, progress=False)
+    secs, load1 = time.perf_counter() - t0, _load_average()
+    scr = res.screen.table.set_index("neuron")
+    eff = res.effects
+    measured = [n for n in dict.fromkeys(eff["neuron"].astype(str)) if eff.loc[eff["neuron"].astype(str) == n,
+                                                                              "role"].iloc[0] in ("candidate", "requested")]
+
+    def effect_rows(neuron):
+        out = {}
+        for metric in ("d_entropy_bits", "d_loss_nats", "top1_agreement", "d_mae_bits"):
+            for path in ("total", "direct", "mediated"):
+                r = eff[(eff["neuron"].astype(str) == str(neuron)) & (eff["metric"] == metric) & (eff["path"] == path)]
+                if len(r):
+                    r = r.iloc[0]
+                    out[f"{metric}.{path}"] = [_plain(r["value"]), _plain(r["ci_low"]), _plain(r["ci_high"])]
+        return out
+
+    neurons = []
+    for j in measured:
+        row = scr.loc[int(j)]
+        neurons.append({"neuron": int(j), "out_norm": float(row["out_norm"]), "logit_var": float(row["logit_var"]),
+                        "null_fraction": float(row["null_fraction"]), "null_space": bool(row["null_space"]),
+                        "freq_cos": _plain(float(row["freq_cos"])), "rank": int(row["rank"]),
+                        "entropy_neuron": int(j) in res.entropy_neurons, "effects": effect_rows(j)})
+    band = {}
+    rnd = eff[(eff["role"] == "random")]
+    for (path, metric), g in rnd.groupby(["path", "metric"]):
+        band[f"{metric}.{path}"] = [_plain(float(g["band_low"].iloc[0])), _plain(float(g["band_high"].iloc[0]))]
+    bands = {r["metric"]: {"null": r["null"], "low": _plain(r["null_low"]), "high": _plain(r["null_high"]),
+                           "flag": _plain(r["flag_threshold"])} for r in res.screen.bands.to_dict("records")}
+    ax = res.axis
+    cosines = {str(r["neuron"]): [float(r["value"]), float(r["null_high"])]
+               for r in ax[ax["metric"] == "abs_cos_with_w_out"].to_dict("records")}
+    ov, sh = res.axis_overlap, res.axis_norm_share
+    t = res.screen.table
+    numbers = {
+        "neurons": neurons, "random_band": band, "screen_bands": bands, "entropy_neurons": list(res.entropy_neurons),
+        "frequency_neurons": list(res.frequency_neurons), "n_null_space": int(t["null_space"].sum()),
+        "max_abs_freq_cos": _plain(float(t["freq_cos"].abs().max())),
+        "axis_overlap": {"value": float(ov.value), "null": float(ov.null), "band": [float(ov.null_interval[0]),
+                                                                                  float(ov.null_interval[1])],
+                         "how": ov.ci_method},
+        "axis_norm_share": {"value": _iv(sh), "random": None if sh.null_interval is None else
+                            [_plain(sh.null_interval[0]), _plain(sh.null_interval[1])]},
+        "axis_effects": effect_rows("axis"), "axis_cos_with_w_out": cosines,
+        "random_axis_effects": {n: effect_rows(n)["d_entropy_bits.total"] for n in dict.fromkeys(eff["neuron"].astype(str))
+                                if n.startswith("random direction")},
+        "verdict": res.verdict, "answer": res.answer, "norm": res.norm, "unigram_proxy": res.screen.unigram_proxy,
+        "neuron_rule": res.neuron_rule, "axis_rule": res.axis_rule}
+    call = "bl.confidence(model)" if name == "default" else "bl.confidence(model)"
+    return {"settings": {"model": name, "call": f"model = bl.load_model({'' if name == 'default' else repr(name)}); "
+                         + call, "kind": type(model).__name__, "n_prompts": res.n_prompts, "task": res.task,
+                         "layer": res.layer, "axis_layer": res.axis_layer, "n_layers": int(model.cfg.n_layers),
+                         "k": res.screen.k, "d": res.screen.d, "d_mlp": int(model.cfg.d_mlp), "passes": res.passes,
+                         "seed": CONFIDENCE["seed"], "seconds": round(secs, 1), "load_average": [load0, load1]},
+            "numbers": numbers}
+
+
+STEERING = dict(ks=(0, 1, 2, 4, 8), n_per_k=12, alphas=(-0.5, 0, 0.5), n_random=2, n_symbols=3, seed=0)
+_STEER_COLS = ("direction", "kind", "alpha_scale", "beta_0", "beta_0_ci_low", "beta_0_ci_high", "beta_alpha",
+               "beta_alpha_ci_low", "beta_alpha_ci_high", "beta_e", "beta_e_ci_low", "beta_e_ci_high", "beta_int",
+               "beta_int_ci_low", "beta_int_ci_high", "crossover_alpha", "crossover_alpha_ci_low",
+               "crossover_alpha_ci_high", "evidence_weight_at_alpha_min", "evidence_weight_at_alpha_max", "margin",
+               "equivalence", "verdict", "fpr_reweights", "fpr_int_test", "fpr_prior_shift", "reliable",
+               "beyond_random", "random_band_beta_alpha_abs_max")
+
+
+def run_steering(key: str) -> dict:
+    """``bl.steering`` at the quick setting of docs/steering.md on SULA and on the categorical task (3 symbols):
+    per direction the β's with intervals, the verdict, the crossover, the null rates; the unsteered evidence weight."""
+    import time
+
+    import torch
+
+    import bayes_lens as bl
+
+    torch.set_grad_enabled(False)
+    name, _ = MODELS[key]
+    z = STEERING
+    model = bl.load_model(name)
+    makers = {"sula": (lambda: bl.sula.make_prompts(model, ks=z["ks"], n_per_k=z["n_per_k"], seed=z["seed"]),
+                       f"bl.sula.make_prompts(model, ks={z['ks']}, n_per_k={z['n_per_k']}, seed=0)"),
+              "categorical": (lambda: bl.tasks.categorical_prompts(model, n_symbols=z["n_symbols"], ks=z["ks"],
+                                                                   n_per_k=z["n_per_k"], seed=z["seed"]),
+                              f"bl.tasks.categorical_prompts(model, n_symbols={z['n_symbols']}, ks={z['ks']}, "
+                              f"n_per_k={z['n_per_k']}, seed=0)")}
+    settings = {"model": name, "kind": type(model).__name__, "n_layers": int(model.cfg.n_layers), "tasks": {}}
+    numbers = {}
+    for task, (make, items_call) in makers.items():
+        items = make()
+        load0, t0 = _load_average(), time.perf_counter()
+        res = bl.steering(model, items, alphas=z["alphas"], n_random=z["n_random"], seed=z["seed"], progress=False)
+        secs, load1 = time.perf_counter() - t0, _load_average()
+        rows = [{c: _plain(r[c]) for c in _STEER_COLS} for r in res.table.to_dict("records")]
+        numbers[task] = {"rows": rows, "evidence_weight": _iv(res.evidence_weight),
+                         "clean_intercept": _iv(res.clean_intercept), "label": res.label,
+                         "nats_per_example": float(res.nats_per_example), "rule": res.rule}
+        settings["tasks"][task] = {
+            "call": f"items = {items_call}; bl.steering(model, items, alphas={z['alphas']}, n_random={z['n_random']}, "
+                    "seed=0)", "n_prompts": res.n_prompts, "layer": res.layer, "site": res.site,
+            "positions": res.positions, "alphas": list(res.alphas), "alpha_unit": res.alpha_unit,
+            "n_boot": res.n_boot, "n_null": res.n_null, "margin": res.margin, "seconds": round(secs, 1),
+            "load_average": [load0, load1]}
+    return {"settings": settings, "numbers": numbers}
+
+
 RECIPES: Dict[str, Callable[[], dict]] = {
     "flagship-smollm2": lambda: run_flagship("smollm2", major=3),
     "flagship-smollm2-tl4": lambda: run_flagship("smollm2", major=4),   # the pip route's TransformerLens
@@ -366,6 +520,10 @@ RECIPES: Dict[str, Callable[[], dict]] = {
     "order-smollm2": lambda: run_order("smollm2"),
     "order-gemma": lambda: run_order("gemma"),
     "windtunnel-localize": run_windtunnel_localize,
+    "confidence-smollm2": lambda: run_confidence("smollm2"),
+    "confidence-gemma": lambda: run_confidence("gemma"),
+    "steering-smollm2": lambda: run_steering("smollm2"),
+    "steering-gemma": lambda: run_steering("gemma"),
 }
 CHEAPEST = "flagship-smollm2"   # what tests/test_readme_numbers.py re-runs (a few minutes on 2 CPU cores)
 BY_MAJOR = {3: "flagship-smollm2", 4: "flagship-smollm2-tl4"}   # the cheapest recipe of each TL major
@@ -739,9 +897,153 @@ def render_order(data: dict) -> str:
             "Paper B v3 reports no number we can set beside these at this size (METHODS.md §8b).\n")
 
 
+def _digits(*xs, sig: int = 2) -> int:
+    """Decimals that show the largest of ``xs`` with ``sig`` significant digits (at most 6)."""
+    big = max((abs(x) for x in xs if x is not None and x == x), default=0.0)
+    if big == 0:
+        return sig
+    return int(min(6, max(0, sig - 1 - math.floor(math.log10(big)))))
+
+
+def _f(x, d: int, sign: bool = True) -> str:
+    """``x`` with ``d`` decimals (at 6, the most :func:`_digits` gives, in powers of ten instead); "—" for None."""
+    if x is None:
+        return "—"
+    return f"{x:{'+' if sign else ''}.{1 if d >= 6 else d}{'e' if d >= 6 else 'f'}}".replace("-", "−")
+
+
+def _civ(v, sig: int = 2, sign: bool = True) -> str:
+    """[value, low, high] as "value [low, high]", one number of decimals for all three."""
+    if v is None or v[0] is None:
+        return "—"
+    d = _digits(*v, sig=sig)
+    return f"{_f(v[0], d, sign)} [{_f(v[1], d, sign)}, {_f(v[2], d, sign)}]"
+
+
+def _span(lo, hi, sig: int = 2, sign: bool = True) -> str:
+    d = _digits(lo, hi, sig=sig)
+    return f"{_f(lo, d, sign)} to {_f(hi, d, sign)}"
+
+
+def _timing(st: dict) -> str:
+    """"N s on 2 shared CPU cores, measured under load L; an upper bound" (load: the 1-minute average at the start
+    and the end of the run)."""
+    loads = [x for x in (st.get("load_average") or []) if x is not None]
+    load = f"measured under load {max(loads):.1f}; an upper bound" if loads else "an upper bound on a shared machine"
+    return f"**{st['seconds']:.0f} s** on 2 shared CPU cores ({load})"
+
+
+def render_confidence(data: dict) -> str:
+    """docs/confidence.md's tables: the screen's top neurons, their effects and bands, the axis join, the answer."""
+    out = []
+    for key in ("smollm2", "gemma"):
+        rec = data.get(f"confidence-{key}")
+        if rec is None:
+            continue
+        st, num = rec["settings"], rec["numbers"]
+        b, rb = num["screen_bands"], num["random_band"]
+        k = st["k"]
+        out.append(f"**{MODELS[key][1]}** ({st['kind']}, {st['n_layers']} layers; measured {rec['measured']['utc'][:10]} "
+                   f"with TransformerLens {rec['measured']['transformer_lens']}, {_timing(st)}, {st['passes']} passes "
+                   f"over {st['n_prompts']} {st['task'].upper()} prompts): `{st['call']}`. MLP layer {st['layer']} "
+                   f"({st['d_mlp']} neurons), k = {k} of d = {st['d']}; {num['norm']}.\n\n"
+                   f"| neuron | ‖w_out‖ | LogitVar | ρ_{k} | ΔH total (bits) [95% CI] | ΔH direct [CI] | "
+                   f"ΔH mediated [CI] | Δloss mediated (nats) | entropy neuron |\n|---|---|---|---|---|---|---|---|---|\n")
+        for r in num["neurons"]:
+            e = r["effects"]
+            flag = "**yes**" if r["entropy_neuron"] else "no"
+            name = f"**{r['neuron']}**" if r["entropy_neuron"] else str(r["neuron"])
+            ns = "" if r["null_space"] else " (not null-space)"
+            out.append(f"| {name} | {r['out_norm']:.2f} | {r['logit_var']:.2g} | {r['null_fraction']:.2f}{ns} | "
+                       f"{_civ(e['d_entropy_bits.total'])} | {_civ(e['d_entropy_bits.direct'])} | "
+                       f"{_civ(e['d_entropy_bits.mediated'])} | {_civ(e['d_loss_nats.mediated'])} | {flag} |\n")
+        ov, lv, rho = b["out_norm"], b["logit_var"], b["null_fraction"]
+        out.append(f"| bands | σ·χ_d: {ov['low']:.2f}–{ov['high']:.2f} | Haar: {lv['low']:.2g}–{lv['high']:.2g} | "
+                   f"Haar Beta: {rho['low']:.3f}–{rho['high']:.3f} (flag > {rho['flag']:.3f}) | random neurons: "
+                   f"{_span(*rb['d_entropy_bits.total'])} | {_span(*rb['d_entropy_bits.direct'])} | "
+                   f"{_span(*rb['d_entropy_bits.mediated'])} | {_span(*rb['d_loss_nats.mediated'])} | |\n\n")
+        top1 = min(r["effects"]["top1_agreement.total"][0] for r in num["neurons"])
+        ents = ", ".join(str(j) for j in num["entropy_neurons"]) or "none"
+        fc = b["freq_cos"]
+        freq = ", ".join(str(j) for j in num["frequency_neurons"]) or "none"
+        ax, sh = num["axis_effects"], num["axis_norm_share"]
+        cos = "; ".join(f"neuron {j} {c:.3f}" for j, (c, _) in num["axis_cos_with_w_out"].items())
+        cos_band = next(iter(num["axis_cos_with_w_out"].values()))[1] if num["axis_cos_with_w_out"] else None
+        rnd = sh["random"]
+        share = _civ([100 * x for x in sh["value"]], sig=2, sign=False)
+        rshare = (f"; {len(num['random_axis_effects'])} random directions removed beside it: "
+                  f"{100 * rnd[0]:.{_digits(100 * rnd[0], 100 * rnd[1])}f}–{100 * rnd[1]:.{_digits(100 * rnd[0], 100 * rnd[1])}f}%"
+                  if rnd and rnd[0] is not None else "")
+        out.append(
+            f"- Entropy neurons by the rule: **{ents}**; {num['n_null_space']} of the layer's {st['d_mlp']} neurons are "
+            f"null-space (ρ_{k} above the Haar flag). Top-1 agreement with the clean model under each candidate's "
+            f"ablation: at least {top1:.2f}.\n"
+            f"- Token-frequency neurons: {freq} (largest |frequency cosine| {num['max_abs_freq_cos']:.2f}, flag > "
+            f"{fc['flag']:.2f}; {num['unigram_proxy']}).\n"
+            f"- The entropy axis (ridge, layer {st['axis_layer']}'s `resid_post`): null-space overlap "
+            f"**{num['axis_overlap']['value']:.4f}** (Haar band {num['axis_overlap']['band'][0]:.4f}–"
+            f"{num['axis_overlap']['band'][1]:.4f}, {num['axis_overlap']['how'].split('; ')[-1].rstrip(')')}); |cos| with "
+            f"the top neurons' w_out: {cos} (Haar 95%: {cos_band:.3f}). Removing it: ΔH total "
+            f"{_civ(ax['d_entropy_bits.total'])} bits, direct {_civ(ax['d_entropy_bits.direct'])}, top-1 agreement "
+            f"{ax['top1_agreement.total'][0]:.2f}; norm-mediated share of |ΔH| **{share}%**{rshare}.\n"
+            f"- The answer printed (**{num['verdict']}**): *\"{num['answer']}\"*\n\n")
+    if not out:
+        return "(not recorded yet: `python tools/readme_numbers.py --record confidence-smollm2 confidence-gemma`)\n"
+    last = data.get("confidence-smollm2") or data.get("confidence-gemma")
+    return "".join(out) + (f"Entropy-neuron rule: {last['numbers']['neuron_rule']}. Axis rule: "
+                           f"{last['numbers']['axis_rule']}.\n")
+
+
+def render_steering(data: dict) -> str:
+    """docs/steering.md's tables: per model and task, every direction's β's, verdict, crossover and null rates."""
+    out = []
+    for key in ("smollm2", "gemma"):
+        rec = data.get(f"steering-{key}")
+        if rec is None:
+            continue
+        st = rec["settings"]
+        for task in ("sula", "categorical"):
+            if task not in rec["numbers"]:
+                continue
+            num, ts = rec["numbers"][task], st["tasks"][task]
+            rows = num["rows"]
+            scale = rows[0]["alpha_scale"] if rows else float("nan")
+            what = "SULA" if task == "sula" else "the categorical task (3 symbols)"
+            out.append(
+                f"**{MODELS[key][1]}, {what}** ({st['kind']}, layer {ts['layer']} of {st['n_layers']} `{ts['site']}`, "
+                f"{'every position' if ts['positions'] == 'all' else 'the final position'}; α ∈ "
+                f"{{{', '.join(f'{a:g}' for a in ts['alphas'])}}} in units of the mean final-token norm ({scale:.1f}); "
+                f"{ts['n_prompts']} prompts, {ts['n_boot']} resamples, {ts['n_null']} null data sets per direction; "
+                f"measured {rec['measured']['utc'][:10]} with TransformerLens {rec['measured']['transformer_lens']}, "
+                f"{_timing(ts)}): `{ts['call']}`\n\n"
+                f"The unsteered model's evidence weight (log-odds of {num['label'].strip()!r} against the rest per nat "
+                f"of exact evidence; Bayes: 1) **β_e = {_civ(num['evidence_weight'], 3, False)}**, intercept β₀ = "
+                f"{_civ(num['clean_intercept'], 2)} nats. Margin ±{rows[0]['margin']:.3g} per unit α; one example "
+                f"is λ = {num['nats_per_example']:.3g} nats.\n\n"
+                "| direction | kind | verdict | β_α [95% CI] | β_e [CI] | β_int [CI] | evidence weight at α min → max | "
+                "crossover α [CI] | null rates (β_int test, prior shift) | beyond random |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n")
+            for r in rows:
+                def tri(t, sig=2, sign=True):
+                    return _civ([r[t], r[t + "_ci_low"], r[t + "_ci_high"]], sig, sign)
+                fpr = ("—" if r["fpr_int_test"] is None else
+                       f"{r['fpr_int_test']:.1%}, {r['fpr_prior_shift']:.1%}" + ("" if r["reliable"] else " (not reliable)"))
+                out.append(f"| {r['direction']} | {r['kind']} | {r['verdict']} | {tri('beta_alpha')} | "
+                           f"{tri('beta_e', 3, False)} | {tri('beta_int')} | "
+                           f"{_f(r['evidence_weight_at_alpha_min'], 3, False)} → {_f(r['evidence_weight_at_alpha_max'], 3, False)} | "
+                           f"{tri('crossover_alpha')} | {fpr} | {'yes' if r['beyond_random'] else 'no'} |\n")
+            top = rows[0]["random_band_beta_alpha_abs_max"] if rows else None
+            out.append(f"\nRandom band: the Haar directions' |β_α| reach {_f(top, _digits(top), False)}.\n\n")
+    if not out:
+        return "(not recorded yet: `python tools/readme_numbers.py --record steering-smollm2 steering-gemma`)\n"
+    last = data.get("steering-smollm2") or data.get("steering-gemma")
+    return "".join(out) + f"Rule: {last['numbers']['sula']['rule']}\n"
+
+
 RENDER: Dict[str, Callable[[dict], str]] = {"flagship": render_flagship, "report-quick": render_report_table,
                                             "localize": render_localize, "codelength": render_codelength,
-                                            "order": render_order, "windtunnel-localize": render_windtunnel_localize}
+                                            "order": render_order, "windtunnel-localize": render_windtunnel_localize,
+                                            "confidence": render_confidence, "steering": render_steering}
 
 
 def rendered(text: str, data: dict, page: str = "README.md") -> str:
