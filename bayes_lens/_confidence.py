@@ -225,7 +225,7 @@ class NeuronScreen(Result):
 
 def screen_neurons(model, layer: int = -1, *, k: Optional[int] = None, k_fraction: float = 0.01,
                    n_random: int = 200, alpha: float = 0.05, log_unigram=None, unigram_proxy: str = "",
-                   seed: int = 0) -> NeuronScreen:
+                   seed: int = 0, _null=None) -> NeuronScreen:
     """The weight screen of ``layer``'s MLP neurons (module docstring); no forward pass (``log_unigram``
     ``[V]``: the unigram proxy's log-probabilities, for the token-frequency cosine; None: not computed).
 
@@ -241,7 +241,9 @@ def screen_neurons(model, layer: int = -1, *, k: Optional[int] = None, k_fractio
     n_random = check_count(n_random, "n_random")
     alpha = check_float(alpha, "alpha", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False)
     seed = check_seed(seed)
-    nb, a, q = null_space(model, k, k_fraction=k_fraction)
+    # _null: confidence()'s own null_space(model, k, k_fraction) (an SVD of the [V, d] unembedding, ~1 min on
+    # Gemma's 262k tokens), so the screen and the axis figures share one
+    nb, a, q = null_space(model, k, k_fraction=k_fraction) if _null is None else _null
     k = nb.shape[1]
     w = adapter.mlp_out_weights(model, layer) @ (q @ q.T)         # what the norm sees of each w_out
     dq = q.shape[1]
@@ -553,8 +555,9 @@ def confidence(model, items=None, *, layer: int = -1, k: Optional[int] = None, k
                        desc="confidence: unigram proxy")
         log_pu, proxy = rc_u["final_logprobs"][0].numpy(), _PROXY.format(tok=boundary)
 
+    null = null_space(model, k, k_fraction=k_fraction)
     scr = screen_neurons(model, layer, k=k, k_fraction=k_fraction, n_random=n_random, alpha=alpha,
-                         log_unigram=log_pu, unigram_proxy=proxy, seed=seed)
+                         log_unigram=log_pu, unigram_proxy=proxy, seed=seed, _null=null)
     runner = _Runner(model, texts, answer_ids, target, layer=layer, axis_layer=axis_layer, batch_size=batch_size,
                      progress=progress)
     tcol = np.array([runner.col[int(t)] if t >= 0 else -1 for t in target], dtype=np.int64)
@@ -639,7 +642,7 @@ def confidence(model, items=None, *, layer: int = -1, k: Optional[int] = None, k
     # the axis figures
     from scipy import stats as st
 
-    nb, _, q = null_space(model, k, k_fraction=k_fraction)
+    nb, _, q = null
     kk, dq = nb.shape[1], q.shape[1]
     uq = (q @ q.T) @ u
     uq = uq / np.linalg.norm(uq)
@@ -696,6 +699,12 @@ def null_space_overlap(u: np.ndarray, nb: np.ndarray) -> Tuple[float, str]:
     return float(((nb.T @ u) ** 2).sum()), "numpy ‖Nᵀu‖²"
 
 
+def _pct(x: float) -> str:
+    """A share as a percentage to two significant digits (0.00034 -> "0.034%"; "0%" hid Gemma's small share)."""
+    v = 100 * float(x)
+    return f"{v:.0f}%" if abs(v) >= 10 else f"{v:.2g}%"
+
+
 def _answer(overlap: Estimate, share: Estimate, axis: str) -> Tuple[str, str]:
     """``(verdict, sentence)`` of :data:`AXIS_RULE`."""
     what = f"the {axis} entropy axis"
@@ -706,13 +715,13 @@ def _answer(overlap: Estimate, share: Estimate, axis: str) -> Tuple[str, str]:
     above = overlap.value > overlap.null_interval[1]
     if above and lo > 0.5:
         return "yes", (f"Yes: {what} is the norm-temperature channel - it overlaps W_U's null space beyond the Haar "
-                       f"band ({overlap.value:.3g} vs ≤ {overlap.null_interval[1]:.3g}) and {share.value:.0%} "
-                       f"(95% CI {lo:.0%} to {hi:.0%}) of its removal's entropy effect goes through the final norm's scale.")
+                       f"band ({overlap.value:.3g} vs ≤ {overlap.null_interval[1]:.3g}) and {_pct(share.value)} "
+                       f"(95% CI {_pct(lo)} to {_pct(hi)}) of its removal's entropy effect goes through the final norm's scale.")
     if hi < 0.5:
-        return "no", (f"No: {what} is not the norm-temperature channel - only {share.value:.0%} (95% CI {lo:.0%} to "
-                      f"{hi:.0%}) of its removal's entropy effect goes through the final norm's scale (null-space "
+        return "no", (f"No: {what} is not the norm-temperature channel - only {_pct(share.value)} (95% CI {_pct(lo)} to "
+                      f"{_pct(hi)}) of its removal's entropy effect goes through the final norm's scale (null-space "
                       f"overlap {overlap.value:.3g}, Haar band up to {overlap.null_interval[1]:.3g}).")
-    return "undecided", (f"Undecided: {share.value:.0%} (95% CI {lo:.0%} to {hi:.0%}) of {what}'s removal effect on "
+    return "undecided", (f"Undecided: {_pct(share.value)} (95% CI {_pct(lo)} to {_pct(hi)}) of {what}'s removal effect on "
                          f"the entropy goes through the final norm's scale, null-space overlap {overlap.value:.3g} "
                          f"(Haar band up to {overlap.null_interval[1]:.3g}); the rule needs the overlap above the band "
                          "and the interval above 0.5 for yes, or the interval below 0.5 for no.")

@@ -213,3 +213,17 @@ def test_smollm2_one_neuron_against_numpy():
     dirc = _entropy_bits((g * x1 / scale(x)) @ wu) - h0
     assert res.effect(j, path="total").value == pytest.approx(tot.mean(), abs=2e-4, rel=1e-2)
     assert res.effect(j, path="direct").value == pytest.approx(dirc.mean(), abs=2e-4, rel=1e-2)
+
+
+def test_the_answer_prints_a_small_norm_share_to_two_significant_digits():
+    """Gemma's share (0.034%) printed as "only 0% (95% CI 0% to 0%)": a zero the record did not hold. The answer
+    keeps two significant digits below 10% and whole percents above."""
+    from types import SimpleNamespace
+
+    from bayes_lens._confidence import _answer, _pct
+
+    assert [_pct(x) for x in (0.00034269, 0.0112, 0.5, -0.0004, 1.25)] == ["0.034%", "1.1%", "50%", "-0.04%", "125%"]
+    overlap = SimpleNamespace(value=1e-4, null_interval=(0.0, 0.02))
+    share = SimpleNamespace(value=0.00034269, ci=(0.00029685, 0.00040986))
+    verdict, sentence = _answer(overlap, share, "ridge")
+    assert verdict == "no" and "only 0.034% (95% CI 0.03% to 0.041%)" in sentence
