@@ -19,7 +19,7 @@ subspace, the null draws' rows included):
   (:data:`P_VALUES`): ``"interval"`` (default) the prediction-interval p, whose Holm thresholds α/n lie far
   in the null's tail, where the null statistic is not normal (skewed: a random direction's Δ MAE), so its
   family-wise error is above α (measured by tools/localize_size.py on Haar null candidates of the tiny
-  models: 21–23% for 18 tests, METHODS §13); ``"rank"`` the rank p, exact (family-wise error ≤ α for
+  models: 13–23% for 18 tests, METHODS §13); ``"rank"`` the rank p, exact (family-wise error ≤ α for
   candidates exchangeable with their null's draws), which needs n_random + 1 ≥ n/α to clear anything.
   A test *clears* when its Holm-adjusted p ≤ α and its estimate exceeds ``min_effect_bits``. The
   per-test decision (unadjusted p ≤ α) is kept in the table.
@@ -334,7 +334,7 @@ def rule_text(*, folds: int, min_r2: float, operation: str, swap: bool, n_random
     else:
         test = f"its one-sided prediction-interval p-value against {n_random} draws of its matched null"
         size = (f"the p-value assumes a normal null statistic; on Haar null candidates of tiny models, whose null is "
-                f"skewed, this rule's family-wise error over 18 tests was measured at 21–23%, not {alpha}: "
+                f"skewed, this rule's family-wise error over 18 tests was measured at 13–23%, not {alpha}: "
                 f"p_value='rank' with n_random + 1 ≥ tests/{alpha} is exact")
     return (f"readable: the held-out R² interval (cross-fitted, {folds} folds) lies above the shuffled-target null's "
             f"95th percentile and {min_r2}; mediator: the Δ MAE of the {operation}"
