@@ -93,7 +93,7 @@ from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, percentile_interval
-from ._rules import (VERDICTS, band_columns, cov_draw, gate, layer_rows, matched_null, mean_interval,
+from ._rules import (P_VALUES, VERDICTS, band_columns, cov_draw, gate, layer_rows, matched_null, mean_interval,
                      mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
@@ -122,7 +122,9 @@ class Design:
     """The statistics of the readout-or-mediator test (METHODS.md §13): ``folds`` K of the cross-fitting, ``n_boot``
     bootstrap replicates, ``n_null`` shuffled-target refits, ``n_random`` draws per null, layer and rank (40 by
     default; fewer than 20 warns), ``nulls`` the null families drawn (``"haar"``; ``"cov"`` covariance-matched,
-    the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``swap`` also
+    the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``p_value`` the
+    p Holm runs on (``"interval"``: the prediction-interval p, normal premise, family-wise error measured above
+    ``alpha`` on skewed nulls; ``"rank"``: the rank p, exact, needing ``n_random + 1 ≥ tests/alpha``), ``swap`` also
     run the interchange, the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``, and ``reseeds`` R:
     rerun the whole test with the seeds ``seed + 1 … seed + R`` (new folds, bootstrap resamples, shuffled nulls,
     null subspaces and donors; the clean pass and every intervention again, so the call costs 1 + R times as
@@ -143,6 +145,7 @@ class Design:
     nulls: tuple = ("haar", "cov")
     alpha: float = 0.05
     reseeds: int = 0
+    p_value: str = "interval"
 
     def __post_init__(self):
         object.__setattr__(self, "nulls", tuple(check_choices(self.nulls, "nulls", ("haar", "cov"))))
@@ -150,6 +153,7 @@ class Design:
             raise InvalidInputError("nulls must include 'haar' (user bases are tested against it); pass "
                                     "nulls=('haar',) or ('haar', 'cov').")
         object.__setattr__(self, "alpha", check_float(self.alpha, "alpha", min=0.0, max=1.0))
+        object.__setattr__(self, "p_value", check_choice(self.p_value, "p_value", P_VALUES))
         for name in ("n_random", "folds", "n_boot"):
             object.__setattr__(self, name, check_count(getattr(self, name), name))
         object.__setattr__(self, "n_null", check_count(self.n_null, "n_null", allow_zero=True))
@@ -499,7 +503,13 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
             rec.update({f"delta_{key}": float(diff[0]), f"delta_{key}_ci_low": lo, f"delta_{key}_ci_high": hi})
         records.append(rec)
     table = pd.DataFrame.from_records(records)
-    n_tests = mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits, alpha=design.alpha)
+    n_tests = mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits, alpha=design.alpha,
+                               p_value=design.p_value)
+    if design.p_value == "rank" and n_tests and (design.n_random + 1) * design.alpha < n_tests:
+        warnings.warn(f"p_value='rank' with n_random={design.n_random}: the rank p is never below "
+                      f"1/{design.n_random + 1}, and Holm over {n_tests} tests needs p ≤ {design.alpha}/{n_tests}, so "
+                      f"no test of this table can clear; use n_random ≥ {int(np.ceil(n_tests / design.alpha)) - 1}.",
+                      UserWarning, stacklevel=2)
     down = _downstream(pd.DataFrame.from_records(down_records, columns=list(_DOWN_COLUMNS)), table)
     about = "the model's own entropy" if target == "model" or not run.gate["follows"] else "Bayesian uncertainty"
     rows_of_layers = layer_rows(table, run.layers, {(c.layer, c.name): c.basis for c in candidates}, swap=design.swap,
@@ -508,7 +518,7 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
     rule = rule_text(folds=design.folds, min_r2=design.min_r2, operation=f"{operation} {_WHERE[positions]}",
                      swap=design.swap,
                      n_random=design.n_random, min_effect=design.min_effect_bits, alpha=design.alpha,
-                     n_tests=n_tests, nulls=design.nulls) + das_rule(estimators)
+                     n_tests=n_tests, nulls=design.nulls, p_value=design.p_value) + das_rule(estimators)
     layers_table = pd.DataFrame.from_records(rows_of_layers)
     again = [localize(model, items, layers=run.layers, site=site, ranks=ranks, estimators=estimators, bases=bases,
                       target=target, operation=operation, positions=positions, clean=clean,
