@@ -14,6 +14,7 @@ Three measurements on the default model (SmolLM2-135M), for the kind asked for:
     all b·k rows of a batch in one call with the cache's rows repeated before the clock starts (the issue's
     "single-position forward through the later blocks"), and a bare single-position forward with no prefix
     at all (no attention to the cache; below any route). The unembedding runs at the one position in all.
+    ``--skip-full`` leaves out the whole-prompt and whole-pass comparisons (the ratios to the floors only).
 ``docs``
     docs/localize.md's first block as written (``bl.localize(model, items)``: three layers, ranks (1, 4),
     40 draws of each null), and ``quick=True``; with ``--check`` the quick table is also made with whole
@@ -24,7 +25,7 @@ Prints the machine, torch's threads and the load average before and after: take 
 Usage::
 
     python benchmarks/bench_sweep.py resume [--kind hooked|bridge] [--layer 22] [--k 8]
-    python benchmarks/bench_sweep.py swap [--kind ...] [--layer 22] [--k 8]
+    python benchmarks/bench_sweep.py swap [--kind ...] [--layer 22] [--k 8] [--skip-full]
     python benchmarks/bench_sweep.py docs [--kind ...] [--check] [--skip-full]
 """
 
@@ -111,14 +112,15 @@ def _floors(model, kept, layer: int, k: int):
             steps.append(lambda x=x, rep=rep, mask=mask: model(x, start_at_layer=layer + 1, past_kv_cache=rep,
                                                                attention_mask=mask, return_type="logits"))
     ones = torch.ones(kept.batches[0][1].shape[0] * k, 1, dtype=torch.long)
+    zeros = torch.zeros(len(ones), dtype=torch.long)
 
     def cached():
-        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, torch.zeros(len(ones), dtype=torch.long)):
+        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, zeros):
             for step in steps:
                 step()
 
     def bare():
-        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, torch.zeros(len(ones), dtype=torch.long)):
+        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, zeros):
             for batch, resid in kept.batches:
                 last = batch.last_index.cpu()
                 r = torch.arange(len(last))
@@ -159,11 +161,11 @@ def _bridge_step(model, x, layer, toks, rep, lengths, k):
     mask = _step_mask(lengths, int(c.get_seq_length()))
     with _resume._skipped_blocks(model, layer, x), _resume._cache_named_for_tl(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return model(toks.repeat_interleave(k, 0), attention_mask=mask, position_ids=lengths[:, None], past_key_values=c,
-                     use_cache=True, return_type="logits")
+        return model(toks.repeat_interleave(k, 0), attention_mask=mask, position_ids=lengths[:, None],
+                     past_key_values=c, use_cache=True, return_type="logits")
 
 
-def bench_swap(model, layer: int, k: int, n: int, batch_size: int, repeat: int = 3) -> None:
+def bench_swap(model, layer: int, k: int, n: int, batch_size: int, repeat: int = 3, skip_full: bool = False) -> None:
     texts = _texts(n, 63)
     d = model.cfg.d_model
     rng = np.random.default_rng(2)
@@ -186,11 +188,13 @@ def bench_swap(model, layer: int, k: int, n: int, batch_size: int, repeat: int =
             fn()
             times[name].append(time.perf_counter() - t)
     final, floor_c, floor_b = (float(np.median(times[k_])) for k_ in ("route", "cached", "bare"))
-    kept._final_ok = False  # the whole-prompt resumed route, for comparison
-    prompt = _timed(lambda: collect_each(model, texts, conds, resume=kept, token_ids=[1, 2], batch_size=batch_size,
-                                         progress=False), 1)
-    whole = _timed(lambda: [collect(model, texts, token_ids=[1, 2], interventions=c, batch_size=batch_size,
-                                    progress=False) for c in conds], 1)
+    prompt = whole = float("nan")
+    if not skip_full:
+        kept._final_ok = False  # the whole-prompt resumed route, for comparison
+        prompt = _timed(lambda: collect_each(model, texts, conds, resume=kept, token_ids=[1, 2],
+                                             batch_size=batch_size, progress=False), 1)
+        whole = _timed(lambda: [collect(model, texts, token_ids=[1, 2], interventions=c, batch_size=batch_size,
+                                        progress=False) for c in conds], 1)
     ntok = int(kept.batches[0][0].attention_mask.sum(1).float().mean())
     finals = sorted({int(i) for b, _ in kept.batches for i in b.last_index})
     print(f"swap: {n} prompts of ~{ntok} tokens (final indices {finals[0]}..{finals[-1]}), k = {k} final-position "
@@ -248,7 +252,7 @@ def main() -> None:
     if args.what == "resume":
         bench_resume(model, args.layer, args.k, args.n, args.batch_size)
     elif args.what == "swap":
-        bench_swap(model, args.layer, args.k, args.n, args.batch_size)
+        bench_swap(model, args.layer, args.k, args.n, args.batch_size, skip_full=args.skip_full)
     else:
         bench_docs(model, args.check, args.skip_full)
     print(f"load average after {os.getloadavg()[0]:.2f}")
