@@ -851,7 +851,7 @@ class KeptStream:
 
     def __init__(self, model, layer: int, batches):
         self.model, self.layer, self.batches = model, int(layer), list(batches)
-        self._prefix: Dict[tuple, object] = {}  # (batch number, final index) -> the clean prefix's key-value cache
+        self._prefix: Dict[int, object] = {}  # batch number -> the clean prefix's key-value cache
         self._final_ok: Optional[bool] = None
         self.final_delta = float("nan")
 
@@ -924,46 +924,39 @@ class KeptStream:
         return [logits[:, j] for j in range(m)]
 
     def _final_pass(self, bi: int, batch, xs) -> List[Tensor]:
-        """The final-position route: per group of rows with one final index, the clean prefix's cache (kept)
-        and one stacked final-position forward."""
-        model, m = self.model, len(xs)
-        b = xs[0].shape[0]
-        out = None
-        for t in torch.unique(batch.last_index).tolist():
-            rows = torch.nonzero(batch.last_index == t).flatten()
-            key = (bi, int(t))
-            if key not in self._prefix:
-                self._prefix[key] = adapter.prefix_cache(model, batch.tokens[rows, :t]) if t > 0 else None
-            x = torch.stack([x_[rows, t] for x_ in xs], 1).reshape(len(rows) * m, 1, -1)
-            one = adapter.final_token_unembedding(model, torch.zeros(len(rows) * m, dtype=torch.long))
-            with one:
-                logits = self._final_rows(key, x, rows, t, batch, m)
-            logits = logits[:, -1].reshape(len(rows), m, -1)
-            if out is None:
-                out = logits.new_zeros(b, m, logits.shape[-1])
-            out[rows] = logits
-        return [out[:, j] for j in range(m)]
-
-    def _final_rows(self, key, x, rows, t: int, batch, m: int) -> Tensor:
-        """The final-position logits of ``rows`` (one final index ``t``), ``m`` edits each."""
-        if self._prefix[key] is None:  # a one-token prompt: the whole prompt is the final position
-            return adapter.run_from_layer(self.model, x, self.layer, batch.tokens[rows, :1].repeat_interleave(m, 0),
-                                          batch.attention_mask[rows, :1].repeat_interleave(m, 0))
-        return adapter.run_final_from_layer(self.model, x, self.layer, batch.tokens[rows, t:t + 1],
-                                            self._prefix[key], repeats=m)
+        """The final-position route: the batch's clean prefix cache (kept; rows of every final index together,
+        each masked to its own prefix) and one stacked final-position forward for all its rows."""
+        model, m, last = self.model, len(xs), batch.last_index.cpu()
+        b, t = len(last), int(last.max())
+        if bi not in self._prefix:
+            self._prefix[bi] = adapter.prefix_cache(model, batch.tokens[:, :t], last) if t > 0 else None
+        r = torch.arange(b)
+        x = torch.stack([x_[r, last] for x_ in xs], 1).reshape(b * m, 1, -1)
+        with adapter.final_token_unembedding(model, torch.zeros(b * m, dtype=torch.long)):
+            if self._prefix[bi] is None:  # one-token prompts only: the whole prompt is the final position
+                logits = adapter.run_from_layer(model, x, self.layer, batch.tokens[:, :1].repeat_interleave(m, 0),
+                                                batch.attention_mask[:, :1].repeat_interleave(m, 0))
+            else:
+                logits = adapter.run_final_from_layer(model, x, self.layer, batch.tokens[r, last][:, None],
+                                                      self._prefix[bi], repeats=m)
+        logits = logits[:, -1].reshape(b, m, -1)
+        return [logits[:, j] for j in range(m)]
 
     def final_position_ok(self, tol: float = 1e-4) -> bool:
-        """Whether this kind's final-position route reproduces the whole-prompt resume (the first batch's
+        """Whether this kind's final-position route reproduces the whole-prompt resume (one batch's
         log-probabilities at the final token, unpatched, within ``tol``; the largest difference is kept as
-        ``final_delta``): decided once. TransformerLens's frozen key-value cache does it on the HookedTransformer,
-        the transformers cache on the bridges (float32 reductions in another order: SmolLM2 3e-5, Gemma 3 2e-4
-        in the logits); where it does not, the whole-prompt resume runs instead (same numbers)."""
+        ``final_delta``): decided once, on the batch whose final indices differ most (its shorter rows attend
+        past masked keys). TransformerLens's frozen key-value cache does it on the HookedTransformer, the
+        transformers cache on the bridges (float32 reductions in another order: SmolLM2 3e-5, Gemma 3 2e-4 in the
+        logits); where it does not, the whole-prompt resume runs instead (same numbers)."""
         if self._final_ok is None:
-            batch, resid = self.batches[0]
+            spread = [int(b.last_index.max() - b.last_index.min()) for b, _ in self.batches]
+            bi = spread.index(max(spread))
+            batch, resid = self.batches[bi]
             try:
                 with adapter.model_lock(self.model), torch.inference_mode():
-                    self._final_pass(0, batch, [resid, resid])  # twice, stacked: a step must leave the cache as it was
-                    got = self._final_pass(0, batch, [resid])[0]
+                    self._final_pass(bi, batch, [resid, resid])  # twice, stacked: a step must leave the cache as it was
+                    got = self._final_pass(bi, batch, [resid])[0]
                     with adapter.final_token_unembedding(self.model, batch.last_index):
                         ref = adapter.run_from_layer(self.model, resid, self.layer, batch.tokens,
                                                      batch.attention_mask)[:, -1]

@@ -9,8 +9,12 @@ Three measurements on the default model (SmolLM2-135M), for the kind asked for:
 ``swap``
     k swaps at the final position on 64-token prompts: the final-position route (the later blocks at one
     position, against the clean prefix's key-value cache), the whole-prompt resumed route and whole patched
-    passes (the route before resuming), and a plain single-position forward through the later blocks (the
-    physical floor the route is measured against).
+    passes (the route before resuming), and two floors the route is measured against (interleaved repeats,
+    medians): the model's own single-position step through the later blocks against the same prefix cache,
+    all b·k rows of a batch in one call with the cache's rows repeated before the clock starts (the issue's
+    "single-position forward through the later blocks"), and a bare single-position forward with no prefix
+    at all (no attention to the cache; below any route). The unembedding runs at the one position in all.
+    ``--skip-full`` leaves out the whole-prompt and whole-pass comparisons (the ratios to the floors only).
 ``docs``
     docs/localize.md's first block as written (``bl.localize(model, items)``: three layers, ranks (1, 4),
     40 draws of each null), and ``quick=True``; with ``--check`` the quick table is also made with whole
@@ -21,7 +25,7 @@ Prints the machine, torch's threads and the load average before and after: take 
 Usage::
 
     python benchmarks/bench_sweep.py resume [--kind hooked|bridge] [--layer 22] [--k 8]
-    python benchmarks/bench_sweep.py swap [--kind ...] [--layer 22] [--k 8]
+    python benchmarks/bench_sweep.py swap [--kind ...] [--layer 22] [--k 8] [--skip-full]
     python benchmarks/bench_sweep.py docs [--kind ...] [--check] [--skip-full]
 """
 
@@ -82,7 +86,86 @@ def bench_resume(model, layer: int, k: int, n: int, batch_size: int) -> None:
           f"predicted 1 + k(1 - (L+1)/n) = {pred:.2f} (Δ {t / whole - pred:+.2f})")
 
 
-def bench_swap(model, layer: int, k: int, n: int, batch_size: int) -> None:
+def _floors(model, kept, layer: int, k: int):
+    """Two floors for k final-position edits of every kept batch, each one call per batch of b·k rows, nothing
+    of the runner (no interventions, no reads, no chunking): ``cached``, the model's own single-position step
+    through the later blocks against the batch's clean prefix cache (rows repeated and masked to each prompt's
+    own prefix before the clock starts); ``bare``, one position with no prefix at all (no attention to a cache:
+    below what any route can reach)."""
+    from bayes_lens.adapter import _resume
+
+    steps = []
+    for batch, resid in kept.batches:
+        last = batch.last_index.cpu()
+        r = torch.arange(len(last))
+        x = resid[r, last][:, None].repeat_interleave(k, 0)
+        toks = batch.tokens[r, last][:, None]
+        kv = _prefix_kv(model, batch.tokens[:, :int(last.max())])
+        lengths = last.repeat_interleave(k)
+        if bl.adapter.is_bridge(model):
+            rep = _resume._step_cache(kv, k, layer + 1)  # repeated once; each step copies only layer objects
+            steps.append(lambda x=x, toks=toks, rep=rep, lengths=lengths: _bridge_step(model, x, layer, toks, rep,
+                                                                                        lengths, k))
+        else:
+            rep = _resume._repeated_tl_cache(kv, k, layer + 1)
+            mask = _step_mask(lengths, rep.previous_attention_mask.shape[1])
+            steps.append(lambda x=x, rep=rep, mask=mask: model(x, start_at_layer=layer + 1, past_kv_cache=rep,
+                                                               attention_mask=mask, return_type="logits"))
+    ones = torch.ones(kept.batches[0][1].shape[0] * k, 1, dtype=torch.long)
+    zeros = torch.zeros(len(ones), dtype=torch.long)
+
+    def cached():
+        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, zeros):
+            for step in steps:
+                step()
+
+    def bare():
+        with torch.inference_mode(), bl.adapter.final_token_unembedding(model, zeros):
+            for batch, resid in kept.batches:
+                last = batch.last_index.cpu()
+                r = torch.arange(len(last))
+                bl.adapter.run_from_layer(model, resid[r, last][:, None].repeat_interleave(k, 0), layer,
+                                          batch.tokens[r, last][:, None].repeat_interleave(k, 0), ones[:len(r) * k])
+
+    return cached, bare
+
+
+def _prefix_kv(model, tokens):
+    """The model's own key-value cache of a causal, unmasked pass over ``tokens`` (built here, not by the route,
+    so the floors time the same thing whatever the route's code)."""
+    from bayes_lens.adapter import _resume
+
+    ones = torch.ones_like(tokens)
+    with torch.inference_mode():
+        if not bl.adapter.is_bridge(model):
+            kv = _resume._tl_kv_cache_class().init_cache(model.cfg, model.cfg.device, tokens.shape[0])
+            model(tokens, attention_mask=ones, past_kv_cache=kv, return_type=None)
+            kv.freeze()
+            return kv
+        with _resume._cache_named_for_tl(model):
+            return model(tokens, attention_mask=ones, use_cache=True, return_type="logits_and_cache")[1]
+
+
+def _step_mask(lengths, t: int):
+    """A row's first ``length`` cached keys and the new position; the keys after them masked out."""
+    return torch.cat([torch.arange(t)[None, :] < lengths[:, None], torch.ones(len(lengths), 1, dtype=torch.bool)],
+                     1).long()
+
+
+def _bridge_step(model, x, layer, toks, rep, lengths, k):
+    import warnings
+
+    from bayes_lens.adapter import _resume
+
+    c = _resume._step_cache(rep, 1, layer + 1)
+    mask = _step_mask(lengths, int(c.get_seq_length()))
+    with _resume._skipped_blocks(model, layer, x), _resume._cache_named_for_tl(model), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model(toks.repeat_interleave(k, 0), attention_mask=mask, position_ids=lengths[:, None],
+                     past_key_values=c, use_cache=True, return_type="logits")
+
+
+def bench_swap(model, layer: int, k: int, n: int, batch_size: int, repeat: int = 3, skip_full: bool = False) -> None:
     texts = _texts(n, 63)
     d = model.cfg.d_model
     rng = np.random.default_rng(2)
@@ -91,25 +174,36 @@ def bench_swap(model, layer: int, k: int, n: int, batch_size: int) -> None:
                            positions="final", source=donors)] for _ in range(k)]
     kept = _kept(model, texts, layer, batch_size)
     assert kept.final_position_ok(), kept.final_delta
-    final = _timed(lambda: collect_each(model, texts, conds, resume=kept, token_ids=[1, 2], batch_size=batch_size,
-                                        progress=False), 2)
-    kept._final_ok = False  # the whole-prompt resumed route, for comparison
-    prompt = _timed(lambda: collect_each(model, texts, conds, resume=kept, token_ids=[1, 2], batch_size=batch_size,
-                                         progress=False), 1)
-    whole = _timed(lambda: [collect(model, texts, token_ids=[1, 2], interventions=c, batch_size=batch_size,
-                                    progress=False) for c in conds], 1)
-    # the floor: one position per prompt and swap through the later blocks, no cache, no attention to a prefix
-    resid = kept.batches[0][1][:, -1:].repeat_interleave(k, 0)
-    with torch.inference_mode():
-        floor = _timed(lambda: bl.adapter.run_from_layer(model, resid, layer, kept.batches[0][0].tokens[:, -1:]
-                                                         .repeat_interleave(k, 0),
-                                                         torch.ones(resid.shape[0], 1, dtype=torch.long)), 3)
-    floor *= len(kept.batches)
+
+    def route():
+        collect_each(model, texts, conds, resume=kept, token_ids=[1, 2], batch_size=batch_size, progress=False)
+
+    cached, bare = _floors(model, kept, layer, k)
+    times = {"route": [], "cached": [], "bare": []}
+    for fn in (route, cached, bare):
+        fn()  # warm (the route builds its prefix caches here, once per stream)
+    for _ in range(repeat):  # interleaved, so a change in load touches all three alike
+        for name, fn in (("route", route), ("cached", cached), ("bare", bare)):
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    final, floor_c, floor_b = (float(np.median(times[k_])) for k_ in ("route", "cached", "bare"))
+    prompt = whole = float("nan")
+    if not skip_full:
+        kept._final_ok = False  # the whole-prompt resumed route, for comparison
+        prompt = _timed(lambda: collect_each(model, texts, conds, resume=kept, token_ids=[1, 2],
+                                             batch_size=batch_size, progress=False), 1)
+        whole = _timed(lambda: [collect(model, texts, token_ids=[1, 2], interventions=c, batch_size=batch_size,
+                                        progress=False) for c in conds], 1)
     ntok = int(kept.batches[0][0].attention_mask.sum(1).float().mean())
-    print(f"swap: {n} prompts of {ntok} tokens, k = {k} final-position swaps at layer {layer}: final-position route "
-          f"{final:.3f} s; whole-prompt resumed {prompt:.3f} s ({prompt / final:.1f}x); whole patched passes "
-          f"{whole:.3f} s ({whole / final:.1f}x); a bare single-position forward through the later blocks "
-          f"{floor:.3f} s (route / floor = {final / floor:.2f}); max |Δ log p| of the route {kept.final_delta:.1e}")
+    finals = sorted({int(i) for b, _ in kept.batches for i in b.last_index})
+    print(f"swap: {n} prompts of ~{ntok} tokens (final indices {finals[0]}..{finals[-1]}), k = {k} final-position "
+          f"swaps at layer {layer}, medians of {repeat} interleaved repeats: final-position route {final:.3f} s; "
+          f"whole-prompt resumed {prompt:.3f} s ({prompt / final:.1f}x); whole patched passes {whole:.3f} s "
+          f"({whole / final:.1f}x); the model's own single-position step through the later blocks against the "
+          f"prefix cache, all b·k rows of a batch in one call {floor_c:.3f} s (route / cached floor = "
+          f"{final / floor_c:.2f}); a bare single-position forward without a prefix {floor_b:.3f} s (route / bare "
+          f"floor = {final / floor_b:.2f}); max |Δ log p| of the route {kept.final_delta:.1e}")
 
 
 def bench_docs(model, check: bool, skip_full: bool) -> None:
@@ -158,7 +252,7 @@ def main() -> None:
     if args.what == "resume":
         bench_resume(model, args.layer, args.k, args.n, args.batch_size)
     elif args.what == "swap":
-        bench_swap(model, args.layer, args.k, args.n, args.batch_size)
+        bench_swap(model, args.layer, args.k, args.n, args.batch_size, skip_full=args.skip_full)
     else:
         bench_docs(model, args.check, args.skip_full)
     print(f"load average after {os.getloadavg()[0]:.2f}")

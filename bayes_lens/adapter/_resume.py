@@ -21,12 +21,17 @@ the final position needs the later blocks, attending to the clean prefix's keys 
 :func:`prefix_cache` keeps the model's own key-value cache of the clean prefix (TransformerLens's frozen
 ``TransformerLensKeyValueCache`` on a HookedTransformer; the transformers cache on a bridge, whose attention
 reads it under the name TransformerLens expects) and :func:`run_final_from_layer` runs the final position from
-layer L against it, several edits of each prompt at once (the cache's rows repeated).
+layer L against it, several edits of each prompt at once (the cache's rows repeated). Prompts of different
+lengths share one cache and one call: the clean prefix pass runs causally over the batch's right-padded tokens
+up to the longest prefix (a row's first ``length`` keys are its clean prefix's, whatever follows them), and
+each step masks the keys at and after a row's own length and places the final token at that position
+(TransformerLens derives the rotary positions from the mask; a bridge is handed ``position_ids``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from typing import Optional
 
@@ -114,22 +119,37 @@ def _cache_named_for_tl(model):
             h.remove()
 
 
-def prefix_cache(model, tokens: Tensor):
-    """The model's own key-value cache of the clean pass over ``tokens`` ``[g, t]`` (unpadded rows of one length):
-    TransformerLens's frozen ``TransformerLensKeyValueCache`` on a HookedTransformer, the Hugging Face cache that
-    ``return_type="logits_and_cache"`` hands back on a bridge. Opaque: pass it to :func:`run_final_from_layer`."""
+@dataclasses.dataclass(frozen=True)
+class _Prefix:
+    """A clean prefix's key-value cache (``kv``, the model's own) over right-padded rows and each row's number
+    of real prefix tokens (``lengths`` ``[g]``, long, on the CPU)."""
+
+    kv: object
+    lengths: Tensor
+
+
+def prefix_cache(model, tokens: Tensor, lengths: Optional[Tensor] = None) -> _Prefix:
+    """The model's own key-value cache of the clean pass over ``tokens`` ``[g, t]``: TransformerLens's frozen
+    ``TransformerLensKeyValueCache`` on a HookedTransformer, the Hugging Face cache that
+    ``return_type="logits_and_cache"`` hands back on a bridge. ``lengths`` ``[g]`` (default: ``t`` each) is each
+    row's number of real prefix tokens, its final token then sitting at that position: the pass is causal and
+    unmasked, so a row's first ``length`` keys and values are those of its own prefix alone, and the later ones
+    (its final token, padding) are masked out by :func:`run_final_from_layer`. Opaque: pass it to that."""
     from ._hooks import final_token_unembedding
 
+    g, t = tokens.shape
+    lengths = torch.full((g,), t, dtype=torch.long) if lengths is None else torch.as_tensor(lengths).long().cpu()
+    if lengths.shape != (g,) or t < 1 or bool((lengths < 0).any() | (lengths > t).any()):
+        raise ValueError(f"prefix lengths {lengths.tolist()} do not fit tokens of shape {list(tokens.shape)}")
     ones = torch.ones_like(tokens)
-    last = torch.full((tokens.shape[0],), tokens.shape[1] - 1, dtype=torch.long)
     if not is_bridge(model):
-        cache = _tl_kv_cache_class().init_cache(model.cfg, model.cfg.device, tokens.shape[0])
+        cache = _tl_kv_cache_class().init_cache(model.cfg, model.cfg.device, g)
         model(tokens, attention_mask=ones, past_kv_cache=cache, return_type=None)
         cache.freeze()
-        return cache
-    with final_token_unembedding(model, last), _cache_named_for_tl(model):
+        return _Prefix(cache, lengths)
+    with final_token_unembedding(model, torch.full((g,), t - 1, dtype=torch.long)), _cache_named_for_tl(model):
         _, cache = model(tokens, attention_mask=ones, use_cache=True, return_type="logits_and_cache")
-    return cache
+    return _Prefix(cache, lengths)
 
 
 def _repeated_tl_cache(cache, repeats: int, first: int):
@@ -170,27 +190,35 @@ def _step_cache(cache, repeats: int, first: int):
     return c
 
 
-def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor, cache, repeats: int = 1) -> Tensor:
+def _step_mask(lengths: Tensor, t: int, device) -> Tensor:
+    """``[rows, t + 1]``: a row's first ``length`` cached keys and the new position; the rest masked out."""
+    keys = torch.arange(t)[None, :] < lengths[:, None]
+    return torch.cat([keys, torch.ones(len(lengths), 1, dtype=torch.bool)], 1).long().to(device)
+
+
+def run_final_from_layer(model, resid: Tensor, layer: int, final_tokens: Tensor, cache: _Prefix,
+                         repeats: int = 1) -> Tensor:
     """Logits ``[g·repeats, 1, vocab]`` at the final position when only that position's ``hook_resid_post`` of
     ``layer`` changed: ``resid`` ``[g·repeats, 1, d_model]`` is the edited final row (each prompt's ``repeats``
     edits consecutively), ``final_tokens`` ``[g, 1]`` the final tokens and ``cache`` the clean prefix's
-    (:func:`prefix_cache`). Causal attention makes the earlier positions' later blocks equal to the clean pass's,
-    so only the final position runs the blocks after ``layer``, against the cached keys and values; the cache
-    is left as it was (TransformerLens's is frozen; a bridge's is copied layer by layer)."""
+    (:func:`prefix_cache`; row ``i``'s final token sits at position ``cache.lengths[i]``). Causal attention makes
+    the earlier positions' later blocks equal to the clean pass's, so only the final position runs the blocks
+    after ``layer``, against the cached keys and values of its own prefix (the rest masked), all rows in one
+    call; the cache is left as it was (TransformerLens's is frozen; a bridge's is copied layer by layer)."""
     n_layers = int(model_info(model).n_layers)
-    g, t = final_tokens.shape[0], None
+    lengths = cache.lengths.repeat_interleave(repeats)
     if not is_bridge(model):
-        t = cache.previous_attention_mask.shape[1]
         if layer + 1 >= n_layers:
             return model.unembed(model.ln_final(resid))
-        stacked = _repeated_tl_cache(cache, repeats, layer + 1)
-        mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=resid.device)
+        stacked = _repeated_tl_cache(cache.kv, repeats, layer + 1)
+        mask = _step_mask(lengths, stacked.previous_attention_mask.shape[1], resid.device)
         return model(resid, start_at_layer=layer + 1, past_kv_cache=stacked, attention_mask=mask,
                      return_type="logits")
-    c = _step_cache(cache, repeats, layer + 1)
-    t = int(c.get_seq_length())
+    c = _step_cache(cache.kv, repeats, layer + 1)
     toks = final_tokens.repeat_interleave(repeats, 0)
-    mask = torch.ones(g * repeats, t + 1, dtype=torch.long, device=toks.device)
+    mask = _step_mask(lengths, int(c.get_seq_length()), toks.device)
+    position_ids = lengths[:, None].to(toks.device)
     with _skipped_blocks(model, layer, resid), _cache_named_for_tl(model), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-        return model(toks, attention_mask=mask, past_key_values=c, use_cache=True, return_type="logits")
+        return model(toks, attention_mask=mask, position_ids=position_ids, past_key_values=c, use_cache=True,
+                     return_type="logits")

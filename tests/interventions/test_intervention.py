@@ -328,6 +328,37 @@ def test_stacked_conditions_equal_one_whole_pass_each(kind, rows):
                                            atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_final_position_route_runs_every_prompt_length_of_a_batch_in_one_call(kind):
+    """Prompts of different lengths (a one-token prompt among them) share one prefix cache and one final-position
+    call per batch, each row masked to its own prefix: the last block runs once per batch (rows given), and
+    every swap's log-probabilities equal a whole patched pass per condition (TransformerLens's hooks)."""
+    from bayes_lens.collect import StreamKeeper, collect, collect_each
+
+    model = _model(kind)
+    d = model.cfg.d_model
+    rng = np.random.default_rng(5)
+    texts = ["x", "the cat sat on a mat and then it ran to the barn", "one two", "w1: dax, w2: wug. query:"]
+    keeper = StreamKeeper(model, [0])
+    collect(model, texts, token_ids=[1, 2], fwd_hooks=keeper, batch_size=4, progress=False)
+    kept = keeper.stream(0, len(texts))
+    assert len(torch.unique(kept.batches[0][0].last_index)) == 4
+    assert kept.final_position_ok() and kept.final_delta < 1e-4
+    swaps = [[Intervention(layer=0, site="resid_post", basis=orthonormal(rng.normal(size=(d, k))), op="swap",
+                           positions="final", source=torch.tensor(rng.normal(size=(len(texts), d)),
+                                                                  dtype=torch.float32))] for k in (1, 2, 3)]
+    calls = []
+    handle = model.blocks[-1].register_forward_pre_hook(lambda mod, args: calls.append(1))
+    try:
+        got = collect_each(model, texts, swaps, resume=kept, token_ids=[1, 2], batch_size=4, progress=False)
+    finally:
+        handle.remove()
+    assert len(calls) == 1
+    for c, rc in zip(swaps, got):
+        ref = collect(model, texts, token_ids=[1, 2], interventions=c, batch_size=4, progress=False)
+        torch.testing.assert_close(rc.token_logprobs(), ref.token_logprobs(), atol=2e-5, rtol=1e-5)
+
+
 def test_the_final_position_route_holds_on_the_real_model(smol):
     """On SmolLM2 (the default kind of the installed TransformerLens) the final-position route reproduces the
     whole-prompt resume, and a swap through it equals the whole patched pass (TransformerLens's hooks)."""
