@@ -1442,3 +1442,73 @@ def test_the_gate_sentence_names_the_half_of_the_rule_that_failed(rho, p, mass, 
     ok = Localization.gate_sentence(SimpleNamespace(gate=dict(g, follows=True, p=1e-9, answer_mass=0.6),
                                                     target="entropy"))
     assert ok.startswith("The model follows the task's exact posterior (") and "does not" not in ok
+
+
+def test_the_two_stage_p_holds_its_level_on_a_skewed_null():
+    """The two-stage rank p (p_value="exact"): m₁ draws for every candidate; where a candidate beats all of them,
+    m₂ in all. On a χ²₁ null (the kind of skew that breaks the prediction-interval p's tail) with candidates
+    exchangeable with their draws, P(p ≤ u) ≤ u at u = 0.05, 1/(m₁ + 1) and 0.005 (binomial 99.9% bounds over
+    20,000 simulated tests); scipy's χ² draws, not ours."""
+    from scipy.stats import binom, chi2
+
+    from bayes_lens.ablation._rules import two_stage_p
+
+    rng = np.random.default_rng(11)
+    m1, m2, n = 19, 399, 20000
+    z = chi2.rvs(1, size=(n, 1 + m2), random_state=rng)
+    p = np.array([two_stage_p(r[0], r[1:1 + m1], r[1:]) for r in z])
+    for u in (0.05, 1 / (m1 + 1), 0.005):
+        assert (p <= u + 1e-12).sum() <= binom.ppf(0.999, n, u), u
+    # it resolves below 1/(m₁ + 1) only through the extension: the smallest p is 1/(m₂ + 1)
+    assert p.min() == pytest.approx(1 / (m2 + 1))
+    x, first = 5.0, np.arange(3.0)
+    assert two_stage_p(x, first, first) == pytest.approx(1 / 4)          # no extension drawn: the first stage's
+    assert two_stage_p(1.5, first, np.r_[first, 9.0, 9.0]) == pytest.approx(2 / 4)   # first stage exceeded: its p
+
+
+@pytest.mark.parametrize("kind", ["hooked", "bridge"])
+def test_the_exact_rule_draws_on_only_where_a_candidate_beats_its_first_draws(kind):
+    """p_value="exact" on the planted model: the used direction beats all 20 first Haar draws, so that null is drawn
+    on to ⌈n_tests/α⌉ − 1 draws (the same keyed draws as the first stage, numbered on), its two-stage p reaches
+    1/(m + 1) and it clears Holm's correction; the unread copy does not. The p-values and Holm's adjustment are
+    recomputed here from the table's own draws."""
+    from bayes_lens.models.tiny import planted_model
+
+    if kind == "hooked":
+        _model("hooked")  # skips where TransformerLens has no HookedTransformer (4.x)
+    model, planted = planted_model(kind)
+    items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=8)
+    kw = dict(layers=[planted.layer], ranks=(1,), estimators=(), target="log_odds", folds=3, n_boot=20, n_null=0,
+              nulls=("haar",), bases={"mediator": planted.mediator.numpy(), "readout_only": planted.readout_only.numpy()},
+              n_random=20, progress=False)
+    loc = bl.localize(model, items, p_value="exact", **kw)
+    t = loc.table
+    n_tests = loc.n_tests
+    assert n_tests == 6  # mediator, readout_only, frame k=1: removal and swap
+    m = int(np.ceil(n_tests / 0.05)) - 1
+    rand = t[(t["kind"] == "random")]
+    assert rand["draw"].max() == m - 1 and len(rand) == m and sorted(rand["draw"]) == list(range(m))
+    # the first stage's draws are the interval rule's own draws
+    ref = bl.localize(model, items, **kw).table
+    r20 = ref[ref["kind"] == "random"].sort_values("draw")
+    np.testing.assert_allclose(rand.sort_values("draw")["delta_mae_bits"].to_numpy()[:20],
+                               r20["delta_mae_bits"].to_numpy(), rtol=0, atol=1e-12)
+    real = t[t["kind"] != "random"].set_index("subspace")
+    ps = []
+    for name in real.index:
+        for test, col in (("removal", "delta_mae_bits"), ("swap", "swap_bits")):
+            x = real.loc[name, col]
+            y1 = rand[rand["draw"] < 20][col].dropna().to_numpy()
+            y = rand[col].dropna().to_numpy()
+            a = int((y1 >= x).sum())
+            want = (1 + a) / 21 if a or len(y) == len(y1) else (1 + (y >= x).sum()) / (1 + len(y))
+            assert real.loc[name, f"{test}_p_exact"] == pytest.approx(want), (name, test)
+            ps.append((want, name, test))
+    ps.sort()
+    running = 0.0
+    for j, (p, name, test) in enumerate(ps):  # Holm by hand
+        running = max(running, min(1.0, (len(ps) - j) * p))
+        assert real.loc[name, f"{test}_p_holm"] == pytest.approx(running)
+    assert real.loc["mediator", "mediator"] and real.loc["mediator", "removal_p_exact"] == pytest.approx(1 / (m + 1))
+    assert not real.loc["readout_only", "mediator"]
+    assert "two-stage rank p-value" in loc.rule and f"extended to {m}" in loc.rule

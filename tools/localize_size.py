@@ -160,7 +160,7 @@ def main(argv=None) -> int:
                     help="the layer tested, on both models (default 1, the last of the tiny models: a pass resumed "
                     "after it is cheap; the planted model is built with its planted direction there)")
     ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--p-value", default="interval", choices=("interval", "rank"),
+    ap.add_argument("--p-value", default="interval", choices=("interval", "rank", "exact"),
                     help="the p Holm's correction runs on in localize's own verdicts (Design.p_value)")
     ap.add_argument("--nulls", default="haar,cov", help="the null families drawn (default haar,cov)")
     ap.add_argument("--models", default="random,planted")

@@ -99,7 +99,7 @@ from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, percentile_interval
-from ._rules import (P_VALUES, VERDICTS, band_columns, cov_draw, gate, layer_rows, matched_null, mean_interval,
+from ._rules import (P_VALUES, VERDICTS, band_columns, cov_draw, exact_draws_needed, gate, layer_rows, matched_null, mean_interval,
                      mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
@@ -130,7 +130,9 @@ class Design:
     default; fewer than 20 warns), ``nulls`` the null families drawn (``"haar"``; ``"cov"`` covariance-matched,
     the null of fitted candidates), ``alpha`` the family-wise level (Holm over the table's tests), ``p_value`` the
     p Holm runs on (``"interval"``: the prediction-interval p, normal premise, family-wise error measured above
-    ``alpha`` on skewed nulls; ``"rank"``: the rank p, exact, needing ``n_random + 1 ≥ tests/alpha``), ``swap`` also
+    ``alpha`` on skewed nulls; ``"rank"``: the rank p, exact, needing ``n_random + 1 ≥ tests/alpha``; ``"exact"``:
+    the two-stage rank p, exact, drawing a null on to ⌈tests/alpha⌉ − 1 draws only where a candidate beats all of
+    its first ``n_random``), ``swap`` also
     run the interchange, the verdict's practical thresholds ``min_effect_bits`` and ``min_r2``, and ``reseeds`` R:
     rerun the whole test with the seeds ``seed + 1 … seed + R`` (new folds, bootstrap resamples, shuffled nulls,
     null subspaces and donors; the clean pass and every intervention again, so the call costs 1 + R times as
@@ -510,7 +512,9 @@ def localize(model, items, *, layers=None, site: str = "resid_post", ranks: Sequ
         records.append(rec)
     table = pd.DataFrame.from_records(records)
     n_tests = mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits, alpha=design.alpha,
-                               p_value=design.p_value)
+                               p_value=design.p_value, first=design.n_random)
+    if design.p_value == "exact" and n_tests:
+        table = _extend_draws(run, table, design, n_tests)
     if design.p_value == "rank" and n_tests and (design.n_random + 1) * design.alpha < n_tests:
         warnings.warn(f"p_value='rank' with n_random={design.n_random}: the rank p is never below "
                       f"1/{design.n_random + 1}, and Holm over {n_tests} tests needs p ≤ {design.alpha}/{n_tests}, so "
@@ -732,11 +736,13 @@ def _candidates(run, estimators, bases, ranks) -> List[_Candidate]:
         for k in sorted({c.rank for c in out if c.layer == layer} | set(ranks)):
             for i in range(design.n_random):
                 out.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None,
-                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i), null="haar"))
+                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i), null="haar",
+                                      extra={"draw": i}))
             if "cov" in design.nulls:
                 for i in range(design.n_random):
                     out.append(_Candidate(f"cov k={k} #{i}", "random", layer, k, None,
-                                          cov_draw(x, k, seed=run.seed, layer=layer, i=i), null="cov"))
+                                          cov_draw(x, k, seed=run.seed, layer=layer, i=i), null="cov",
+                                          extra={"draw": i}))
     return out
 
 
@@ -782,6 +788,58 @@ def _is_layer(key, layers) -> bool:
         return check_nonneg_int(key, "a basis's layer key") in layers
     except InvalidInputError:
         return False
+
+
+def _extend_draws(run, table, design, n_tests: int):
+    """``p_value="exact"``: where a tested candidate beat every one of its null's first ``n_random`` draws (its
+    rank p, 1/(n_random + 1), cannot reach Holm's α/n), that null is drawn on - the same keyed draws, numbered on
+    - until 1/(m + 1) ≤ α/n, for the test(s) that need it only (a swap-only cell runs swaps, at the final position);
+    then every test is decided again on the two-stage p (:func:`_rules.two_stage_p`). Returns the new table."""
+    import pandas as pd
+
+    m = exact_draws_needed(n_tests, design.alpha)
+    if m <= design.n_random:
+        return table
+    real = ~table["kind"].isin(("random", "control"))
+    tests = [("removal", "delta_mae_bits")] + ([("swap", "swap_bits")] if design.swap else [])
+    need: Dict[tuple, set] = {}  # (layer, rank, null) -> the tests whose draws run on
+    for test, col in tests:
+        beat_all = table[f"{test}_p_rank"] <= 1.0 / (design.n_random + 1) + 1e-12
+        hit = table[real & beat_all & (table[col] > design.min_effect_bits) & ~(table[f"{test}_p_holm"] <= design.alpha)]
+        for r in hit.itertuples():
+            need.setdefault((int(r.layer), int(r.rank), str(r.null)), set()).add(test)
+    if not need:
+        return table
+    note(f"localize: p_value='exact': {len(need)} null(s) drawn on from {design.n_random} to {m} draws, where a "
+         f"candidate beat all of its first ones (Holm over {n_tests} tests needs p ≤ {design.alpha}/{n_tests})",
+         enabled=run.progress)
+    records = []
+    for (layer, k, null), which in sorted(need.items()):
+        x = run.X[layer]
+        draws = [_Candidate(f"{'random' if null == 'haar' else 'cov'} k={k} #{i}", "random", layer, k, None,
+                            haar_draw(run.d, k, seed=run.seed, layer=layer, i=i) if null == "haar" else
+                            cov_draw(x, k, seed=run.seed, layer=layer, i=i), null=null, extra={"draw": i})
+                 for i in range(design.n_random, m)]
+        recs = [{"layer": layer, "subspace": c.name, "kind": "random", "rank": k, "null": null, "draw": c.extra["draw"],
+                 "readable": False} for c in draws]
+        if "removal" in which:
+            got = run.posteriors(layer, [_removal(run, c) for c in draws], [],
+                                 f"localize: layer {layer}, {len(draws)} more {null} k={k} removals")
+            for rec, (p, _) in zip(recs, got):
+                h = entropy_bits(p)
+                rec["delta_mae_bits"] = float(np.mean(np.abs(h - run.bayes) - np.abs(run.h_clean - run.bayes)))
+        if "swap" in which:
+            got = run.posteriors(layer, [_swap(run, c) for c in draws], [],
+                                 f"localize: layer {layer}, {len(draws)} more {null} k={k} swaps")
+            q = run.p_clean[run.donors]
+            base = kl_categorical_bits(q, run.p_clean, eps=1e-9)
+            for rec, (ps, _) in zip(recs, got):
+                rec["swap_bits"] = float(np.mean(base - kl_categorical_bits(q, ps, eps=1e-9)))
+        records += recs
+    table = pd.concat([table, pd.DataFrame.from_records(records)], ignore_index=True)
+    mediator_columns(table, swap=design.swap, min_effect=design.min_effect_bits, alpha=design.alpha,
+                     p_value="exact", first=design.n_random)
+    return table
 
 
 def _bases(c: _Candidate) -> Dict[int, np.ndarray]:

@@ -48,12 +48,13 @@ import numpy as np
 from .. import adapter
 from ..metrics.stats import keyed_rng
 
-__all__ = ["VERDICTS", "P_VALUES", "readable", "verdict", "band_columns", "mediator_columns", "angle", "layer_rows", "rule_text",
+__all__ = ["VERDICTS", "P_VALUES", "two_stage_p", "exact_draws_needed", "readable", "verdict", "band_columns", "mediator_columns", "angle", "layer_rows", "rule_text",
            "cov_draw", "null_pvalues", "holm", "mean_interval", "gate", "matched_null"]
 
 VERDICTS = ("readout and mediator", "readout only", "mediator only", "neither")
-#: the p-value Holm's correction runs on: the prediction-interval p (normal premise) or the rank p (exact)
-P_VALUES = ("interval", "rank")
+#: the p-value Holm's correction runs on: the prediction-interval p (normal premise), the rank p (exact), or
+#: the two-stage rank p (exact, with the draws extended where a candidate beats all of its first ones)
+P_VALUES = ("interval", "rank", "exact")
 _FITTED = ("estimator", "frame")
 _NOT_TESTED = ("random", "control")  # null draws and DAS's controls: no verdict, outside the Holm family
 
@@ -153,13 +154,35 @@ def band_columns(table, value: str, keys: Sequence[str], low: str, high: str, *,
     table[high] = [band.loc[a, 0.975] if a in band.index else np.nan for a in at]
 
 
-def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float, p_value: str = "interval") -> int:
+def two_stage_p(x: float, first: np.ndarray, every: np.ndarray) -> float:
+    """The two-stage rank p of ``x`` against its null's draws: with ``first`` (the m₁ draws every candidate gets)
+    exceeded at least once, the rank p over them, (1 + #{y ≥ x})/(1 + m₁); with none of them ≥ x, the rank p over
+    ``every`` draw of the cell (``first`` and the draws added because some candidate beat all of ``first``).
+    Exact for any null whose draws are exchangeable with the candidate: for u ≥ 1/(m₁ + 1), {p ≤ u} lies in the
+    first stage's {p₁ ≤ u}; below it, in the rank p over all m₂ draws' {p₂ ≤ u}, whatever decided to draw them
+    (every draw exists in advance, one keyed seed each; only whether it is looked at depends on the data)."""
+    first, every = first[np.isfinite(first)], every[np.isfinite(every)]
+    if not np.isfinite(x) or len(first) < 1:
+        return float("nan")
+    above = int(np.sum(first >= x))
+    if above > 0 or len(every) <= len(first):
+        return float((1 + above) / (1 + len(first)))
+    return float((1 + np.sum(every >= x)) / (1 + len(every)))
+
+
+def exact_draws_needed(n_tests: int, alpha: float) -> int:
+    """How many null draws let the two-stage p reach Holm's first threshold α/n: 1/(m + 1) ≤ α/n."""
+    return int(np.ceil(n_tests / alpha)) - 1
+
+
+def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float, p_value: str = "interval",
+                     first: Optional[int] = None) -> int:
     """Add to the per-subspace table: each row's null band, the per-test p-values against its matched null (``_p``
     prediction-interval, ``_p_rank``), Holm's adjusted p over the whole table (``_p_holm``, of the ``p_value``
     p: ``"interval"`` or ``"rank"``), the decisions (``removal_matters``, ``swap_redirects``, ``mediator``,
     ``cleared``, ``removal_improves``; the per-test ``_per_test`` on the same p) and ``verdict``. Returns the
     number of tests in the family."""
-    pick = {"interval": 0, "rank": 1}[p_value]
+    pick = {"interval": 0, "rank": 1, "exact": 2}[p_value]
     band_columns(table, "delta_mae_bits", ("layer", "rank"), "band_low", "band_high", null_col="null")
     tests = [("removal", "delta_mae_bits")] + ([("swap", "swap_bits")] if swap else [])
     real = (~table["kind"].isin(_NOT_TESTED)).to_numpy()
@@ -171,14 +194,23 @@ def mediator_columns(table, *, swap: bool, min_effect: float, alpha: float, p_va
     for test, col in tests:
         p = np.full(len(table), np.nan)
         p_rank = np.full(len(table), np.nan)
-        draws_of = {key: g[col].to_numpy() for key, g in rand.groupby(["layer", "rank", "null"])}  # once per null
+        # the first stage: draws numbered below ``first`` (every draw when no "draw" column or ``first`` is None)
+        stage1 = rand if first is None or "draw" not in rand else rand[rand["draw"] < first]
+        draws_of = {key: g[col].to_numpy() for key, g in stage1.groupby(["layer", "rank", "null"])}  # once per null
+        every_of = {key: g[col].to_numpy() for key, g in rand.groupby(["layer", "rank", "null"])}
+        p_two = np.full(len(table), np.nan)
         empty = np.zeros(0)
         for i, r in enumerate(table.itertuples()):
             if not scored[i]:
                 continue
-            p[i], p_rank[i] = null_pvalues(getattr(r, col), draws_of.get((r.layer, r.rank, r.null), empty))
+            key = (r.layer, r.rank, r.null)
+            p[i], p_rank[i] = null_pvalues(getattr(r, col), draws_of.get(key, empty))
+            if pick == 2:
+                p_two[i] = two_stage_p(getattr(r, col), draws_of.get(key, empty), every_of.get(key, empty))
         table[f"{test}_p"], table[f"{test}_p_rank"] = p, p_rank
-        ps[test] = (p, p_rank)[pick]
+        if pick == 2:
+            table[f"{test}_p_exact"] = p_two
+        ps[test] = (p, p_rank, p_two)[pick]
     family = np.concatenate([np.where(real, ps[t], np.nan) for t, _ in tests])
     adjusted = holm(family)
     n_tests = int(np.isfinite(family).sum())
@@ -327,7 +359,12 @@ def rule_text(*, folds: int, min_r2: float, operation: str, swap: bool, n_random
     """The verdict rule in words (the table's ``rule``)."""
     family = f"{n_tests} tests" if n_tests is not None else "every test of the table"
     nulls_txt = " and ".join({"haar": "Haar", "cov": "covariance-matched"}[n] for n in nulls)
-    if p_value == "rank":
+    if p_value == "exact":
+        test = (f"its two-stage rank p-value against its matched null: (1 + #draws ≥ it)/(1 + {n_random}) over the "
+                f"first {n_random} draws, or, where it beats all of them, over the draws extended to "
+                f"{exact_draws_needed(n_tests, alpha) if n_tests else 'tests/α − 1'}")
+        size = f"family-wise error ≤ {alpha} for candidates exchangeable with their null's draws, whatever its shape"
+    elif p_value == "rank":
         test = (f"its rank p-value (1 + #draws ≥ it)/(1 + {n_random}) against {n_random} draws of its matched null")
         size = (f"family-wise error ≤ {alpha} for candidates exchangeable with their null's draws; the rank p is "
                 f"never below 1/{n_random + 1}")
