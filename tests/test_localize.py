@@ -1107,7 +1107,7 @@ def test_haar_random_user_bases_are_called_mediators_at_most_at_the_stated_rate(
         assert pi_hits <= binom.ppf(0.999, calls, alpha), (test, pi_hits)
     loc, users_t = tables[0]
     assert set(users_t["null"]) == {"haar"} and loc.n_tests == 2 * (users + 1)  # + the frame k=1
-    assert "13–23%" in loc.rule and "p_value='rank'" in loc.rule
+    assert "13–23%" in loc.rule and "p_value='exact'" in loc.rule
     t = loc.to_dataframe()
     assert (t[t["kind"] == "random"]["verdict"] == "").all()  # null rows carry no verdicts
 
