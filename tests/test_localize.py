@@ -432,7 +432,11 @@ def test_localize_runs_on_another_task():
     loc = bl.localize(model, items, layers=[0], ranks=(1,), estimators=("ridge",), n_random=2, folds=2, n_boot=50,
                       n_null=0, progress=False)
     t = loc.to_dataframe()
-    assert np.isfinite(t["delta_mae_bits"]).all() and np.isfinite(t["swap_bits"]).all()
+    tested, draws = t[t["kind"] != "random"], t[t["kind"] == "random"]
+    assert np.isfinite(tested["delta_mae_bits"]).all() and np.isfinite(tested["swap_bits"]).all()
+    # a null's draws: both tests for the first n_random; p_value="exact"'s extension runs only the test it needs
+    assert (np.isfinite(draws["delta_mae_bits"]) | np.isfinite(draws["swap_bits"])).all()
+    assert np.isfinite(draws[draws["draw"] < 2][["delta_mae_bits", "swap_bits"]].to_numpy()).all()
     with pytest.raises(InvalidInputError, match="two answers"):
         bl.localize(model, items, target="log_odds", layers=[0], n_random=1, folds=2, n_boot=10, n_null=0)
 
@@ -770,7 +774,10 @@ def test_jacobian_basis_is_a_localize_basis_and_refuses_what_it_cannot_fit(monke
 
 def _form_kw(site="resid_post"):
     # hook_v at layer 0 is the same for every SULA prompt (same final token; refused, tested below)
-    return dict(layers=[1] if site == "v" else [0, 1], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5)
+    # p_value="interval": these tests are about input forms, shards and resuming, with one draw per row (the
+    # default "exact" draws on where a candidate beats its 3 draws, which they do not test)
+    return dict(layers=[1] if site == "v" else [0, 1], ranks=(1,), n_random=3, folds=3, n_boot=50, n_null=5,
+                p_value="interval")
 
 
 _COLS = ["delta_mae_bits", "delta_ece", "delta_brier", "r2", "swap_bits", "delta_rho", "band_high"]
@@ -1097,7 +1104,7 @@ def test_haar_random_user_bases_are_called_mediators_at_most_at_the_stated_rate(
     from scipy.stats import binom
 
     calls, users, m, alpha = 8, 5, 40, 0.05
-    tables = _null_tables(_model(kind), calls, users, n_random=m)
+    tables = _null_tables(_model(kind), calls, users, n_random=m, p_value="interval")
     law = np.cumsum(_rank_count_law(calls, users, m, alpha))
     top = int(np.searchsorted(law, 0.999))
     for test in ("removal", "swap"):
@@ -1489,7 +1496,7 @@ def test_the_exact_rule_draws_on_only_where_a_candidate_beats_its_first_draws(ki
     rand = t[(t["kind"] == "random")]
     assert rand["draw"].max() == m - 1 and len(rand) == m and sorted(rand["draw"]) == list(range(m))
     # the first stage's draws are the interval rule's own draws
-    ref = bl.localize(model, items, **kw).table
+    ref = bl.localize(model, items, p_value="interval", **kw).table
     r20 = ref[ref["kind"] == "random"].sort_values("draw")
     np.testing.assert_allclose(rand.sort_values("draw")["delta_mae_bits"].to_numpy()[:20],
                                r20["delta_mae_bits"].to_numpy(), rtol=0, atol=1e-12)
