@@ -100,8 +100,8 @@ from ..reduced import TOKEN_LOGPROBS, row_name
 from ..metrics.calibration import (brier_score, expected_calibration_error, kl_categorical_bits,
                                    multiclass_brier_score, top_label)
 from ..metrics.stats import bootstrap_indices, entropy_bits, percentile_interval
-from ._rules import (P_VALUES, VERDICTS, band_columns, cov_draw, exact_draws_needed, gate, layer_rows, matched_null, mean_interval,
-                     mediator_columns, rule_text)
+from ._rules import (P_VALUES, VERDICTS, band_columns, cov_draw, exact_draws_needed, gate, layer_rows, matched_null,
+                     mean_interval, mediator_columns, rule_text)
 from ._common import model_meta, prompt_data, site_dim
 from ._compare import coordinate_corr_rows
 from ._das import DAS, check_das, das_angle, das_candidates, das_rule
@@ -735,16 +735,18 @@ def _candidates(run, estimators, bases, ranks) -> List[_Candidate]:
             if c.layer == layer:
                 c.null = matched_null(c.kind, design.nulls)
         for k in sorted({c.rank for c in out if c.layer == layer} | set(ranks)):
-            for i in range(design.n_random):
-                out.append(_Candidate(f"random k={k} #{i}", "random", layer, k, None,
-                                      haar_draw(run.d, k, seed=run.seed, layer=layer, i=i), null="haar",
-                                      extra={"draw": i}))
-            if "cov" in design.nulls:
-                for i in range(design.n_random):
-                    out.append(_Candidate(f"cov k={k} #{i}", "random", layer, k, None,
-                                          cov_draw(x, k, seed=run.seed, layer=layer, i=i), null="cov",
-                                          extra={"draw": i}))
+            for null in ("haar",) + (("cov",) if "cov" in design.nulls else ()):  # Haar's draws first, as always
+                out += [_null_draw(run, layer, k, null, i) for i in range(design.n_random)]
     return out
+
+
+def _null_draw(run, layer: int, k: int, null: str, i: int) -> _Candidate:
+    """Draw ``i`` of a null at (layer, rank k): Haar, or covariance-matched to the site's rows (one keyed seed each,
+    so a draw is the same whether made with the first ``n_random`` or by ``p_value="exact"``'s extension)."""
+    basis = haar_draw(run.d, k, seed=run.seed, layer=layer, i=i) if null == "haar" else \
+        cov_draw(run.X[layer], k, seed=run.seed, layer=layer, i=i)
+    return _Candidate(f"{'random' if null == 'haar' else 'cov'} k={k} #{i}", "random", layer, k, None, basis,
+                      null=null, extra={"draw": i})
 
 
 def _user_basis(name, b, d: int, site: str) -> np.ndarray:
@@ -816,11 +818,7 @@ def _extend_draws(run, table, design, n_tests: int):
          enabled=run.progress)
     records = []
     for (layer, k, null), which in sorted(need.items()):
-        x = run.X[layer]
-        draws = [_Candidate(f"{'random' if null == 'haar' else 'cov'} k={k} #{i}", "random", layer, k, None,
-                            haar_draw(run.d, k, seed=run.seed, layer=layer, i=i) if null == "haar" else
-                            cov_draw(x, k, seed=run.seed, layer=layer, i=i), null=null, extra={"draw": i})
-                 for i in range(design.n_random, m)]
+        draws = [_null_draw(run, layer, k, null, i) for i in range(design.n_random, m)]
         recs = [{"layer": layer, "subspace": c.name, "kind": "random", "rank": k, "null": null, "draw": c.extra["draw"],
                  "readable": False} for c in draws]
         if "removal" in which:
