@@ -54,9 +54,11 @@ the model's own logits in both paths (the direct path freezes the scale only).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -138,16 +140,40 @@ def _centring_basis(d: int, centred: bool) -> np.ndarray:
 def null_space(model, k: Optional[int] = None, *, k_fraction: float = 0.01):
     """``(N, A, Q)``: N ``[d, k]`` the bottom-k right singular vectors of the frozen-scale unembedding A = W_Uᵀ·diag(g)·C
     (within Q's span: 1^⊥ for a LayerNorm), A ``[V, d]`` and Q ``[d, d']`` (module docstring). ``k`` None:
-    max(1, round(k_fraction·d))."""
+    max(1, round(k_fraction·d)).
+
+    The SVD of the ``[V, d]`` matrix takes about a minute on Gemma's 262k tokens, so the result is kept per model
+    (weakly: it goes with the model) and per k, and reused while the unembedding and the gain are byte for byte
+    the same (a BLAKE2 digest of each, compared on every call: ~1 s on Gemma; editing the weights recomputes it).
+    ``bl.confidence`` and ``bl.screen_neurons`` on one model share one SVD this way."""
     norm = adapter.final_norm(model)
     wu = adapter.unembedding(model)                       # [d, V]
     d = wu.shape[0]
     q = _centring_basis(d, norm.centred)
-    a = (wu * norm.gain[:, None]).T @ (q @ q.T)           # [V, d]: C = QQᵀ
     k = max(1, int(round(check_float(k_fraction, "k_fraction", min=0.0, max=1.0) * d))) if k is None else \
         check_int(k, "k", min=1, max=q.shape[1] - 1)
+    gain = np.asarray(norm.gain, dtype=np.float64)
+    stamp = (bool(norm.centred), wu.shape, _digest(wu), _digest(gain))
+    try:
+        kept = _NULL_SPACES.setdefault(model, {})
+    except TypeError:                                     # an object without weak references: no reuse
+        kept = {}
+    hit = kept.get(k)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    a = (wu * norm.gain[:, None]).T @ (q @ q.T)           # [V, d]: C = QQᵀ
     _, _, vt = np.linalg.svd(a @ q, full_matrices=False)  # right singular vectors in Q's coordinates
-    return q @ vt[-k:].T, a, q
+    out = (q @ vt[-k:].T, a, q)
+    kept[k] = (stamp, out)
+    return out
+
+
+_NULL_SPACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _digest(x: np.ndarray) -> str:
+    x = np.ascontiguousarray(x)
+    return f"{x.dtype}:{hashlib.blake2b(memoryview(x).cast('B'), digest_size=16).hexdigest()}"
 
 
 def _logit_var(w: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -225,7 +251,7 @@ class NeuronScreen(Result):
 
 def screen_neurons(model, layer: int = -1, *, k: Optional[int] = None, k_fraction: float = 0.01,
                    n_random: int = 200, alpha: float = 0.05, log_unigram=None, unigram_proxy: str = "",
-                   seed: int = 0, _null=None) -> NeuronScreen:
+                   seed: int = 0) -> NeuronScreen:
     """The weight screen of ``layer``'s MLP neurons (module docstring); no forward pass (``log_unigram``
     ``[V]``: the unigram proxy's log-probabilities, for the token-frequency cosine; None: not computed).
 
@@ -241,9 +267,7 @@ def screen_neurons(model, layer: int = -1, *, k: Optional[int] = None, k_fractio
     n_random = check_count(n_random, "n_random")
     alpha = check_float(alpha, "alpha", min=0.0, max=1.0, min_inclusive=False, max_inclusive=False)
     seed = check_seed(seed)
-    # _null: confidence()'s own null_space(model, k, k_fraction) (an SVD of the [V, d] unembedding, ~1 min on
-    # Gemma's 262k tokens), so the screen and the axis figures share one
-    nb, a, q = null_space(model, k, k_fraction=k_fraction) if _null is None else _null
+    nb, a, q = null_space(model, k, k_fraction=k_fraction)   # kept per model: confidence() reuses this SVD
     k = nb.shape[1]
     w = adapter.mlp_out_weights(model, layer) @ (q @ q.T)         # what the norm sees of each w_out
     dq = q.shape[1]
@@ -557,7 +581,7 @@ def confidence(model, items=None, *, layer: int = -1, k: Optional[int] = None, k
 
     null = null_space(model, k, k_fraction=k_fraction)
     scr = screen_neurons(model, layer, k=k, k_fraction=k_fraction, n_random=n_random, alpha=alpha,
-                         log_unigram=log_pu, unigram_proxy=proxy, seed=seed, _null=null)
+                         log_unigram=log_pu, unigram_proxy=proxy, seed=seed)
     runner = _Runner(model, texts, answer_ids, target, layer=layer, axis_layer=axis_layer, batch_size=batch_size,
                      progress=progress)
     tcol = np.array([runner.col[int(t)] if t >= 0 else -1 for t in target], dtype=np.int64)

@@ -165,6 +165,23 @@ def test_layernorm_models_screen_inside_the_centred_space():
     assert np.isfinite(scr.table["null_fraction"]).all() and scr.table["null_fraction"].between(0, 1).all()
 
 
+def test_null_space_svd_is_kept_per_model_and_redone_when_the_weights_change():
+    """One SVD per model and k (``bl.confidence`` and ``bl.screen_neurons`` share it; Gemma's takes a minute),
+    recomputed when the unembedding is edited in place: the bottom singular vector then matches numpy's SVD of
+    the edited A = W_Uᵀ·diag(g) (an RMSNorm model: C = I), not the kept one."""
+    model, _ = confidence_model(KINDS[-1])
+    first = null_space(model, 1)
+    assert null_space(model, 1) is first and null_space(model, k=2) is not first
+    assert bl.screen_neurons(model, n_random=10).table.shape[0] > 0 and null_space(model, 1) is first
+    w = next(p for n, p in model.named_parameters() if ("unembed" in n or "lm_head" in n) and p.ndim == 2)
+    w.data.add_(0.5 * torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))
+    again = null_space(model, 1)
+    assert again is not first
+    a = (bl.adapter.unembedding(model) * bl.adapter.final_norm(model).gain[:, None]).T
+    v = np.linalg.svd(a, full_matrices=False)[2][-1]
+    assert abs(abs(float(v @ again[0][:, 0])) - 1) < 1e-8 and abs(float(v @ first[0][:, 0])) < 0.999
+
+
 def test_gemma_gain_is_one_plus_w_on_a_bridge():
     model = bl.models.tiny.tiny_model("bridge", family="gemma3")
     norm = bl.adapter.final_norm(model)
