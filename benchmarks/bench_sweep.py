@@ -229,8 +229,11 @@ def bench_docs(model, check: bool, skip_full: bool) -> None:
         t = time.perf_counter()
         loc = bl.localize(model, items)
         tf = time.perf_counter() - t
+        r = loc.table[loc.table["kind"] == "random"]
+        drawn_on = int((r["draw"] >= bl.ablation.Design().n_random).sum()) if "draw" in r else 0
         print(f"docs: first block (bl.localize(model, items), defaults): {tf:.0f} s = {tf / 60:.1f} min, "
-              f"{len(loc.table)} rows; verdicts {list(loc.layers_table['verdict'])}")
+              f"{len(loc.table)} rows ({len(r)} null draws, {drawn_on} of them p_value='exact''s further draws); "
+              f"verdicts {list(loc.layers_table['verdict'])}")
 
 
 def main() -> None:
