@@ -19,6 +19,11 @@ exchangeable with the Haar null's draws), against ``--n-random`` draws of each n
   called a mediator, the read-but-unused copy not - and (a)-(b) again for Haar user bases there (a null whose
   Δ MAE is far from normal: a Haar direction matters only through its overlap with the one used direction).
 
+* ``--das`` (TransformerLens 4.3, ``--kind bridge``): a cross-fitted rank-one DAS row with its three controls
+  (``bl.ablation.DAS``) in every table. On the random model every DAS "mediator" is a false one: (e) how often the
+  DAS row is called a mediator (its Holm-cleared test, the effect floor and beating all three controls), and how
+  often each half of that rule fires alone; on the planted model, how often DAS finds the used direction.
+
 Intervals: Clopper–Pearson 95% for a count of independent events (one per repetition: a table's family-wise
 outcome, the first user basis's test, a fitted axis's test). The pooled per-test rate over every user basis of
 every table shares each table's draws and prompts, so its interval is the normal one over repetitions of the
@@ -84,6 +89,8 @@ def one_rep(model, planted, kind: str, rep_seed: int, args) -> dict:
         items = bl.sula.make_prompts(model, labels=planted.labels, ks=(0, 1, 2, 4, 8), n_per_k=8, seed=rep_seed)
         layer, estimators, target = planted.layer, ("ridge",), "log_odds"
         users = {**users, "mediator": planted.mediator.numpy(), "readout_only": planted.readout_only.numpy()}
+    if args.das:
+        estimators = estimators + (bl.ablation.DAS(rank=1),)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loc = bl.localize(model, items, layers=[layer], ranks=(1,), estimators=estimators, bases=users,
@@ -95,6 +102,8 @@ def one_rep(model, planted, kind: str, rep_seed: int, args) -> dict:
     t = t[t["kind"] != "random"]
     cols = ["subspace", "kind", "null", "delta_mae_bits", "swap_bits", "removal_p", "removal_p_rank", "swap_p",
             "swap_p_rank", "removal_p_holm", "swap_p_holm", "mediator", "verdict"]
+    if args.das:
+        cols += ["removal_beats_controls", "swap_beats_controls", "das_accuracy"]
     return {"seed": rep_seed, "n_tests": int(loc.n_tests), "min_effect": 0.01,
             "draws": draws,
             "rows": [{c: (r[c].item() if hasattr(r[c], "item") else r[c]) for c in cols} for _, r in t.iterrows()]}
@@ -143,6 +152,15 @@ def summarize(reps: list, alpha: float, model_name: str) -> dict:
         out["planted_mediator_verdicts"] = sorted({r["verdict"] for r in med})
         out["planted_unused_copy_rejected"] = rate([not r["mediator"] for r in ro])
         out["planted_ridge_axis_called_mediator"] = rate([r["mediator"] for r in ridge])
+    if any(r["subspace"] == "DAS k=1" for r in reps[0]["rows"]):
+        das = [next(r for r in rep["rows"] if r["subspace"] == "DAS k=1") for rep in reps]
+        key = "das_called_mediator" if model_name == "random" else "planted_das_found"
+        out[key] = rate([bool(r["mediator"]) for r in das])
+        out[key]["rule"] = "Holm-cleared against its Haar band, above the effect floor and above all three controls"
+        for test in ("removal", "swap"):
+            out[f"das_{test}_clears_band_per_test"] = rate([r[f"{test}_p"] <= alpha for r in das])
+            out[f"das_{test}_beats_controls"] = rate([bool(r[f"{test}_beats_controls"]) for r in das])
+        out["das_verdicts"] = sorted({r["verdict"] for r in das})
     return out
 
 
@@ -165,6 +183,9 @@ def main(argv=None) -> int:
     ap.add_argument("--nulls", default="haar,cov", help="the null families drawn (default haar,cov)")
     ap.add_argument("--models", default="random,planted")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the cores are shared)")
+    ap.add_argument("--das", action="store_true",
+                    help="add a cross-fitted DAS row (rank 1, TransformerLens 4.3's fit_das) with its three controls "
+                    "(--kind bridge under TL 4.3): on the random model its mediator calls are false ones")
     ap.add_argument("--json", default=None, help="write the repetitions and the summary here")
     args = ap.parse_args(argv)
     import torch

@@ -925,10 +925,16 @@ def _span(lo, hi, sig: int = 2, sign: bool = True) -> str:
     return f"{_f(lo, d, sign)} to {_f(hi, d, sign)}"
 
 
+QUIET_LOAD = 2.1   # a 1-minute load average up to the run's own two threads: nothing else ran (benchmarks/RESULTS.md)
+
+
 def _timing(st: dict) -> str:
-    """"N s on 2 shared CPU cores, measured under load L; an upper bound" (load: the 1-minute average at the start
-    and the end of the run)."""
+    """"N s on 2 quiet CPU cores (load L, the run's own threads)" when the 1-minute load average at the start and the
+    end of the run stayed within :data:`QUIET_LOAD`, else "N s on 2 shared CPU cores, measured under load L; an upper
+    bound"."""
     loads = [x for x in (st.get("load_average") or []) if x is not None]
+    if loads and max(loads) <= QUIET_LOAD:
+        return f"**{st['seconds']:.0f} s** on 2 quiet CPU cores (load {max(loads):.1f}: the run's own threads)"
     load = f"measured under load {max(loads):.1f}; an upper bound" if loads else "an upper bound on a shared machine"
     return f"**{st['seconds']:.0f} s** on 2 shared CPU cores ({load})"
 
