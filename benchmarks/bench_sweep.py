@@ -220,11 +220,14 @@ def bench_docs(model, check: bool, skip_full: bool) -> None:
             slow = bl.localize(model, items, quick=True, resume=False)
         a, b = quick.table, slow.table
         cols = [c for c in a.columns if a[c].dtype.kind == "f"]
-        worst = max(float(np.nanmax(np.abs(a[c].to_numpy() - b[c].to_numpy()))) if len(a) else 0.0 for c in cols)
+        x, y = (np.stack([t[c].to_numpy(dtype=np.float64) for c in cols]) for t in (a, b))
+        nan_differs = int((np.isnan(x) != np.isnan(y)).sum())   # a number on one route, NaN on the other
+        both = ~np.isnan(x) & ~np.isnan(y)                      # (NaN on both: a p of a null row, and the like)
+        worst = float(np.abs(x - y)[both].max()) if both.any() else 0.0
         same = list(a.get("verdict", [])) == list(b.get("verdict", [])) and \
             list(quick.layers_table["verdict"]) == list(slow.layers_table["verdict"])
         print(f"docs: quick=True, whole passes (resume=False): max |Δ| over {len(cols)} numeric columns {worst:.1e}; "
-              f"same verdicts: {same}")
+              f"cells NaN on one route only: {nan_differs}; same verdicts: {same}")
     if not skip_full:
         t = time.perf_counter()
         loc = bl.localize(model, items)
